@@ -1,0 +1,145 @@
+"""The snapshot: plain, immutable dataclasses that every stage after a source reads.
+
+Data flows one way: a source (NVML or simulated) builds a ``Snapshot``; enrichers return a
+new ``Snapshot`` with owners and Kubernetes identities filled in (``dataclasses.replace``);
+exposition (Prometheus collector, JSON, page) only reads it.
+
+Conventions:
+- Units are base units: bytes, ratios in 0..1, degrees Celsius, watts, hertz, joules, seconds.
+- ``None`` means "not supported or not available on this GPU": exposition leaves the series
+  out. A source never substitutes 0 or NaN for a value it could not read.
+- Times are Unix seconds (``time.time()`` or the simulated clock).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class ProcessType(str, Enum):
+    """Which NVML process list(s) a process was found in."""
+
+    COMPUTE = "compute"
+    GRAPHICS = "graphics"
+    COMPUTE_GRAPHICS = "compute+graphics"
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessOwner:
+    """Who runs a process, resolved from ``/proc/<pid>`` and a passwd file."""
+
+    uid: int
+    user: str  # passwd name, or str(uid) when the passwd file has no entry
+    name: str  # process name (``comm``)
+    start_time_seconds: float  # Unix time the process started
+    cmdline: str | None = None  # only filled when the user opted in (it may hold secrets)
+
+
+@dataclass(frozen=True, slots=True)
+class PodRef:
+    """The Kubernetes container a process runs in (from its cgroup and the kubelet's log tree)."""
+
+    pod_uid: str
+    container_id: str | None = None
+    namespace: str | None = None
+    pod: str | None = None
+    container: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """One process holding a context on one GPU."""
+
+    pid: int  # host PID, as NVML reports it
+    type: ProcessType
+    used_memory_bytes: int | None  # what the driver handed out (context + framework cache)
+    sm_utilization_ratio: float | None = None  # from process-utilisation samples; None if no sample
+    owner: ProcessOwner | None = None  # None until enrichment (or if the process vanished)
+    pod: PodRef | None = None  # None outside Kubernetes or for host processes
+
+
+@dataclass(frozen=True, slots=True)
+class GpuIdentity:
+    """Static facts read once per GPU."""
+
+    index: int
+    uuid: str
+    name: str
+    pci_bus_id: str
+    memory_total_bytes: int
+    serial: str | None = None
+    vbios_version: str | None = None
+    power_limit_default_watts: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ThrottleReasons:
+    """Active clock event (throttle) reasons, each True when the driver reports it active."""
+
+    active: Mapping[str, bool]  # reason name (see catalogue.THROTTLE_REASONS) -> active
+
+
+@dataclass(frozen=True, slots=True)
+class EccCounts:
+    """ECC error counts since the driver loaded (volatile counters)."""
+
+    corrected: int
+    uncorrected: int
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    """Everything read from one GPU in one collection.
+
+    ``up`` is False when the GPU could not be read at all (lost, reset required, hung);
+    then ``error`` says why and every optional field is None.
+    """
+
+    identity: GpuIdentity
+    up: bool = True
+    error: str | None = None
+    memory_used_bytes: int | None = None
+    memory_free_bytes: int | None = None
+    memory_reserved_bytes: int | None = None  # driver/firmware reserve (memory info v2 only)
+    utilization_ratio: float | None = None
+    memory_utilization_ratio: float | None = None
+    temperature_celsius: float | None = None
+    power_usage_watts: float | None = None
+    power_limit_watts: float | None = None
+    energy_joules: float | None = None  # opt-in: total since driver load
+    pcie_rx_bytes_per_second: float | None = None  # opt-in
+    pcie_tx_bytes_per_second: float | None = None  # opt-in
+    fan_speed_ratio: float | None = None
+    sm_clock_hertz: float | None = None
+    memory_clock_hertz: float | None = None
+    graphics_clock_hertz: float | None = None
+    performance_state: int | None = None  # P-state 0 (max) .. 15 (min)
+    throttle: ThrottleReasons | None = None
+    ecc: EccCounts | None = None
+    processes: tuple[GpuProcess, ...] = ()  # None-free; processes that exited are simply absent
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """One collection across all GPUs of this host.
+
+    ``source_up`` is False when the source itself is down (NVML library missing, init failed):
+    then ``gpus`` is empty and ``source_error`` says why.
+    ``errors`` counts problems met during this collection by kind (for example
+    ``{"garbled_process_entry": 2, "gpu_lost": 1}``); the scheduler accumulates them into
+    the ``gpu_exporter_errors_total`` counter.
+    """
+
+    source: str  # "nvml" or "simulated"
+    hostname: str
+    taken_at: float  # Unix seconds when the collection started
+    duration_seconds: float
+    source_up: bool = True
+    source_error: str | None = None
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None  # e.g. "12.4"
+    nvml_version: str | None = None
+    gpus: tuple[GpuReading, ...] = ()
+    errors: Mapping[str, int] = field(default_factory=dict)

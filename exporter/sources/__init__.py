@@ -1,0 +1,1 @@
+"""Sources read GPUs (real or simulated) and produce one immutable ``Snapshot`` per collection."""
