@@ -1,0 +1,151 @@
+"""Scrape benchmark: the real server, simulated 8 GPUs x 32 processes, over loopback.
+
+Usage: ``.venv/bin/python bench/bench_scrape.py [--scrapes 2000] [--max-seconds 60] [--check]``
+
+Two cases, each against a fresh server process:
+
+- ``shared``: default ``--collector.min-interval 1s``; back-to-back scrapes share one
+  collection per second (what several Prometheus replicas scraping at once look like);
+- ``fresh``: ``--collector.min-interval 0``; every scrape runs a full collection.
+
+Server-side latency is read from the ``Server-Timing`` header the /metrics handler sets (its
+``total`` is measured inside the handler: scheduler wait + rendering + thread hop); client-side
+latency is the full request over a keep-alive loopback connection. RSS is the server's VmRSS
+(and peak VmHWM) from ``/proc/<pid>/status`` after the run. Requests are sent like Prometheus
+sends them (OpenMetrics Accept header, gzip) unless ``--plain``. Exit 1 with ``--check`` when a
+target is missed (p50 <= 2 ms, p99 <= 10 ms server-side, RSS <= 80 MB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import re
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.e2e.server import ExporterProcess
+
+TARGET_P50_MS = 2.0
+TARGET_P99_MS = 10.0
+TARGET_RSS_MB = 80.0
+SCENARIO = "synthetic:8x32"
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0;escaping=underscores;q=0.5,"
+    "application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=1.0.0;q=0.3,"
+    "text/plain;version=0.0.4;q=0.2,*/*;q=0.1"
+)
+_TOTAL = re.compile(r"total;dur=([0-9.]+)")
+
+
+@dataclass(frozen=True)
+class Result:
+    case: str
+    scrapes: int
+    server_ms: list[float]
+    client_ms: list[float]
+    body_bytes: int
+    rss_mb: float
+    hwm_mb: float
+    seconds: float
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0..100), nearest-rank."""
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[rank]
+
+
+def _memory_mb(pid: int) -> tuple[float, float]:
+    fields: dict[str, float] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = int(value.split()[0]) / 1024  # kB -> MiB
+    return fields["VmRSS"], fields["VmHWM"]
+
+
+def run_case(case: str, extra: list[str], scrapes: int, max_seconds: float,
+             plain: bool) -> Result:
+    headers = {} if plain else {"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip",
+                                "X-Prometheus-Scrape-Timeout-Seconds": "10"}
+    with ExporterProcess("--source", "simulated", "--scenario", SCENARIO, *extra) as server:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=15)
+        for _ in range(20):  # warm-up: imports, first collection, caches
+            conn.request("GET", "/metrics", headers=headers)
+            conn.getresponse().read()
+        server_ms: list[float] = []
+        client_ms: list[float] = []
+        size = 0
+        start = time.perf_counter()
+        deadline = start + max_seconds
+        while len(client_ms) < scrapes and time.perf_counter() < deadline:
+            begin = time.perf_counter()
+            conn.request("GET", "/metrics", headers=headers)
+            response = conn.getresponse()
+            body = response.read()
+            client_ms.append((time.perf_counter() - begin) * 1e3)
+            if response.status != 200:
+                raise SystemExit(f"{case}: /metrics answered {response.status}")
+            match = _TOTAL.search(response.getheader("Server-Timing") or "")
+            if match is None:
+                raise SystemExit(f"{case}: no Server-Timing header")
+            server_ms.append(float(match.group(1)))
+            size = len(body)
+        elapsed = time.perf_counter() - start
+        conn.close()
+        rss, hwm = _memory_mb(server.proc.pid)
+    return Result(case, len(client_ms), server_ms, client_ms, size, rss, hwm, elapsed)
+
+
+def report(results: list[Result]) -> bool:
+    """Print the table; True when every target is met."""
+    header = (f"{'case':<8} {'scrapes':>7} {'srv p50':>8} {'srv p99':>8} {'cli p50':>8} "
+              f"{'cli p99':>8} {'cli max':>8} {'rps':>6} {'body B':>7} {'RSS MB':>7} "
+              f"{'peak MB':>7}")
+    print(header)
+    print("-" * len(header))
+    ok = True
+    for r in results:
+        p50, p99 = percentile(r.server_ms, 50), percentile(r.server_ms, 99)
+        ok &= p50 <= TARGET_P50_MS and p99 <= TARGET_P99_MS and r.hwm_mb <= TARGET_RSS_MB
+        print(f"{r.case:<8} {r.scrapes:>7} {p50:>8.3f} {p99:>8.3f} "
+              f"{percentile(r.client_ms, 50):>8.3f} {percentile(r.client_ms, 99):>8.3f} "
+              f"{max(r.client_ms):>8.3f} {r.scrapes / r.seconds:>6.0f} {r.body_bytes:>7} "
+              f"{r.rss_mb:>7.1f} {r.hwm_mb:>7.1f}")
+    print(f"(latencies in ms; server = Server-Timing total inside the handler; targets: "
+          f"p50 <= {TARGET_P50_MS} ms, p99 <= {TARGET_P99_MS} ms, RSS <= {TARGET_RSS_MB} MB; "
+          f"mean server ms: " + ", ".join(
+              f"{r.case} {statistics.fmean(r.server_ms):.3f}" for r in results) + ")")
+    print("targets met" if ok else "TARGETS MISSED")
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--scrapes", type=int, default=2000, help="scrapes per case (2000)")
+    parser.add_argument("--max-seconds", type=float, default=60.0,
+                        help="time limit per case in seconds (60)")
+    parser.add_argument("--plain", action="store_true",
+                        help="text format without gzip instead of Prometheus' headers")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
+    args = parser.parse_args(argv)
+    if not 1 <= args.scrapes <= 100_000 or not 0 < args.max_seconds <= 600:
+        parser.error("--scrapes must be 1..100000 and --max-seconds 0..600")
+    results = [
+        run_case("shared", [], args.scrapes, args.max_seconds, args.plain),
+        run_case("fresh", ["--collector.min-interval", "0"], args.scrapes, args.max_seconds,
+                 args.plain),
+    ]
+    ok = report(results)
+    return 0 if ok or not args.check else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,313 @@
+"""The alerting rules, grouped so each group can be switched off on its own.
+
+Every alert name starts with ``Gpu``; every expression reads raw exporter metrics (never a
+recording rule), so the alert groups work whether or not the recording groups are loaded.
+Thresholds come from ``dashboards.thresholds``.
+"""
+
+from __future__ import annotations
+
+from exporter import catalogue as c
+
+from dashboards import thresholds as t
+from dashboards.promql import NOT_OVERFLOW, PROCESS_ONLY_LABELS, num, reason_in, sel
+from dashboards.rules import AlertRule, RuleGroup
+
+UNCORRECTED = 'type="uncorrected"'
+_WHERE = "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }}"
+_HW_POWER_REASONS = tuple(r for r in c.POWER_THROTTLE_REASONS if r.startswith("hw_"))
+_SW_POWER_REASONS = tuple(r for r in c.POWER_THROTTLE_REASONS if not r.startswith("hw_"))
+
+used, total = c.MEMORY_USED.name, c.MEMORY_TOTAL.name
+util = c.UTILIZATION.name
+
+
+def memory_group() -> RuleGroup:
+    """Memory nearly full, and the leak forecast."""
+    almost_full = AlertRule(
+        alert="GpuMemoryAlmostFull",
+        expr=f"{used} / {total} > {num(t.MEMORY_USED_RATIO)}",
+        for_=t.MEMORY_USED_FOR,
+        severity="warning",
+        summary="GPU memory is almost full.",
+        description=(
+            f"{_WHERE} has {{{{ $value | humanizePercentage }}}} of its memory in use (over "
+            f"{t.MEMORY_USED_RATIO:.0%} for {t.MEMORY_USED_FOR}). New allocations will fail "
+            "with CUDA out-of-memory errors; see which processes and users hold it."
+        ),
+    )
+    horizon = t.LEAK_HORIZON_SECONDS
+    forecast = AlertRule(
+        alert="GpuMemoryExhaustionForecast",
+        expr=(
+            f"({total} - {used}) / deriv({used}[{t.LEAK_WINDOW}])\n"
+            f"and predict_linear({used}[{t.LEAK_WINDOW}], {horizon}) > {total}\n"
+            f"and predict_linear({used}[{t.LEAK_RECENT_WINDOW}], {horizon}) > {total}\n"
+            f"and delta({used}[{t.LEAK_WINDOW}]) > {num(t.LEAK_MIN_GROWTH_RATIO)} * {total}\n"
+        ),
+        for_=t.LEAK_FOR,
+        severity="warning",
+        summary="GPU memory keeps growing and will run out.",
+        description=(
+            f"Used memory of {_WHERE} has grown steadily over the last {t.LEAK_WINDOW} and, "
+            "at that rate, reaches the total in about {{ $value | humanizeDuration }}. "
+            "A process is probably leaking (tensors kept alive, a growing cache)."
+        ),
+    )
+    return RuleGroup("gpu-memory", (almost_full, forecast))
+
+
+def idle_group() -> RuleGroup:
+    """Memory held while nothing runs, and GPUs starved by their input."""
+    idle_avg = f"avg_over_time({util}[{t.IDLE_AVG_WINDOW}])"
+    gpu_idle = AlertRule(
+        alert="GpuMemoryHeldIdle",
+        expr=(
+            f"{used}\n"
+            f"and {used} / {total} > {num(t.IDLE_GPU_MEMORY_RATIO)}\n"
+            f"and {idle_avg} < {num(t.IDLE_UTILIZATION_RATIO)}\n"
+        ),
+        for_=t.IDLE_FOR,
+        severity="warning",
+        summary="A GPU holds memory but runs nothing.",
+        description=(
+            f"{_WHERE} holds {{{{ $value | humanize1024 }}}}B of memory while its utilisation "
+            f"stayed under {t.IDLE_UTILIZATION_RATIO:.0%} for {t.IDLE_FOR}: a forgotten "
+            "notebook or a hung job is blocking it for everyone else."
+        ),
+    )
+    proc_mem = sel(c.PROCESS_MEMORY, NOT_OVERFLOW)
+    proc_util = sel(c.PROCESS_UTILIZATION, NOT_OVERFLOW)
+    process_idle = AlertRule(
+        alert="GpuProcessIdle",
+        expr=(
+            f"{proc_mem} > {num(t.IDLE_PROCESS_MEMORY_BYTES)}\n"
+            f"and avg_over_time({proc_util}[{t.IDLE_AVG_WINDOW}]) "
+            f"< {num(t.IDLE_UTILIZATION_RATIO)}\n"
+        ),
+        for_=t.IDLE_FOR,
+        severity="warning",
+        summary="A process holds GPU memory without using the GPU.",
+        description=(
+            "Process {{ $labels.process }} (pid {{ $labels.pid }}, user {{ $labels.user }}) "
+            f"holds {{{{ $value | humanize1024 }}}}B on {_WHERE} with under "
+            f"{t.IDLE_UTILIZATION_RATIO:.0%} utilisation for {t.IDLE_FOR}. Ask its owner to "
+            "stop it or free the memory."
+        ),
+    )
+    user_idle = AlertRule(
+        alert="GpuUserMemoryIdle",
+        expr=(
+            f"sum without ({', '.join(c.GPU_LABELS)}) ({c.USER_MEMORY.name}) "
+            f"> {num(t.IDLE_USER_MEMORY_BYTES)}\n"
+            f"and max without ({PROCESS_ONLY_LABELS}) (\n"
+            f"  avg_over_time({c.PROCESS_UTILIZATION.name}[{t.IDLE_AVG_WINDOW}])\n"
+            f") < {num(t.IDLE_UTILIZATION_RATIO)}\n"
+        ),
+        for_=t.IDLE_FOR,
+        severity="info",
+        summary="A user holds GPU memory on a host while none of their processes compute.",
+        description=(
+            "User {{ $labels.user }} holds {{ $value | humanize1024 }}B of GPU memory on "
+            "{{ $labels.instance }} and none of their GPU processes there exceeded "
+            f"{t.IDLE_UTILIZATION_RATIO:.0%} utilisation for {t.IDLE_FOR}."
+        ),
+    )
+    starved_util = f"avg_over_time({util}[{t.STARVED_AVG_WINDOW}])"
+    starved = AlertRule(
+        alert="GpuStarved",
+        expr=(
+            f"{starved_util} < {num(t.STARVED_UTILIZATION_RATIO)}\n"
+            f"and {starved_util} >= {num(t.IDLE_UTILIZATION_RATIO)}\n"
+            f"and avg_over_time({c.POWER_USAGE.name}[{t.STARVED_AVG_WINDOW}]) "
+            f"/ {c.POWER_LIMIT.name} < {num(t.STARVED_POWER_RATIO)}\n"
+            f"and {c.PROCESSES.name} > 0\n"
+        ),
+        for_=t.STARVED_FOR,
+        severity="info",
+        summary="A GPU in use is starved: low utilisation and power for a long time.",
+        description=(
+            f"{_WHERE} has processes but averaged only {{{{ $value | humanizePercentage }}}} "
+            f"utilisation and under {t.STARVED_POWER_RATIO:.0%} of its power limit for "
+            f"{t.STARVED_FOR}: the job waits on the CPU, data loading or I/O, not on the GPU."
+        ),
+    )
+    return RuleGroup("gpu-idle", (gpu_idle, process_idle, user_idle, starved))
+
+
+def thermal_group() -> RuleGroup:
+    """Temperature and clock slowdowns."""
+    temp = c.TEMPERATURE.name
+    high = AlertRule(
+        alert="GpuTemperatureHigh",
+        expr=f"{temp} > {num(t.TEMPERATURE_WARNING_CELSIUS)}",
+        for_=t.TEMPERATURE_WARNING_FOR,
+        severity="warning",
+        summary="A GPU is running hot.",
+        description=(
+            f"{_WHERE} is at {{{{ $value }}}} °C (over {num(t.TEMPERATURE_WARNING_CELSIUS)} °C "
+            f"for {t.TEMPERATURE_WARNING_FOR}). Check fans, airflow and the room's cooling."
+        ),
+    )
+    critical = AlertRule(
+        alert="GpuTemperatureCritical",
+        expr=f"{temp} > {num(t.TEMPERATURE_CRITICAL_CELSIUS)}",
+        for_=t.TEMPERATURE_CRITICAL_FOR,
+        severity="critical",
+        summary="A GPU is dangerously hot.",
+        description=(
+            f"{_WHERE} is at {{{{ $value }}}} °C (over {num(t.TEMPERATURE_CRITICAL_CELSIUS)} °C "
+            f"for {t.TEMPERATURE_CRITICAL_FOR}); it is throttling hard and may shut down."
+        ),
+    )
+    throttle = c.THROTTLE_ACTIVE
+    thermal = AlertRule(
+        alert="GpuThermalThrottling",
+        expr=f"{sel(throttle, reason_in(c.THERMAL_THROTTLE_REASONS))} > 0",
+        for_=t.THROTTLE_FOR,
+        severity="warning",
+        summary="A GPU slows its clocks because it is too hot.",
+        description=(
+            f"{_WHERE} reports clock event reason {{{{ $labels.reason }}}} for "
+            f"{t.THROTTLE_FOR}: it runs slower than it could until it cools down."
+        ),
+    )
+    hardware = AlertRule(
+        alert="GpuHardwareSlowdown",
+        expr=f"{sel(throttle, reason_in(_HW_POWER_REASONS))} > 0",
+        for_=t.THROTTLE_FOR,
+        severity="warning",
+        summary="A GPU's hardware slowdown or power brake is active.",
+        description=(
+            f"{_WHERE} reports {{{{ $labels.reason }}}} for {t.THROTTLE_FOR}: the board "
+            "halves its clocks because of an external power brake, a power-supply problem "
+            "or overheating."
+        ),
+    )
+    power_cap = AlertRule(
+        alert="GpuPowerCapped",
+        expr=f"{sel(throttle, reason_in(_SW_POWER_REASONS))} > 0",
+        for_=t.POWER_CAP_FOR,
+        severity="info",
+        summary="A GPU runs at its power limit.",
+        description=(
+            f"{_WHERE} has been held at its power limit ({{{{ $labels.reason }}}}) for "
+            f"{t.POWER_CAP_FOR}. Normal for heavy jobs; if the limit was lowered, raise it."
+        ),
+    )
+    return RuleGroup("gpu-thermal", (high, critical, thermal, hardware, power_cap))
+
+
+def health_group() -> RuleGroup:
+    """GPUs that broke, vanished or lost data."""
+    up = c.GPU_UP.name
+    down = AlertRule(
+        alert="GpuDown",
+        expr=f"{up} == 0",
+        for_=t.GPU_DOWN_FOR,
+        severity="critical",
+        summary="A GPU stopped answering.",
+        description=(
+            f"{_WHERE} does not answer NVML (lost, needs a reset, or hung) for "
+            f"{t.GPU_DOWN_FOR}. The other GPUs of the host still report."
+        ),
+    )
+    missing = AlertRule(
+        alert="GpuMissing",
+        expr=(
+            f"(max_over_time({up}[{t.GPU_MISSING_LOOKBACK}]) unless {up})\n"
+            "and on (job, instance) (up == 1)\n"
+        ),
+        for_=t.GPU_MISSING_FOR,
+        severity="critical",
+        summary="A GPU disappeared from its host.",
+        description=(
+            f"{_WHERE} was reported during the last {t.GPU_MISSING_LOOKBACK} but no longer is, "
+            "while the exporter answers: it fell off the bus or the driver no longer sees it. "
+            f"Resolves by itself {t.GPU_MISSING_LOOKBACK} after a deliberate removal."
+        ),
+    )
+    ecc = AlertRule(
+        alert="GpuEccUncorrectedErrors",
+        expr=f"increase({sel(c.ECC_ERRORS, UNCORRECTED)}[{t.ECC_WINDOW}]) > 0",
+        for_="0s",
+        severity="critical",
+        summary="A GPU reported uncorrectable memory errors.",
+        description=(
+            f"{_WHERE} counted {{{{ $value | humanize }}}} uncorrected ECC errors in the last "
+            f"{t.ECC_WINDOW}: data was lost. Drain the GPU and reset it."
+        ),
+    )
+    return RuleGroup("gpu-health", (down, missing, ecc))
+
+
+def exporter_group() -> RuleGroup:
+    """The exporter and its data source."""
+    exporter_down = AlertRule(
+        alert="GpuExporterDown",
+        expr=f'up{{job=~"{t.EXPORTER_JOB_REGEX}"}} == 0',
+        for_=t.EXPORTER_DOWN_FOR,
+        severity="warning",
+        summary="Prometheus cannot scrape a gpu-exporter.",
+        description=(
+            "Target {{ $labels.instance }} of job {{ $labels.job }} has been down for "
+            f"{t.EXPORTER_DOWN_FOR}: no GPU data or GPU alerts for that host."
+        ),
+    )
+    source_down = AlertRule(
+        alert="GpuExporterSourceDown",
+        expr=f"{c.SOURCE_UP.name} == 0",
+        for_=t.SOURCE_DOWN_FOR,
+        severity="critical",
+        summary="The exporter cannot read the GPUs at all.",
+        description=(
+            "The {{ $labels.source }} source of {{ $labels.instance }} is down (NVML missing "
+            f"or failing) for {t.SOURCE_DOWN_FOR}; the exporter keeps retrying."
+        ),
+    )
+    failing = AlertRule(
+        alert="GpuExporterCollectionFailing",
+        expr=f"{c.COLLECTION_SUCCESS.name} == 0",
+        for_=t.COLLECTION_FAILING_FOR,
+        severity="warning",
+        summary="The exporter's collections keep failing.",
+        description=(
+            "Collections on {{ $labels.instance }} have not read every GPU without error for "
+            f"{t.COLLECTION_FAILING_FOR}; see gpu_exporter_errors_total by kind."
+        ),
+    )
+    stale = AlertRule(
+        alert="GpuExporterDataStale",
+        expr=f"{c.DATA_AGE.name} > {num(t.DATA_STALE_SECONDS)}",
+        for_=t.DATA_STALE_FOR,
+        severity="warning",
+        summary="The exporter serves old data.",
+        description=(
+            "The data {{ $labels.instance }} serves is {{ $value | humanizeDuration }} old: "
+            "collections hang or fail and the last good snapshot is repeated."
+        ),
+    )
+    errors = AlertRule(
+        alert="GpuExporterErrors",
+        expr=(
+            f"increase({c.ERRORS.name}[{t.ERRORS_WINDOW}]) > {num(t.ERRORS_THRESHOLD)}"
+        ),
+        for_="0s",
+        severity="info",
+        summary="The exporter meets many errors while collecting.",
+        description=(
+            "{{ $labels.instance }} counted {{ $value | humanize }} errors of kind "
+            f"{{{{ $labels.kind }}}} in the last {t.ERRORS_WINDOW}."
+        ),
+    )
+    return RuleGroup("gpu-exporter", (exporter_down, source_down, failing, stale, errors))
+
+
+def groups() -> tuple[RuleGroup, ...]:
+    """Every alert group, in file order."""
+    return (memory_group(), idle_group(), thermal_group(), health_group(), exporter_group())
+
+
+def all_alerts() -> tuple[AlertRule, ...]:
+    """Every alerting rule across the groups."""
+    return tuple(r for g in groups() for r in g.rules if isinstance(r, AlertRule))

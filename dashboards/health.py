@@ -1,0 +1,129 @@
+"""Dashboard 4: the exporter itself - targets up, collections, data age, errors."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard
+from grafana_foundation_sdk.models import dashboard as dm
+
+from exporter import catalogue as c
+
+from dashboards import thresholds as t
+from dashboards import variables as v
+from dashboards.panels import (
+    Column,
+    Layout,
+    query,
+    stat_panel,
+    steps,
+    table_panel,
+    timeseries_panel,
+)
+from dashboards.promql import sel
+
+UID = "gpu-exporter-health"
+T = f"{v.JOB}, {v.INSTANCE}"
+BAD = (("green", None), ("red", 1.0))
+
+
+def _targets(grid: Layout) -> None:
+    grid.row("Targets")
+    grid.add(stat_panel(
+        "Targets up", "Exporters Prometheus scraped successfully last time.", "short",
+        query(f"sum(up{{{T}}})"),
+    ), 4, 4)
+    grid.add(stat_panel(
+        "Targets down", "Exporters Prometheus could not scrape (alert GpuExporterDown after "
+        f"{t.EXPORTER_DOWN_FOR}).", "short", query(f"count(up{{{T}}} == 0) or vector(0)"),
+        thresholds=steps(*BAD),
+    ), 4, 4)
+    grid.add(stat_panel(
+        "Sources down", "Exporters whose data source (NVML) is not initialised: no GPU data "
+        "from them at all.", "short",
+        query(f"count({sel(c.SOURCE_UP, T)} == 0) or vector(0)"), thresholds=steps(*BAD),
+    ), 4, 4)
+    grid.add(stat_panel(
+        "Failing collections", "Exporters whose last collection did not read every GPU "
+        "without error.", "short",
+        query(f"count({sel(c.COLLECTION_SUCCESS, T)} == 0) or vector(0)"),
+        thresholds=steps(("green", None), ("orange", 1.0)),
+    ), 4, 4)
+    grid.add(stat_panel(
+        "Oldest data", "Age of the oldest data served by the selected exporters. It grows when "
+        "collections hang and the last good snapshot is served; red past "
+        f"{t.DATA_STALE_SECONDS:.0f} s (alert GpuExporterDataStale).", "s",
+        query(f"max({sel(c.DATA_AGE, T)})"),
+        thresholds=steps(("green", None), ("red", t.DATA_STALE_SECONDS)),
+    ), 4, 4)
+    grid.add(stat_panel(
+        "Slowest collection", "Duration of the slowest last collection among the selected "
+        "exporters.", "s", query(f"max({sel(c.COLLECTION_DURATION, T)})"),
+    ), 4, 4)
+    grid.add(timeseries_panel(
+        "Up", "1 when Prometheus scraped the target, 0 when the scrape failed.", "short",
+        [query(f"up{{{T}}}", "{{instance}}")], min_val=0, max_val=1,
+    ), 12)
+    grid.add(timeseries_panel(
+        "Collection success and source up", "1 when the last collection read every GPU "
+        "without error, and when the source (NVML) is up.", "short",
+        [query(sel(c.COLLECTION_SUCCESS, T), "{{instance}} collection"),
+         query(sel(c.SOURCE_UP, T), "{{instance}} {{source}} source", ref="B")],
+        min_val=0, max_val=1,
+    ), 12)
+
+
+def _collections(grid: Layout) -> None:
+    grid.row("Collections")
+    grid.add(timeseries_panel(
+        "Collection duration", "How long each exporter's last collection took. NVML calls "
+        "cost milliseconds per GPU; seconds mean a hung driver call.", "s",
+        [query(sel(c.COLLECTION_DURATION, T), "{{instance}}")], min_val=0,
+    ), 8)
+    grid.add(timeseries_panel(
+        "Data age", "Age of the data in each scrape. Dashed line: the stale-data alert "
+        "threshold.", "s", [query(sel(c.DATA_AGE, T), "{{instance}}")],
+        thresholds=steps(("green", None), ("red", t.DATA_STALE_SECONDS)), min_val=0,
+    ), 8)
+    grid.add(timeseries_panel(
+        "Scrape duration", "How long Prometheus's scrape of each exporter took (measured by "
+        "Prometheus).", "s", [query(f"scrape_duration_seconds{{{T}}}", "{{instance}}")],
+        min_val=0,
+    ), 8)
+    grid.add(timeseries_panel(
+        "Errors by kind", "Problems met while collecting, per interval and kind (gpu_lost, "
+        "nvml_call, garbled_process_entry, collection_timeout, owner_lookup ...).", "short",
+        [query(f"sum by (kind) (increase({sel(c.ERRORS, T)}[$__rate_interval]))", "{{kind}}")],
+        min_val=0,
+    ), 12)
+    grid.add(timeseries_panel(
+        "Process series folded into overflow", "Processes per GPU beyond the exporter's "
+        "--process.max-series-per-gpu cap, summed into one overflow series.", "short",
+        [query(f"sum by (instance) ({sel(c.PROCESS_SERIES_OVERFLOW, T)})", "{{instance}}")],
+        min_val=0,
+    ), 12)
+    grid.add(table_panel(
+        "Exporters", "Version and data source of each exporter.",
+        [Column("Up", f"up{{{T}}} * on (job, instance) group_left (version, python_version, "
+                f"nvml_binding_version, source) {sel(c.BUILD_INFO, T)}", "short")],
+        hidden=("Time", "__name__"),
+    ), 24, 7)
+
+
+def build() -> dashboard.Dashboard:
+    """The exporter health dashboard builder."""
+    board = (
+        dashboard.Dashboard("GPU exporter health")
+        .uid(UID)
+        .description("Is gpu-exporter itself working: targets, collections, data age, errors.")
+        .tags(["gpu", "gpu-exporter"])
+        .editable()
+        .tooltip(dm.DashboardCursorSync.CROSSHAIR)
+        .time("now-6h", "now")
+        .refresh("30s")
+        .with_variable(v.datasource())
+        .with_variable(v.job(c.BUILD_INFO))
+        .with_variable(v.target())
+    )
+    grid = Layout(board)
+    _targets(grid)
+    _collections(grid)
+    return board

@@ -1,0 +1,263 @@
+"""Small builders for the panels every dashboard uses, plus an explicit grid layout.
+
+Every panel and every query points at the ``${datasource}`` variable; panels get explicit ids
+and grid positions from ``Layout`` so nothing depends on the SDK's automatic placement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from grafana_foundation_sdk.builders import bargauge, dashboard, prometheus, stat, table, timeseries
+from grafana_foundation_sdk.builders import common as cb
+from grafana_foundation_sdk.cog import builder as cogbuilder
+from grafana_foundation_sdk.models import common as cm
+from grafana_foundation_sdk.models import dashboard as dm
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat
+
+DATASOURCE = cm.DataSourceRef(type_val="prometheus", uid="${datasource}")
+#: Units the dashboards may use (Grafana unit ids).
+UNITS = frozenset(
+    {"bytes", "percentunit", "celsius", "watt", "hertz", "s", "short", "none", "dateTimeAsIso"}
+)
+
+Step = tuple[str, float | None]
+
+
+def steps(*pairs: Step) -> dashboard.ThresholdsConfig:
+    """Absolute colour thresholds; the first pair's value must be None (the base colour)."""
+    return (
+        dashboard.ThresholdsConfig()
+        .mode(dm.ThresholdsMode.ABSOLUTE)
+        .steps([dm.Threshold(value=value, color=color) for color, value in pairs])
+    )
+
+
+def query(expr: str, legend: str = "", *, instant: bool = False, ref: str = "A") -> (
+    prometheus.Dataquery
+):
+    """A Prometheus query on the datasource variable (instant ones come back as tables)."""
+    q = prometheus.Dataquery().expr(expr).ref_id(ref).datasource(DATASOURCE)
+    if legend:
+        q = q.legend_format(legend)
+    if instant:
+        q = q.instant().format(PromQueryFormat.TABLE)
+    return q
+
+
+def _legend() -> cb.VizLegendOptions:
+    return (
+        cb.VizLegendOptions()
+        .show_legend(True)
+        .display_mode(cm.LegendDisplayMode.TABLE)
+        .placement(cm.LegendPlacement.BOTTOM)
+        .calcs(["lastNotNull", "max"])
+    )
+
+
+def timeseries_panel(
+    title: str,
+    description: str,
+    unit: str,
+    targets: Sequence[prometheus.Dataquery],
+    *,
+    thresholds: dashboard.ThresholdsConfig | None = None,
+    stacked: bool = False,
+    min_val: float | None = None,
+    max_val: float | None = None,
+) -> timeseries.Panel:
+    """A time series; with ``thresholds`` the alert thresholds are drawn as dashed lines."""
+    panel = (
+        timeseries.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .unit(unit)
+        .legend(_legend())
+        .tooltip(cb.VizTooltipOptions().mode(cm.TooltipDisplayMode.MULTI).sort(
+            cm.SortOrder.DESCENDING))
+        .fill_opacity(30 if stacked else 10)
+        .targets(list(targets))
+    )
+    if thresholds is not None:
+        panel = panel.thresholds(thresholds).thresholds_style(
+            cb.GraphThresholdsStyleConfig().mode(cm.GraphThresholdsStyleMode.DASHED)
+        )
+    if stacked:
+        panel = panel.stacking(cb.StackingConfig().mode(cm.StackingMode.NORMAL))
+    if min_val is not None:
+        panel = panel.min(min_val)
+    if max_val is not None:
+        panel = panel.max(max_val)
+    return panel
+
+
+def stat_panel(
+    title: str,
+    description: str,
+    unit: str,
+    target: prometheus.Dataquery,
+    *,
+    thresholds: dashboard.ThresholdsConfig | None = None,
+) -> stat.Panel:
+    """A single big number (the last value), coloured by ``thresholds``."""
+    panel = (
+        stat.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .unit(unit)
+        .color_mode(cm.BigValueColorMode.VALUE)
+        .graph_mode(cm.BigValueGraphMode.AREA)
+        .reduce_options(cb.ReduceDataOptions().calcs(["lastNotNull"]))
+        .with_target(target)
+    )
+    return panel.thresholds(thresholds if thresholds is not None else steps(("green", None)))
+
+
+def bar_panel(
+    title: str,
+    description: str,
+    unit: str,
+    target: prometheus.Dataquery,
+    *,
+    thresholds: dashboard.ThresholdsConfig | None = None,
+    max_val: float | None = None,
+) -> bargauge.Panel:
+    """Horizontal bars, one per series (top-N lists)."""
+    panel = (
+        bargauge.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .unit(unit)
+        .orientation(cm.VizOrientation.HORIZONTAL)
+        .display_mode(cm.BarGaugeDisplayMode.GRADIENT)
+        .reduce_options(cb.ReduceDataOptions().calcs(["lastNotNull"]))
+        .min(0)
+        .with_target(target)
+        .thresholds(thresholds if thresholds is not None else steps(("green", None)))
+    )
+    if max_val is not None:
+        panel = panel.max(max_val)
+    return panel
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One value column of a table: the instant query and how to show its value."""
+
+    name: str
+    expr: str
+    unit: str
+    thresholds: dashboard.ThresholdsConfig | None = None
+
+
+def table_panel(
+    title: str,
+    description: str,
+    columns: Sequence[Column],
+    *,
+    hidden: Sequence[str] = ("Time", "__name__", "job"),
+    sort_by: str | None = None,
+) -> table.Panel:
+    """A table merging instant queries that share labels: one row per label set.
+
+    Each query's value column (``Value #<ref>``) is renamed to its ``Column.name``.
+    """
+    refs = [chr(ord("A") + i) for i in range(len(columns))]
+    rename = {f"Value #{ref}": col.name for ref, col in zip(refs, columns, strict=True)}
+    if len(columns) == 1:
+        rename = {"Value": columns[0].name}
+    panel = (
+        table.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .unit("short")
+        .targets([query(col.expr, instant=True, ref=ref) for ref, col in zip(refs, columns,
+                                                                              strict=True)])
+        .with_transformation(dm.DataTransformerConfig(id_val="merge", options={}))
+        .with_transformation(
+            dm.DataTransformerConfig(
+                id_val="organize",
+                options={"excludeByName": dict.fromkeys(hidden, True), "renameByName": rename},
+            )
+        )
+    )
+    for col in columns:
+        props = [dm.DynamicConfigValue(id_val="unit", value=col.unit)]
+        if col.thresholds is not None:
+            props.append(dm.DynamicConfigValue(id_val="thresholds", value=col.thresholds.build()))
+            props.append(
+                dm.DynamicConfigValue(
+                    id_val="custom.cellOptions", value={"type": "color-background"}
+                )
+            )
+        panel = panel.override_by_name(col.name, props)
+    if sort_by is not None:
+        panel = panel.sort_by([cb.TableSortByFieldState().display_name(sort_by).desc(True)])
+    return panel
+
+
+@dataclass
+class Layout:
+    """Places panels left to right on Grafana's 24-column grid, starting a new line when full.
+
+    ``row`` starts a titled row; ids are assigned 1, 2, 3 ... in placement order.
+    """
+
+    board: dashboard.Dashboard
+    _x: int = 0
+    _y: int = 0
+    _line_height: int = 0
+    _next_id: int = 1
+    _titles: list[str] = field(default_factory=list)
+
+    def _newline(self) -> None:
+        self._y += self._line_height
+        self._x, self._line_height = 0, 0
+
+    def row(self, title: str) -> Layout:
+        """Start a full-width row titled ``title`` below everything placed so far."""
+        self._newline()
+        self.board.with_row(
+            dashboard.Row(title).id(self._take_id()).grid_pos(dm.GridPos(h=1, w=24, x=0,
+                                                                         y=self._y))
+        )
+        self._y += 1
+        return self
+
+    def add(self, panel: cogbuilder.Builder[dm.Panel], width: int, height: int = 8) -> Layout:
+        """Place ``panel`` (a panel builder) ``width`` columns wide.
+
+        Raises:
+            ValueError: the width is not between 1 and 24.
+        """
+        if not 1 <= width <= 24:
+            raise ValueError(f"panel width {width} outside 1..24")
+        if self._x + width > 24:
+            self._newline()
+        built = panel.build()
+        built.id_val = self._take_id()
+        built.grid_pos = dm.GridPos(h=height, w=width, x=self._x, y=self._y)
+        self.board.with_panel(_Built(built))
+        self._x += width
+        self._line_height = max(self._line_height, height)
+        return self
+
+    def _take_id(self) -> int:
+        value = self._next_id
+        self._next_id += 1
+        return value
+
+
+class _Built(cogbuilder.Builder[dm.Panel]):
+    """Hands an already built (and positioned) panel to ``Dashboard.with_panel``."""
+
+    def __init__(self, panel: dm.Panel) -> None:
+        self._panel = panel
+
+    def build(self) -> dm.Panel:
+        return self._panel

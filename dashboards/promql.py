@@ -1,0 +1,69 @@
+"""PromQL building blocks shared by the rules and the dashboards.
+
+Metric names are taken from ``exporter.catalogue`` only; this module never types one.
+"""
+
+from __future__ import annotations
+
+from exporter import catalogue as c
+
+#: Labels a per-GPU series carries beyond the target's own (job, instance, node, ...).
+GPU_LABELS = ", ".join(c.GPU_LABELS)
+#: Labels that identify one process (plus the Kubernetes ones when the exporter adds them).
+PROCESS_ONLY_LABELS = ", ".join(
+    label for label in (*c.PROCESS_LABELS, *c.KUBERNETES_LABELS) if label != "user"
+)
+NOT_OVERFLOW = f'process!="{c.OVERFLOW_VALUE}"'
+
+
+def num(value: float) -> str:
+    """A number as PromQL literal text: ``0.9``, ``80``, ``1073741824``."""
+    if float(value).is_integer():
+        return str(int(value))
+    return repr(float(value))
+
+
+def sel(metric: c.Metric, *matchers: str) -> str:
+    """``metric{m1, m2}`` (or the bare name without matchers)."""
+    inner = ", ".join(m for m in matchers if m)
+    return f"{metric.name}{{{inner}}}" if inner else metric.name
+
+
+def reason_in(reasons: tuple[str, ...]) -> str:
+    """A ``reason`` matcher for exactly these throttle reasons (snake_case, no regex chars)."""
+    return 'reason=~"' + "|".join(reasons) + '"'
+
+
+def seconds(duration: str) -> int:
+    """A simple Prometheus duration ("30m", "1h", "15s") in seconds.
+
+    Raises:
+        ValueError: not a single number followed by s, m, h or d.
+    """
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    number, unit = duration[:-1], duration[-1:]
+    if unit not in units or not number.isdigit():
+        raise ValueError(f"unsupported duration {duration!r}")
+    return int(number) * units[unit]
+
+
+def with_hostname(expr: str, info_matchers: str) -> str:
+    """Adds ``gpu_info``'s ``hostname`` label to a per-GPU expression (joined on uuid)."""
+    info = sel(c.GPU_INFO, info_matchers)
+    return f"({expr}) * on (job, instance, uuid) group_left (hostname) {info}"
+
+
+def with_host_of_instance(expr: str, info_matchers: str) -> str:
+    """Adds ``hostname`` to a per-target expression (one hostname per scrape target)."""
+    info = sel(c.GPU_INFO, info_matchers)
+    return (
+        f"({expr}) * on (job, instance) group_left (hostname) "
+        f"max by (job, instance, hostname) ({info})"
+    )
+
+
+def idle_process_filter(matchers: str, memory_bytes: float, ratio: float, window: str) -> str:
+    """Processes holding more than ``memory_bytes`` with average utilisation under ``ratio``."""
+    mem = sel(c.PROCESS_MEMORY, matchers, NOT_OVERFLOW)
+    busy = sel(c.PROCESS_UTILIZATION, matchers, NOT_OVERFLOW)
+    return f"{mem} > {num(memory_bytes)} and avg_over_time({busy}[{window}]) < {num(ratio)}"

@@ -1,0 +1,86 @@
+"""Every alert threshold and duration, defined once.
+
+The alert rules (``dashboards/alerts.py``) and the dashboards' colour thresholds both read
+these constants, so a dashboard turns red exactly where an alert starts to fire. To tune them,
+edit this file and run ``python -m dashboards.generate``: the rule YAML and dashboard JSON are
+regenerated (and CI's ``--check`` keeps the committed files in step). The promtool unit tests
+under ``dashboards/rules/tests/`` pin today's values; update them together with a change here.
+
+Ratios are 0-1 (as the ``*_ratio`` metrics are); durations are Prometheus duration strings.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+GIB: Final = 1024**3
+
+# --- memory ---------------------------------------------------------------------------------
+#: Device memory used / total above which a GPU is "almost full" (the seed guide's 90 %).
+MEMORY_USED_RATIO: Final = 0.9
+MEMORY_USED_FOR: Final = "5m"
+
+#: The exhaustion forecast: fit the last LEAK_WINDOW and fire when the linear trend reaches the
+#: GPU's total memory within LEAK_HORIZON_SECONDS ...
+LEAK_WINDOW: Final = "30m"
+LEAK_HORIZON_SECONDS: Final = 3600
+#: ... and the last LEAK_RECENT_WINDOW alone also reaches it (still growing now, not a one-off
+#: step such as loading a model) ...
+LEAK_RECENT_WINDOW: Final = "5m"
+#: ... and used memory really grew by at least this share of the total over LEAK_WINDOW (a flat,
+#: noisy series can have a positive slope by chance).
+LEAK_MIN_GROWTH_RATIO: Final = 0.05
+LEAK_FOR: Final = "10m"
+
+# --- idle holders and starved GPUs ----------------------------------------------------------
+#: Utilisation (averaged over IDLE_AVG_WINDOW) below which a GPU or process counts as idle.
+IDLE_UTILIZATION_RATIO: Final = 0.05
+IDLE_AVG_WINDOW: Final = "15m"
+#: A GPU is "held" when at least this share of its memory is used (a bare CUDA context is
+#: a few hundred MiB, well under 10 % of any data-centre GPU).
+IDLE_GPU_MEMORY_RATIO: Final = 0.1
+#: A process or user counts as an idle holder from this much memory on.
+IDLE_PROCESS_MEMORY_BYTES: Final = 1 * GIB
+IDLE_USER_MEMORY_BYTES: Final = 4 * GIB
+IDLE_FOR: Final = "1h"
+#: Processes older than this are "long-lived" on the users dashboard.
+LONG_LIVED_PROCESS_SECONDS: Final = 24 * 3600
+
+#: Starved (CPU- or input-bound): processes hold the GPU, it is not idle, yet average
+#: utilisation stays under STARVED_UTILIZATION_RATIO and power under STARVED_POWER_RATIO of the
+#: limit ("power that never rises").
+STARVED_UTILIZATION_RATIO: Final = 0.4
+STARVED_POWER_RATIO: Final = 0.4
+STARVED_AVG_WINDOW: Final = "15m"
+STARVED_FOR: Final = "30m"
+
+# --- temperature, power and throttling ------------------------------------------------------
+TEMPERATURE_WARNING_CELSIUS: Final = 80.0
+TEMPERATURE_WARNING_FOR: Final = "5m"
+TEMPERATURE_CRITICAL_CELSIUS: Final = 90.0
+TEMPERATURE_CRITICAL_FOR: Final = "2m"
+THROTTLE_FOR: Final = "5m"
+POWER_CAP_FOR: Final = "30m"
+
+# --- health ---------------------------------------------------------------------------------
+GPU_DOWN_FOR: Final = "2m"
+#: How far back a GPU must have been seen for its disappearance to alert.
+GPU_MISSING_LOOKBACK: Final = "1h"
+GPU_MISSING_FOR: Final = "5m"
+ECC_WINDOW: Final = "15m"
+
+# --- the exporter itself --------------------------------------------------------------------
+#: Scrape jobs the exporter-down alert watches (a regular expression on ``job``).
+EXPORTER_JOB_REGEX: Final = ".*gpu-exporter.*"
+EXPORTER_DOWN_FOR: Final = "5m"
+COLLECTION_FAILING_FOR: Final = "10m"
+SOURCE_DOWN_FOR: Final = "5m"
+#: Data older than this is stale (the exporter's own --collector.stale-after defaults to 30 s).
+DATA_STALE_SECONDS: Final = 60.0
+DATA_STALE_FOR: Final = "5m"
+ERRORS_WINDOW: Final = "15m"
+ERRORS_THRESHOLD: Final = 10
+
+# --- dashboards only ------------------------------------------------------------------------
+#: Colour step where a gauge turns amber before the alert threshold.
+MEMORY_AMBER_RATIO: Final = 0.75

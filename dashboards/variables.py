@@ -1,0 +1,79 @@
+"""Template variables, chained: datasource -> job -> node -> (hidden) instance -> gpu -> user.
+
+``node`` lists the ``hostname`` label of ``gpu_info`` (the name the exporter's host reports);
+the hidden ``instance`` variable turns the chosen nodes into scrape targets so every query can
+filter on ``job`` and ``instance`` directly, whether or not a Kubernetes ``node`` label exists.
+"""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard
+from grafana_foundation_sdk.models import dashboard as dm
+
+from exporter import catalogue as c
+
+from dashboards.panels import DATASOURCE
+from dashboards.promql import sel
+
+JOB = 'job=~"$job"'
+INSTANCE = 'instance=~"$instance"'
+NODE = 'hostname=~"$node"'
+GPU = 'gpu=~"$gpu"'
+USER = 'user=~"$user"'
+#: The matchers of every per-host query.
+HOST = f"{JOB}, {INSTANCE}"
+
+_ALL = dm.VariableOption(text="All", value="$__all", selected=True)
+
+
+def datasource() -> dashboard.DatasourceVariable:
+    """The Prometheus data source every panel uses (no ``__inputs``: provisioning-safe)."""
+    return dashboard.DatasourceVariable("datasource").label("Data source").type("prometheus")
+
+
+def _query(name: str, label: str, expr: str, *, multi: bool = True) -> dashboard.QueryVariable:
+    var = (
+        dashboard.QueryVariable(name)
+        .label(label)
+        .query(expr)
+        .definition(expr)
+        .datasource(DATASOURCE)
+        .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(dm.VariableSort.NATURAL_ASC)
+    )
+    if multi:
+        var = var.multi(True).include_all(True).current(_ALL)
+    return var
+
+
+def job(source: c.Metric = c.GPU_INFO) -> dashboard.QueryVariable:
+    """Scrape jobs that expose ``source``."""
+    return _query("job", "Job", f"label_values({source.name}, job)")
+
+
+def node(*, multi: bool = True) -> dashboard.QueryVariable:
+    """Host names (``gpu_info``'s ``hostname``) in the chosen jobs."""
+    return _query(
+        "node", "Node", f"label_values({sel(c.GPU_INFO, JOB)}, hostname)", multi=multi
+    )
+
+
+def instance() -> dashboard.QueryVariable:
+    """Hidden: the scrape targets of the chosen nodes."""
+    expr = f"label_values({sel(c.GPU_INFO, JOB, NODE)}, instance)"
+    return _query("instance", "Instance", expr).hide(dm.VariableHide.HIDE_VARIABLE)
+
+
+def target() -> dashboard.QueryVariable:
+    """Visible scrape targets of the chosen jobs, from ``up`` (also lists targets that are down)."""
+    return _query("instance", "Instance", f"label_values(up{{{JOB}}}, instance)")
+
+
+def gpu() -> dashboard.QueryVariable:
+    """GPU indexes on the chosen targets."""
+    return _query("gpu", "GPU", f"label_values({sel(c.GPU_INFO, HOST)}, gpu)")
+
+
+def user() -> dashboard.QueryVariable:
+    """Users holding GPU memory on the chosen targets."""
+    return _query("user", "User", f"label_values({sel(c.USER_MEMORY, HOST)}, user)")

@@ -1,0 +1,251 @@
+"""``gpu-exporter`` / ``python -m exporter``: flags -> source, enrichers, scheduler, app, uvicorn.
+
+Exit status: 0 after a clean shutdown (SIGTERM or SIGINT), 2 for bad flags, environment
+variables, files or scenarios (the last stderr line says what is wrong), 1 when the listen
+address cannot be bound. Problems after start-up (NVML down, a hung GPU) never exit: they are
+served as metrics.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import re
+import signal
+import socket
+import sys
+from collections.abc import Mapping, Sequence
+from types import FrameType
+
+import uvicorn
+
+from exporter import __version__
+from exporter.app import create_app
+from exporter.config import (
+    Config,
+    ConfigError,
+    ListenAddress,
+    build_parser,
+    resolve,
+    unknown_env,
+)
+from exporter.enrich import Enricher, OwnerEnricher, PodEnricher, chain
+from exporter.kubernetes import PodResolver
+from exporter.logs import setup_logging
+from exporter.owners import OwnerResolver, ProcfsError, check_procfs
+from exporter.passwd import PasswdFileError, check_passwd_file
+from exporter.scheduler import Scheduler
+from exporter.sources.base import Source
+
+__all__ = ["build_enricher", "build_source", "main", "parse_config"]
+
+log = logging.getLogger("exporter")
+
+#: ``--scenario synthetic:<gpus>x<processes>``: a generated fleet (benchmarks, load tests).
+SYNTHETIC = re.compile(r"synthetic:(\d+)x(\d+)")
+#: Seconds uvicorn waits for open requests at shutdown (a hung collection must not stall it).
+SHUTDOWN_GRACE_SECONDS = 3
+
+
+def _presets() -> list[str]:
+    try:
+        from exporter.sources.scenario import list_presets  # noqa: PLC0415
+
+        return list_presets()
+    except Exception:  # a broken install must not break --help
+        return []
+
+
+def _scenario_help() -> str:
+    presets = ", ".join(_presets()) or "none installed"
+    return f"Scenario presets for --source simulated: {presets}; or synthetic:<gpus>x<processes>."
+
+
+def parse_config(argv: Sequence[str] | None, environ: Mapping[str, str]) -> Config:
+    """Parse flags and environment into a ``Config``.
+
+    Raises:
+        SystemExit: argparse handled --help/--version (0) or a malformed command line (2).
+        ConfigError: a value is unusable.
+    """
+    parser = build_parser(_scenario_help())
+    namespace = parser.parse_args(argv)
+    return resolve(namespace, environ)
+
+
+def check_files(config: Config) -> None:
+    """Check the passwd file and procfs named by the flags.
+
+    Raises:
+        ConfigError: either is unusable (the message says how to fix it).
+    """
+    try:
+        check_passwd_file(config.passwd_file)
+    except PasswdFileError as exc:
+        raise ConfigError(f"--passwd-file: {exc}") from None
+    try:
+        check_procfs(config.procfs)
+    except ProcfsError as exc:
+        raise ConfigError(f"--procfs: {exc}") from None
+
+
+def build_source(config: Config) -> Source:
+    """The source named by ``--source`` (the scenario is loaded and validated here).
+
+    Raises:
+        ConfigError: the scenario is unknown or invalid.
+    """
+    if config.source == "nvml":
+        from exporter.sources.nvml import NvmlSource  # noqa: PLC0415 (pynvml loads lazily)
+
+        return NvmlSource()
+    from exporter.sources.scenario import (  # noqa: PLC0415
+        ScenarioError,
+        load_scenario,
+        synthetic_fleet,
+    )
+    from exporter.sources.simulated import SimulatedSource  # noqa: PLC0415
+
+    assert config.scenario is not None  # resolve() checked it
+    try:
+        match = SYNTHETIC.fullmatch(config.scenario)
+        if match:
+            scenario = synthetic_fleet(
+                int(match.group(1)), int(match.group(2)), seed=config.simulate_seed
+            )
+        else:
+            scenario = load_scenario(config.scenario)
+    except ScenarioError as exc:
+        raise ConfigError(f"--scenario: {exc}") from None
+    return SimulatedSource(scenario, seed=config.simulate_seed, speed=config.simulate_speed)
+
+
+def build_enricher(config: Config) -> Enricher | None:
+    """Owner (and with ``--kubernetes`` pod) enrichment; None for the simulated source."""
+    if config.source == "simulated":
+        return None  # its processes carry owners and pods; this host's /proc is unrelated
+    owners = OwnerEnricher(
+        OwnerResolver(
+            procfs=config.procfs, passwd_file=config.passwd_file,
+            include_cmdline=config.cmdline,
+        )
+    )
+    if not config.kubernetes:
+        return owners
+    pods = PodEnricher(
+        PodResolver(
+            procfs=config.procfs, pod_logs_dir=config.pod_logs_dir,
+            container_logs_dir=config.container_logs_dir,
+        )
+    )
+    return chain(owners, pods)
+
+
+def bind(address: ListenAddress) -> socket.socket:
+    """A bound listening socket; ``:port`` means every interface (IPv6 and IPv4 if possible).
+
+    Raises:
+        OSError: the address cannot be resolved or bound (in use, not local, no permission).
+    """
+    if address.host is None:
+        try:
+            sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            target: tuple[object, ...] = ("::", address.port)
+        except OSError as exc:
+            if exc.errno not in (errno.EAFNOSUPPORT, errno.EPROTONOSUPPORT):
+                raise
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # no IPv6 on this host
+            target = ("0.0.0.0", address.port)  # ":port" asks for every interface
+    else:
+        family, kind, proto, _, target = socket.getaddrinfo(
+            address.host, address.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(target)
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def _ignore_signal(signum: int, frame: FrameType | None) -> None:
+    # uvicorn re-raises the signal that stopped it once it has shut down; this makes that a
+    # no-op so that SIGTERM ends with exit status 0 instead of death by signal.
+    log.debug("signal %d after shutdown ignored", signum)
+
+
+def serve(config: Config, scheduler: Scheduler, sock: socket.socket) -> bool:
+    """Run uvicorn on ``sock`` until SIGTERM/SIGINT; False if the server never started."""
+    app = create_app(config, scheduler)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            log_config=None,  # our logging setup applies to uvicorn's loggers too
+            access_log=config.access_log,
+            lifespan="off",
+            workers=1,
+            server_header=False,
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
+        )
+    )
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _ignore_signal)
+    server.run(sockets=[sock])
+    return server.started
+
+
+def _fail(message: str) -> int:
+    print(f"gpu-exporter: error: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the exporter; returns the exit status (see the module docstring)."""
+    try:
+        config = parse_config(argv, os.environ)
+        check_files(config)
+        source = build_source(config)
+    except SystemExit as exc:  # argparse: --help, --version, malformed command line
+        return exc.code if isinstance(exc.code, int) else 2
+    except ConfigError as exc:
+        return _fail(str(exc))
+    setup_logging(config.log_level, config.log_format)
+    for name in unknown_env(os.environ):
+        log.warning("environment variable %s matches no flag; ignored", name)
+    try:
+        sock = bind(config.listen_address)
+    except OSError as exc:
+        print(f"gpu-exporter: error: cannot listen on {config.listen_address}: "
+              f"{exc.strerror or exc}", file=sys.stderr)
+        return 1
+    scheduler = Scheduler(
+        source,
+        build_enricher(config),
+        options=config.collect_options(),
+        min_interval=config.min_interval,
+        timeout=config.timeout,
+        stale_after=config.stale_after,
+    )
+    host, port = sock.getsockname()[:2]
+    log.info(
+        "gpu-exporter %s listening on %s (port %d), source %s, metrics at %s",
+        __version__, config.listen_address, port, config.source, config.telemetry_path,
+        extra={"address": f"{host}:{port}"},
+    )
+    scheduler.trigger()  # initialise the source now, not on the first scrape
+    try:
+        started = serve(config, scheduler, sock)
+    finally:
+        scheduler.close()
+        sock.close()
+    if not started:
+        log.error("the HTTP server failed to start")
+        return 1
+    log.info("gpu-exporter stopped")
+    return 0

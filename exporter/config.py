@@ -1,0 +1,384 @@
+"""Flags and environment variables -> ``Config``.
+
+Every flag is declared once in ``FLAGS`` (name, kind, default, help); argparse, the
+``GPU_EXPORTER_<FLAG>`` environment variables and the README's flag table are all built from it.
+Precedence: command-line flag, then environment variable, then default.
+
+Parsing raises ``ConfigError`` with one line that names the flag (or variable) and what is
+wrong; ``exporter.cli`` turns it into exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from exporter import __version__
+from exporter.catalogue import OPT_IN_GROUPS, Group
+from exporter.sources.base import CollectOptions
+from exporter.sources.scenario import list_presets
+from exporter.state import ExpositionOptions
+
+ENV_PREFIX = "GPU_EXPORTER_"
+SOURCES: tuple[str, ...] = ("nvml", "simulated")
+LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warn", "warning", "error")
+LOG_FORMATS: tuple[str, ...] = ("logfmt", "json")
+#: Paths the app serves itself; the telemetry path may not shadow them.
+RESERVED_PATHS: frozenset[str] = frozenset(
+    {"/", "/healthz", "/readyz", "/api/v1/snapshot", "/docs", "/openapi.json",
+     "/docs/oauth2-redirect"}
+)
+#: Groups with ``--collector.<group>`` flags (the exporter's own metrics are always on).
+SWITCHABLE_GROUPS: tuple[Group, ...] = tuple(g for g in Group if g is not Group.EXPORTER)
+
+
+class ConfigError(ValueError):
+    """A flag, environment variable or file named on the command line is unusable."""
+
+
+# --- value parsers (each raises ValueError with a short reason) ----------------------------
+
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+
+
+def parse_duration(text: str) -> float:
+    """Parse a Prometheus-style duration ("500ms", "5s", "1m30s", "0") into seconds.
+
+    Raises:
+        ValueError: the text is not a duration.
+    """
+    value = text.strip()
+    if value == "0":
+        return 0.0
+    pos, total = 0, 0.0
+    for match in _DURATION_PART.finditer(value):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        pos = match.end()
+    if pos == 0 or pos != len(value):
+        raise ValueError(f"{text!r} is not a duration (use e.g. 500ms, 5s, 1m)")
+    return total
+
+
+def parse_bool(text: str) -> bool:
+    """Parse true/false/1/0/yes/no (any case).
+
+    Raises:
+        ValueError: anything else.
+    """
+    value = text.strip().lower()
+    if value in ("true", "1", "yes", "on"):
+        return True
+    if value in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"{text!r} is not a boolean (use true or false)")
+
+
+def _parse_int(low: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise ValueError(f"{text!r} is not an integer") from None
+        if value < low:
+            raise ValueError(f"{value} is below the minimum of {low}")
+        return value
+
+    return parse
+
+
+def _parse_positive_float(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"{text!r} must be a positive finite number")
+    return value
+
+
+def _parse_choice(choices: Sequence[str]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip().lower()
+        if value not in choices:
+            raise ValueError(f"{text!r} is not one of {', '.join(choices)}")
+        return value
+
+    return parse
+
+
+def _parse_path(text: str) -> str:
+    if not text.strip():
+        raise ValueError("empty path")
+    return text
+
+
+def _parse_telemetry_path(text: str) -> str:
+    if not text.startswith("/") or any(c in text for c in "?# \t"):
+        raise ValueError(f"{text!r} must be an absolute URL path such as /metrics")
+    if text in RESERVED_PATHS:
+        raise ValueError(f"{text!r} is already served by the exporter")
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class ListenAddress:
+    """Where to listen. ``host`` is None for ``:port`` (every interface)."""
+
+    host: str | None
+    port: int
+
+    def __str__(self) -> str:
+        if self.host is None:
+            return f":{self.port}"
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def parse_listen_address(text: str) -> ListenAddress:
+    """Parse ``host:port``, ``[v6]:port`` or ``:port`` (every interface).
+
+    Raises:
+        ValueError: not one of those forms, or a port outside 0..65535.
+    """
+    value = text.strip()
+    match = re.fullmatch(r"\[([0-9A-Fa-f:.%a-zA-Z]+)\]:(\d{1,5})|([^:\[\]\s]*):(\d{1,5})", value)
+    if match is None:
+        raise ValueError(f"{text!r} is not host:port, [ipv6]:port or :port")
+    host = match.group(1) if match.group(1) is not None else match.group(3)
+    port = int(match.group(2) or match.group(4))
+    if port > 65535:
+        raise ValueError(f"port {port} is out of range (0-65535)")
+    return ListenAddress(host=host or None, port=port)
+
+
+# --- the flag table ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    """One command-line flag. ``dest`` is the ``Config`` field it fills."""
+
+    name: str  # without the leading "--"
+    dest: str
+    help: str
+    default: Any
+    parse: Callable[[str], Any] | None = None  # None: boolean (--x / --no-x)
+    metavar: str | None = None
+
+    @property
+    def is_bool(self) -> bool:
+        return self.parse is None
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + re.sub(r"[.\-]", "_", self.name).upper()
+
+    @property
+    def default_text(self) -> str:
+        if self.is_bool:
+            return "true" if self.default else "false"
+        return "" if self.default is None else str(self.default)
+
+
+def _group_flags() -> list[Flag]:
+    return [
+        Flag(
+            name=f"collector.{group.value}",
+            dest=f"collector_{group.value}",
+            help=f"Collect the {group.value} metrics"
+            + (" (opt-in: costs milliseconds per GPU)." if group in OPT_IN_GROUPS else "."),
+            default=group not in OPT_IN_GROUPS,
+        )
+        for group in SWITCHABLE_GROUPS
+    ]
+
+
+FLAGS: tuple[Flag, ...] = (
+    Flag("web.listen-address", "listen_address", "Address to listen on: host:port, [ipv6]:port, "
+         "or :port for every interface.", ":9477", parse_listen_address, "ADDR"),
+    Flag("web.telemetry-path", "telemetry_path", "Path under which metrics are served.",
+         "/metrics", _parse_telemetry_path, "PATH"),
+    Flag("web.max-requests", "max_requests", "Most concurrent metric scrapes; more get 503 at "
+         "once (0 = no limit).", 40, _parse_int(0), "N"),
+    Flag("web.timeout-offset", "timeout_offset", "Subtracted from Prometheus' "
+         "X-Prometheus-Scrape-Timeout-Seconds to bound the wait for a collection.", "500ms",
+         parse_duration, "DURATION"),
+    Flag("web.access-log", "access_log", "Log every HTTP request.", False),
+    Flag("source", "source", "Where readings come from: nvml (the GPUs of this host) or "
+         "simulated (a scenario; no GPU needed).", "nvml", _parse_choice(SOURCES), "SOURCE"),
+    Flag("scenario", "scenario", "Scenario for --source simulated: a preset name, "
+         "synthetic:<gpus>x<processes>, or a YAML file path.", None, _parse_path, "NAME|PATH"),
+    Flag("simulate.seed", "simulate_seed", "Random seed of the simulated source.", 0,
+         _parse_int(0), "N"),
+    Flag("simulate.speed", "simulate_speed", "Simulated seconds per real second.", 1.0,
+         _parse_positive_float, "FACTOR"),
+    Flag("passwd-file", "passwd_file", "passwd file used to turn uids into user names.",
+         "/etc/passwd", _parse_path, "FILE"),
+    Flag("procfs", "procfs", "Mount point of the proc filesystem (the host's /proc in a "
+         "container).", "/proc", _parse_path, "DIR"),
+    *_group_flags(),
+    Flag("collector.min-interval", "min_interval", "Scrapes closer together than this share "
+         "one collection.", "1s", parse_duration, "DURATION"),
+    Flag("collector.timeout", "timeout", "Longest a scrape waits for a collection before the "
+         "last good data is served as stale.", "5s", parse_duration, "DURATION"),
+    Flag("collector.stale-after", "stale_after", "Data older than this makes /readyz fail.",
+         "30s", parse_duration, "DURATION"),
+    Flag("process.max-series-per-gpu", "max_series_per_gpu", "Most per-process series per GPU; "
+         "the rest are folded into one overflow series.", 64, _parse_int(1), "N"),
+    Flag("process.pid-label", "pid_label", "Put the pid label on per-process series.", True),
+    Flag("process.cmdline", "cmdline", "Read process command lines (may contain secrets; "
+         "shown in the JSON API only).", False),
+    Flag("kubernetes", "kubernetes", "Resolve processes to namespace/pod/container and add "
+         "those labels.", False),
+    Flag("kubernetes.pod-logs-dir", "pod_logs_dir", "The kubelet's pod log directory "
+         "(mounted from the host).", "/var/log/pods", _parse_path, "DIR"),
+    Flag("kubernetes.container-logs-dir", "container_logs_dir", "The kubelet's container log "
+         "symlink directory (mounted from the host).", "/var/log/containers", _parse_path, "DIR"),
+    Flag("log.level", "log_level", "Log level: debug, info, warn, error.", "info",
+         _parse_choice(LOG_LEVELS), "LEVEL"),
+    Flag("log.format", "log_format", "Log format: logfmt or json.", "logfmt",
+         _parse_choice(LOG_FORMATS), "FORMAT"),
+)
+FLAGS_BY_DEST: dict[str, Flag] = {f.dest: f for f in FLAGS}
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The exporter's whole configuration (see ``FLAGS`` for what each field means)."""
+
+    listen_address: ListenAddress = field(default_factory=lambda: ListenAddress(None, 9477))
+    telemetry_path: str = "/metrics"
+    max_requests: int = 40
+    timeout_offset: float = 0.5
+    access_log: bool = False
+    source: str = "nvml"
+    scenario: str | None = None
+    simulate_seed: int = 0
+    simulate_speed: float = 1.0
+    passwd_file: str = "/etc/passwd"
+    procfs: str = "/proc"
+    groups: frozenset[Group] = field(
+        default_factory=lambda: frozenset(g for g in SWITCHABLE_GROUPS if g not in OPT_IN_GROUPS)
+    )
+    min_interval: float = 1.0
+    timeout: float = 5.0
+    stale_after: float = 30.0
+    max_series_per_gpu: int = 64
+    pid_label: bool = True
+    cmdline: bool = False
+    kubernetes: bool = False
+    pod_logs_dir: str = "/var/log/pods"
+    container_logs_dir: str = "/var/log/containers"
+    log_level: str = "info"
+    log_format: str = "logfmt"
+
+    def collect_options(self) -> CollectOptions:
+        """The field groups a collection reads, from the enabled collector groups."""
+        wanted = {g.value for g in self.groups}
+        if Group.PROCESSES not in self.groups:  # per-process utilisation needs the process list
+            wanted.discard(Group.PROCESS_UTILIZATION.value)
+        return CollectOptions(**{f.name: f.name in wanted for f in fields(CollectOptions)})
+
+    def exposition_options(self) -> ExpositionOptions:
+        """Cardinality and privacy knobs for exposition."""
+        return ExpositionOptions(
+            groups=self.groups | {Group.EXPORTER},
+            pid_label=self.pid_label,
+            max_process_series_per_gpu=self.max_series_per_gpu,
+            kubernetes_labels=self.kubernetes,
+        )
+
+
+def build_parser(scenario_help: str = "") -> argparse.ArgumentParser:
+    """The argparse parser; every value flag is read as a string and parsed later."""
+    parser = argparse.ArgumentParser(
+        prog="gpu-exporter",
+        description="Prometheus exporter for NVIDIA GPUs: who and what is using GPU memory. "
+        f"Every flag can also be set as an environment variable {ENV_PREFIX}<FLAG> "
+        "(upper case, '.' and '-' become '_'); flags win.",
+        epilog=scenario_help or None,
+        allow_abbrev=False,
+    )
+    parser.add_argument("--version", action="version", version=f"gpu-exporter {__version__}")
+    for flag in FLAGS:
+        env_note = f" [env {flag.env}; default {flag.default_text or 'none'}]"
+        if flag.is_bool:
+            parser.add_argument(
+                f"--{flag.name}", dest=flag.dest, action=argparse.BooleanOptionalAction,
+                default=None, help=flag.help + env_note,
+            )
+        else:
+            parser.add_argument(
+                f"--{flag.name}", dest=flag.dest, default=None, metavar=flag.metavar,
+                help=flag.help + env_note,
+            )
+    return parser
+
+
+def _value(flag: Flag, raw: Any, origin: str) -> Any:
+    if flag.is_bool and isinstance(raw, bool):
+        return raw
+    try:
+        if flag.is_bool:
+            return parse_bool(str(raw))
+        assert flag.parse is not None
+        return flag.parse(str(raw))
+    except ValueError as exc:
+        raise ConfigError(f"invalid value for {origin}: {exc}") from None
+
+
+def resolve(namespace: argparse.Namespace, environ: Mapping[str, str]) -> Config:
+    """Combine parsed flags, environment variables and defaults into a ``Config``.
+
+    Raises:
+        ConfigError: a value does not parse, or values contradict each other.
+    """
+    values: dict[str, Any] = {}
+    for flag in FLAGS:
+        given = getattr(namespace, flag.dest, None)
+        if given is not None:
+            values[flag.dest] = _value(flag, given, f"--{flag.name}")
+        elif flag.env in environ:
+            values[flag.dest] = _value(flag, environ[flag.env], flag.env)
+        elif flag.default is None or flag.is_bool:
+            values[flag.dest] = flag.default
+        else:
+            values[flag.dest] = _value(flag, flag.default, f"--{flag.name} default")
+    groups = frozenset(g for g in SWITCHABLE_GROUPS if values.pop(f"collector_{g.value}"))
+    config = Config(groups=groups, **values)
+    _check(config)
+    return config
+
+
+def _check(config: Config) -> None:
+    if config.source == "simulated" and not config.scenario:
+        presets = ", ".join(list_presets()) or "none installed"
+        raise ConfigError(f"--source simulated needs --scenario NAME|PATH (presets: {presets}; "
+                          "or synthetic:<gpus>x<processes>)")
+    if config.source != "simulated" and config.scenario:
+        raise ConfigError("--scenario only applies to --source simulated")
+    if config.timeout <= 0:
+        raise ConfigError("--collector.timeout must be greater than 0")
+    if config.stale_after <= 0:
+        raise ConfigError("--collector.stale-after must be greater than 0")
+
+
+def unknown_env(environ: Mapping[str, str]) -> list[str]:
+    """``GPU_EXPORTER_*`` variables that match no flag (likely typos; the CLI warns)."""
+    known = {f.env for f in FLAGS}
+    return sorted(k for k in environ if k.startswith(ENV_PREFIX) and k not in known)
+
+
+def flags_markdown_table() -> str:
+    """The README's flag table, one row per flag."""
+    rows = ["| flag | environment variable | default | meaning |", "|---|---|---|---|"]
+    for flag in FLAGS:
+        name = f"`--[no-]{flag.name}`" if flag.is_bool else f"`--{flag.name}`"
+        default = f"`{flag.default_text}`" if flag.default_text else "-"
+        rows.append(f"| {name} | `{flag.env}` | {default} | {flag.help} |")
+    return "\n".join(rows)

@@ -1,0 +1,105 @@
+"""prometheus_client collectors over an ``ExporterState``.
+
+``collect()`` builds fresh families on every call; ``describe()`` returns ``[]`` so that
+registering a collector never triggers a collection. The snapshot-derived part (per GPU,
+per process) and the self-metrics part are separate collectors because the renderer caches
+the first per snapshot and renders the second on every scrape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, ProcessCollector
+
+from exporter.exposition.families import Family, FamilyData
+from exporter.exposition.gpu import gpu_families
+from exporter.exposition.processes import process_families
+from exporter.exposition.self_metrics import self_families
+from exporter.snapshot import Snapshot
+from exporter.state import ExporterState, ExpositionOptions
+
+__all__ = [
+    "ExporterCollector",
+    "SelfCollector",
+    "SnapshotCollector",
+    "build_registry",
+    "snapshot_families",
+]
+
+StateProvider = Callable[[], ExporterState]
+
+
+def snapshot_families(snapshot: Snapshot, options: ExpositionOptions) -> list[FamilyData]:
+    """Every per-GPU and per-process family of ``snapshot`` under ``options`` (as data)."""
+    return [*gpu_families(snapshot, options.groups), *process_families(snapshot, options)]
+
+
+class SnapshotCollector:
+    """Per-GPU and per-process families of one fixed snapshot (what the renderer caches)."""
+
+    def __init__(self, snapshot: Snapshot, options: ExpositionOptions) -> None:
+        self._snapshot = snapshot
+        self._options = options
+
+    def collect(self) -> Iterator[Family]:
+        """Fresh families for the snapshot."""
+        return (data.to_family() for data in snapshot_families(self._snapshot, self._options))
+
+    def describe(self) -> list[Family]:
+        """Nothing: registration must not collect."""
+        return []
+
+
+class SelfCollector:
+    """The exporter's own families for one fixed state (rendered fresh every scrape)."""
+
+    def __init__(self, state: ExporterState) -> None:
+        self._state = state
+
+    def collect(self) -> Iterator[Family]:
+        """Fresh self-metric families for the state."""
+        return (data.to_family() for data in self_families(self._state))
+
+    def describe(self) -> list[Family]:
+        """Nothing: registration must not collect."""
+        return []
+
+
+class ExporterCollector:
+    """Everything gpu-exporter exposes, read from ``get_state()`` at each ``collect()``.
+
+    For use with a plain ``CollectorRegistry`` (tests, ``generate_latest``); the HTTP app
+    serves ``/metrics`` through ``MetricsRenderer``, which produces the same bytes faster.
+    ``get_state`` is called once per collect; whatever it raises propagates to the caller.
+    """
+
+    def __init__(self, get_state: StateProvider, options: ExpositionOptions) -> None:
+        self._get_state = get_state
+        self._options = options
+
+    def collect(self) -> Iterator[Family]:
+        """Fresh snapshot and self-metric families for the current state."""
+        state = self._get_state()
+        for data in snapshot_families(state.snapshot, self._options):
+            yield data.to_family()
+        for data in self_families(state):
+            yield data.to_family()
+
+    def describe(self) -> list[Family]:
+        """Nothing: registration must not collect."""
+        return []
+
+
+def build_registry(
+    get_state: StateProvider, options: ExpositionOptions, *, process_metrics: bool = True
+) -> CollectorRegistry:
+    """A fresh registry with ``ExporterCollector`` and, if asked, the ``process_*`` collector.
+
+    No other default collectors (no ``python_gc_*``, no ``python_info``).
+    """
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ExporterCollector(get_state, options))
+    if process_metrics:
+        ProcessCollector(registry=registry)
+    return registry

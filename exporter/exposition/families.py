@@ -1,0 +1,80 @@
+"""Metric families as plain data, built fresh from catalogue entries for every snapshot.
+
+Every family's name, type, help and unit comes from ``exporter.catalogue``; nothing here
+types a metric name. A ``FamilyData`` is a list of (label values, value) rows; it becomes a
+prometheus_client family with ``to_family()`` (for the collector and the fallback encoder)
+or is encoded directly by ``exporter.exposition.encode`` (the fast path, byte-identical).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+)
+from prometheus_client.metrics_core import Metric as Family
+
+from exporter.catalogue import Kind, Metric
+from exporter.snapshot import GpuIdentity
+
+__all__ = ["Family", "FamilyData", "family", "gpu_label_values"]
+
+Row = tuple[tuple[str, ...], float]
+
+
+@dataclass(slots=True)
+class FamilyData:
+    """One family: a catalogue metric, its label names, and its samples.
+
+    For info metrics the value of each row is ignored (always exposed as 1).
+    """
+
+    metric: Metric
+    labels: tuple[str, ...]
+    rows: list[Row] = field(default_factory=list)
+
+    def add(self, values: tuple[str, ...], value: float) -> None:
+        """Append one sample; ``values`` are in the order of ``labels``."""
+        self.rows.append((values, value))
+
+    def to_family(self) -> Family:
+        """The equivalent prometheus_client family (fresh object).
+
+        Raises:
+            ValueError: the catalogue entry is not a valid Prometheus metric (a catalogue bug).
+        """
+        metric, names = self.metric, list(self.labels)
+        if metric.kind is Kind.INFO:
+            info = InfoMetricFamily(metric.family_name, metric.help, labels=names)
+            for values, _ in self.rows:
+                info.add_metric(values, {})
+            return info
+        if metric.kind is Kind.COUNTER:
+            counter = CounterMetricFamily(
+                metric.family_name, metric.help, labels=names, unit=metric.unit
+            )
+            for values, value in self.rows:
+                counter.add_metric(values, value)
+            return counter
+        gauge = GaugeMetricFamily(metric.family_name, metric.help, labels=names, unit=metric.unit)
+        for values, value in self.rows:
+            gauge.add_metric(values, value)
+        return gauge
+
+
+def family(metric: Metric, labels: Sequence[str] | None = None) -> FamilyData:
+    """An empty family for ``metric`` with label names ``labels`` (default: the catalogue's).
+
+    ``labels`` differs from the catalogue only for per-process metrics (``pid`` dropped,
+    Kubernetes labels appended by configuration).
+    """
+    return FamilyData(metric, tuple(metric.labels if labels is None else labels))
+
+
+def gpu_label_values(identity: GpuIdentity) -> tuple[str, str]:
+    """Values of ``catalogue.GPU_LABELS`` (gpu index as a string, uuid) for one GPU."""
+    return (str(identity.index), identity.uuid)

@@ -1,0 +1,398 @@
+"""When to collect: single flight, minimum interval, bounded waits, stale data, init backoff.
+
+Collection is scrape-driven. ``Scheduler.state()`` serves the latest snapshot if it is younger
+than ``min_interval``; otherwise it asks the one worker thread for a collection (or joins the
+one already in flight) and waits at most ``timeout``. A collection that overruns (a hung NVML
+call) keeps the worker busy, so no second collection starts and no threads pile up; scrapes
+meanwhile get the last good snapshot marked stale with its growing age.
+
+The worker also initialises the source: ``start()`` is retried with exponential backoff
+(jittered) until it succeeds, and a ``SourceUnavailable`` from ``collect()`` sends it back to
+initialisation. Until then scrapes get a ``source_up=False`` snapshot saying why.
+
+Times for ages, intervals and backoff come from the injected ``clock`` (monotonic seconds);
+waits use real time, so a test with a frozen fake clock must not leave a collection hanging.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from exporter.snapshot import Snapshot
+from exporter.sources.base import CollectOptions, Source, SourceUnavailable
+from exporter.state import ExporterState
+
+__all__ = ["Enricher", "Scheduler", "SchedulerStats"]
+
+log = logging.getLogger(__name__)
+
+# Keys of ``errors_total`` the scheduler itself counts (sources and enrichers add their own).
+TIMEOUT_ERROR = "collection_timeout"
+INIT_ERROR = "source_init"
+LOST_ERROR = "source_lost"
+FAILED_ERROR = "collection_failed"
+ENRICH_ERROR = "enrichment"
+
+
+class Enricher(Protocol):
+    """Anything that returns a snapshot with more filled in (owners, pods)."""
+
+    def enrich(self, snapshot: Snapshot) -> Snapshot:
+        """Return an enriched copy of ``snapshot``."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerStats:
+    """What ``/readyz`` reports about the scheduler."""
+
+    initialised: bool
+    source_error: str | None
+    in_flight_seconds: float | None  # None when no collection is running
+    collections: int  # finished collection attempts (init failures included)
+    last_duration_seconds: float | None
+    data_age_seconds: float | None  # age of the last good data; None before the first
+    next_init_in_seconds: float | None  # while initialisation is backing off
+
+    def reason(self, stale_after: float) -> str:
+        """One sentence on why the scheduler is not ready (or "ready")."""
+        if not self.initialised:
+            wait = self.next_init_in_seconds
+            retry = f"; next attempt in {wait:.1f}s" if wait else ""
+            return f"source not initialised: {self.source_error or 'not started yet'}{retry}"
+        if self.data_age_seconds is None:
+            return "no collection has finished yet"
+        if self.data_age_seconds > stale_after:
+            hung = self.in_flight_seconds
+            note = f"; a collection has been running for {hung:.1f}s" if hung else ""
+            return f"data is {self.data_age_seconds:.1f}s old (limit {stale_after:g}s){note}"
+        return "ready"
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """What one worker run produced (applied under the lock)."""
+
+    started: float  # clock() at start
+    started_wall: float
+    finished: float
+    snapshot: Snapshot | None = None  # a collection that returned
+    init_error: str | None = None  # start() failed
+    lost_error: str | None = None  # collect() raised SourceUnavailable
+    failed: bool = False  # collect() raised something unexpected
+    errors: Mapping[str, int] | None = None
+
+
+class Scheduler:
+    """Serves ``ExporterState`` to scrapes; owns the one collector thread."""
+
+    def __init__(
+        self,
+        source: Source,
+        enricher: Enricher | None,
+        *,
+        options: CollectOptions,
+        min_interval: float,
+        timeout: float,
+        stale_after: float,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        backoff_initial: float = 1.0,
+        backoff_max: float = 60.0,
+        jitter: float = 0.1,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self._source = source
+        self._enricher = enricher
+        self._options = options
+        self._min_interval = min_interval
+        self.timeout = self._timeout = timeout  # public copies are read-only by convention
+        self.stale_after = self._stale_after = stale_after
+        self._clock = clock
+        self._wall = wall
+        self._backoff_initial = backoff_initial
+        self._backoff_max = backoff_max
+        self._jitter = jitter
+        self._rand = rand
+        self._hostname = socket.gethostname()
+
+        self._lock = threading.Lock()
+        self._done = threading.Condition(self._lock)  # a collection attempt finished
+        self._wake = threading.Condition(self._lock)  # the worker has something to do
+        self._worker: threading.Thread | None = None
+        self._requested = False
+        self._closed = False
+        self._in_flight_since: float | None = None
+        self._timeout_counted = False
+        self._generation = 0
+        self._created = clock()
+
+        self._initialised = False
+        self._init_failures = 0
+        self._next_init_at = self._created
+        self._source_error: str | None = None
+
+        self._latest: Snapshot | None = None
+        self._latest_at: float | None = None
+        self._good_at: float | None = None
+        self._last_duration: float | None = None
+        self._last_success_ts: float | None = None
+        self._errors: dict[str, int] = {}
+
+    # --- what scrapes call ---------------------------------------------------------------
+
+    def state(self, timeout: float | None = None) -> ExporterState:
+        """The state to serve now; blocks at most ``min(timeout, self.timeout)`` seconds.
+
+        Never raises for source problems: they show up in the returned snapshot and counters.
+        """
+        limit = self._timeout if timeout is None else max(0.0, min(timeout, self._timeout))
+        with self._lock:
+            now = self._clock()
+            if self._fresh(now) or self._closed:
+                return self._build(now, timed_out=False)
+            if self._in_flight_since is None:
+                if not self._initialised and now < self._next_init_at:
+                    return self._build(now, timed_out=False)  # backing off: serve "down"
+                self._request(now)
+            assert self._in_flight_since is not None
+            generation = self._generation
+            # An overdue collection is not waited for again: later scrapes answer at once.
+            deadline = min(now + limit, self._in_flight_since + self._timeout)
+            while self._generation == generation:
+                remaining = deadline - self._clock()
+                if remaining <= 0:
+                    break
+                self._done.wait(remaining)
+            now = self._clock()
+            if self._generation != generation:
+                return self._build(now, timed_out=False)
+            if not self._timeout_counted:  # once per collection, however many scrapes wait
+                self._timeout_counted = True
+                self._count({TIMEOUT_ERROR: 1})
+                log.warning("collection still running after %.1fs; serving the last good data",
+                            now - self._in_flight_since, extra={"source": self._source.name})
+            return self._build(now, timed_out=True)
+
+    def trigger(self) -> None:
+        """Start a collection in the background if one is due (never blocks)."""
+        with self._lock:
+            now = self._clock()
+            if self._closed or self._in_flight_since is not None or self._fresh(now):
+                return
+            if self._initialised or now >= self._next_init_at:
+                self._request(now)
+
+    def await_ready(self, timeout: float) -> bool:
+        """Start a collection if one is due, then wait up to ``timeout`` for ``ready()``.
+
+        For readiness probes: unlike ``state()`` it never counts a timeout as an error.
+        """
+        self.trigger()
+        deadline = self._clock() + timeout
+        with self._lock:
+            while not self._ready_locked():
+                remaining = deadline - self._clock()
+                if remaining <= 0 or self._in_flight_since is None:
+                    break
+                self._done.wait(remaining)
+            return self._ready_locked()
+
+    def ready(self) -> bool:
+        """True when the source is initialised and the last good data is within stale_after."""
+        with self._lock:
+            return self._ready_locked()
+
+    @property
+    def stats(self) -> SchedulerStats:
+        """A consistent view of the scheduler's bookkeeping."""
+        with self._lock:
+            now = self._clock()
+            return SchedulerStats(
+                initialised=self._initialised,
+                source_error=self._source_error,
+                in_flight_seconds=None
+                if self._in_flight_since is None
+                else now - self._in_flight_since,
+                collections=self._generation,
+                last_duration_seconds=self._last_duration,
+                data_age_seconds=None if self._good_at is None else now - self._good_at,
+                next_init_in_seconds=None
+                if self._initialised
+                else max(0.0, self._next_init_at - now),
+            )
+
+    def close(self, join_timeout: float = 1.0) -> None:
+        """Stop the worker and close the source (skipped if a collection is hung in it)."""
+        with self._lock:
+            self._closed = True
+            self._wake.notify_all()
+            worker, busy = self._worker, self._in_flight_since is not None
+        if worker is not None and not busy:
+            worker.join(join_timeout)
+        if busy:
+            log.warning("closing while a collection is still running; not closing the source")
+            return
+        try:
+            self._source.close()
+        except Exception:  # closing must not turn a clean shutdown into a crash
+            log.exception("closing the source failed")
+
+    # --- internals (called with the lock held) -------------------------------------------
+
+    def _ready_locked(self) -> bool:
+        return (
+            self._initialised
+            and self._good_at is not None
+            and self._clock() - self._good_at <= self._stale_after
+        )
+
+    def _fresh(self, now: float) -> bool:
+        return self._latest_at is not None and now - self._latest_at < self._min_interval
+
+    def _request(self, now: float) -> None:
+        self._in_flight_since = now
+        self._timeout_counted = False
+        self._requested = True
+        if self._worker is None:
+            self._worker = threading.Thread(target=self._run, name="collector", daemon=True)
+            self._worker.start()
+        self._wake.notify()
+
+    def _count(self, errors: Mapping[str, int]) -> None:
+        for kind, count in errors.items():
+            if count > 0:
+                self._errors[kind] = self._errors.get(kind, 0) + int(count)
+
+    def _down_snapshot(self, taken_at: float, error: str) -> Snapshot:
+        return Snapshot(
+            source=self._source.name,
+            hostname=self._hostname,
+            taken_at=taken_at,
+            duration_seconds=0.0,
+            source_up=False,
+            source_error=error,
+        )
+
+    def _build(self, now: float, *, timed_out: bool) -> ExporterState:
+        snapshot = self._latest
+        since = self._latest_at if self._latest_at is not None else self._created
+        if snapshot is None:
+            running = "" if self._in_flight_since is None else " (first collection running)"
+            error = self._source_error or f"no collection has finished yet{running}"
+            snapshot = self._down_snapshot(self._wall(), error)
+        age = max(0.0, now - since)
+        return ExporterState(
+            snapshot=snapshot,
+            data_age_seconds=age,
+            stale=timed_out or age > self._stale_after,
+            last_success_timestamp=self._last_success_ts,
+            errors_total=dict(self._errors),
+        )
+
+    def _backoff(self) -> float:
+        base = min(self._backoff_max, self._backoff_initial * 2.0 ** (self._init_failures - 1))
+        return base * (1.0 + self._jitter * (2.0 * self._rand() - 1.0))
+
+    def _apply(self, out: _Outcome) -> None:
+        self._last_duration = out.finished - out.started
+        if out.errors:
+            self._count(out.errors)
+        if out.init_error is not None or out.lost_error is not None:
+            lost = out.lost_error is not None
+            self._initialised = False
+            self._init_failures = 1 if lost else self._init_failures + 1
+            delay = self._backoff()
+            self._next_init_at = out.finished + delay
+            message = out.lost_error if lost else out.init_error
+            assert message is not None
+            self._source_error = message
+            self._count({LOST_ERROR if lost else INIT_ERROR: 1})
+            self._latest = self._down_snapshot(out.started_wall, message)
+            self._latest_at = out.started
+            log.warning("source %s: %s; retrying in %.1fs", "lost" if lost else "failed to start",
+                        message, delay, extra={"source": self._source.name})
+        elif out.failed:
+            self._initialised = True  # start() succeeded; only collect() broke
+            self._count({FAILED_ERROR: 1})
+        elif out.snapshot is not None:
+            snapshot = out.snapshot
+            if not self._initialised or self._init_failures:
+                log.info("source %s is up", self._source.name)
+            self._initialised = True
+            self._init_failures = 0
+            self._source_error = None
+            self._count(snapshot.errors)
+            self._latest = snapshot
+            self._latest_at = out.started
+            if snapshot.source_up:
+                self._good_at = out.started
+                if all(g.up for g in snapshot.gpus) and not any(snapshot.errors.values()):
+                    self._last_success_ts = out.started_wall
+
+    # --- the worker thread ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._requested and not self._closed:
+                    self._wake.wait()
+                if self._closed:
+                    self._in_flight_since = None
+                    self._generation += 1  # waiters return instead of timing out
+                    self._done.notify_all()
+                    return
+                self._requested = False
+                initialised = self._initialised
+            outcome = self._run_once(initialised)
+            with self._lock:
+                self._apply(outcome)
+                self._in_flight_since = None
+                self._generation += 1
+                self._done.notify_all()
+
+    def _run_once(self, initialised: bool) -> _Outcome:
+        started, started_wall = self._clock(), self._wall()
+
+        def done(
+            snapshot: Snapshot | None = None,
+            init_error: str | None = None,
+            lost_error: str | None = None,
+            failed: bool = False,
+            errors: Mapping[str, int] | None = None,
+        ) -> _Outcome:
+            return _Outcome(
+                started=started, started_wall=started_wall, finished=self._clock(),
+                snapshot=snapshot, init_error=init_error, lost_error=lost_error,
+                failed=failed, errors=errors,
+            )
+
+        if not initialised:
+            try:
+                self._source.start()
+            except SourceUnavailable as exc:
+                return done(init_error=str(exc) or type(exc).__name__)
+            except Exception as exc:  # a bug or an odd library error: report, retry later
+                log.exception("source start raised unexpectedly")
+                return done(init_error=f"{type(exc).__name__}: {exc}")
+        try:
+            snapshot = self._source.collect(self._options)
+        except SourceUnavailable as exc:
+            return done(lost_error=str(exc) or type(exc).__name__)
+        except Exception:
+            log.exception("collection raised unexpectedly; serving the last good data")
+            return done(failed=True)
+        if self._enricher is not None:
+            try:
+                snapshot = self._enricher.enrich(snapshot)
+            except Exception:  # un-enriched data beats no data
+                log.exception("enrichment failed; serving the snapshot without it")
+                return done(snapshot=snapshot, errors={ENRICH_ERROR: 1})
+        return done(snapshot=snapshot)

@@ -1,0 +1,1 @@
+"""The landing page: an HTML template (``index.html``, ``style.css``) and its renderer."""

@@ -1,0 +1,173 @@
+"""Server-side rendering of the landing page from one ``ExporterState``.
+
+Every value that comes from a snapshot (GPU names, user and process names, errors) is
+HTML-escaped; the template itself (``index.html``) only has ``$name`` placeholders.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from functools import lru_cache
+from importlib import resources
+from string import Template
+
+from exporter.snapshot import GpuProcess, GpuReading
+from exporter.state import ExporterState
+
+__all__ = ["TOP_PROCESSES", "render_landing"]
+
+#: Rows in the "top processes" table.
+TOP_PROCESSES = 15
+#: Memory use above this share of the total is drawn in the alert colour (the seed's 90 %).
+HIGH_MEMORY_RATIO = 0.9
+#: Hints from the guide the project grew from: memory held while the GPU idles means the job
+#: is not really running; above 80 degrees, check the cooling.
+IDLE_MEMORY_RATIO = 0.5
+IDLE_UTILIZATION_RATIO = 0.05
+HOT_CELSIUS = 80.0
+
+
+@lru_cache(maxsize=1)
+def _template() -> Template:
+    """The page template with the stylesheet inlined (read once from package data).
+
+    Raises:
+        OSError: the package data is missing (a broken install).
+    """
+    web = resources.files("exporter.web")
+    style = web.joinpath("style.css").read_text(encoding="utf-8")
+    text = web.joinpath("index.html").read_text(encoding="utf-8")
+    return Template(Template(text).safe_substitute(style=style))
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _gib(value: int | None) -> str:
+    return "n/a" if value is None else f"{value / 2**30:.1f} GiB"
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 100:.0f} %"
+
+
+def _hints(gpu: GpuReading) -> str:
+    hints = []
+    used, total = gpu.memory_used_bytes, gpu.identity.memory_total_bytes
+    ratio = used / total if used is not None and total > 0 else None
+    if ratio is not None and ratio > HIGH_MEMORY_RATIO:
+        hints.append("memory almost full")
+    if (ratio is not None and ratio > IDLE_MEMORY_RATIO and gpu.utilization_ratio is not None
+            and gpu.utilization_ratio < IDLE_UTILIZATION_RATIO):
+        hints.append("memory held but GPU idle")
+    if gpu.temperature_celsius is not None and gpu.temperature_celsius > HOT_CELSIUS:
+        hints.append("hot: check cooling")
+    return "; ".join(hints)
+
+
+def _gpu_row(gpu: GpuReading) -> str:
+    ident = gpu.identity
+    label = f"{ident.index}"
+    name = f'{_e(ident.name)}<br><small>{_e(ident.uuid)}</small>'
+    if not gpu.up:
+        error = _e(gpu.error or "not answering")
+        return (
+            f'<tr class="down"><td>{_e(label)}</td><td>{name}</td>'
+            f'<td colspan="6">down: {error}</td></tr>'
+        )
+    used, total = gpu.memory_used_bytes, ident.memory_total_bytes
+    memory = f"{_gib(used)} / {_gib(total)}"
+    if used is not None and total > 0:
+        ratio = min(1.0, used / total)
+        high = " high" if ratio > HIGH_MEMORY_RATIO else ""
+        memory += (
+            f' ({ratio * 100:.0f} %)<span class="bar{high}" '
+            f'style="width:{ratio * 5:.2f}rem"></span>'
+        )
+    temperature = (
+        "n/a" if gpu.temperature_celsius is None else f"{gpu.temperature_celsius:.0f} °C"
+    )
+    power = "n/a" if gpu.power_usage_watts is None else f"{gpu.power_usage_watts:.0f} W"
+    if gpu.power_usage_watts is not None and gpu.power_limit_watts is not None:
+        power += f" / {gpu.power_limit_watts:.0f} W"
+    return (
+        f"<tr><td>{_e(label)}</td><td>{name}</td><td class=\"num\">{memory}</td>"
+        f'<td class="num">{_pct(gpu.utilization_ratio)}</td>'
+        f'<td class="num">{_e(temperature)}</td><td class="num">{_e(power)}</td>'
+        f'<td class="num">{len(gpu.processes)}</td><td class="hint">{_e(_hints(gpu))}</td></tr>'
+    )
+
+
+def _process_row(gpu: GpuReading, process: GpuProcess) -> str:
+    owner = process.owner
+    user = owner.user if owner is not None else "unknown"
+    name = owner.name if owner is not None else "unknown"
+    pod = ""
+    if process.pod is not None and process.pod.pod:
+        pod = f"{process.pod.namespace or '?'}/{process.pod.pod}"
+    return (
+        f"<tr><td>{gpu.identity.index}</td><td>{process.pid}</td><td>{_e(user)}</td>"
+        f"<td>{_e(name)}</td><td>{_e(pod)}</td>"
+        f'<td class="num">{_gib(process.used_memory_bytes)}</td>'
+        f'<td class="num">{_pct(process.sm_utilization_ratio)}</td></tr>'
+    )
+
+
+def _top_processes(gpus: tuple[GpuReading, ...]) -> list[str]:
+    pairs = [(gpu, p) for gpu in gpus if gpu.up for p in gpu.processes]
+    pairs.sort(key=lambda pair: pair[1].used_memory_bytes or 0, reverse=True)
+    return [_process_row(gpu, p) for gpu, p in pairs[:TOP_PROCESSES]]
+
+
+def render_landing(
+    state: ExporterState,
+    *,
+    version: str,
+    metrics_path: str,
+    refresh_seconds: int = 0,
+    now: float | None = None,
+) -> str:
+    """The landing page HTML for ``state``.
+
+    ``refresh_seconds`` > 0 adds a meta refresh (no JavaScript, so a strict CSP holds).
+
+    Raises:
+        OSError: the template is missing from the installed package.
+    """
+    snap = state.snapshot
+    gpus = tuple(sorted(snap.gpus, key=lambda g: g.identity.index))
+    notice = ""
+    if not snap.source_up:
+        notice = f'<p class="notice" id="source-error">Source down: {_e(snap.source_error)}</p>'
+    elif state.stale:
+        notice = '<p class="notice">Stale data: the latest collection did not finish in time.</p>'
+    gpu_rows = [_gpu_row(g) for g in gpus] or ['<tr><td colspan="8">No GPUs.</td></tr>']
+    process_rows = _top_processes(gpus) or ['<tr><td colspan="7">No processes.</td></tr>']
+    driver = snap.driver_version or "n/a"
+    if snap.cuda_driver_version:
+        driver += f" (CUDA {snap.cuda_driver_version})"
+    refresh_meta = (
+        f'<meta http-equiv="refresh" content="{refresh_seconds}">' if refresh_seconds > 0 else ""
+    )
+    refresh_note = (
+        f"Refreshes every {refresh_seconds} s."
+        if refresh_seconds > 0
+        else 'Add <a href="?refresh=5">?refresh=5</a> to refresh every 5 s.'
+    )
+    rendered = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(now))
+    return _template().substitute(
+        refresh_meta=refresh_meta,
+        hostname=_e(snap.hostname),
+        version=_e(version),
+        metrics_path=_e(metrics_path),
+        source=_e(snap.source) + ("" if snap.source_up else " (down)"),
+        driver=_e(driver),
+        data_age=_e(f"{state.data_age_seconds:.1f} s" + (" (stale)" if state.stale else "")),
+        notice=notice,
+        gpu_rows="\n".join(gpu_rows),
+        process_rows="\n".join(process_rows),
+        rendered_at=_e(rendered),
+        refresh_note=refresh_note,
+    )

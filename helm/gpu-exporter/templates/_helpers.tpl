@@ -1,0 +1,70 @@
+{{/* Chart name, truncated to the 63 characters a label value allows. */}}
+{{- define "gpu-exporter.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Object name: <release>-<chart>, or the release name when it already contains the chart name. */}}
+{{- define "gpu-exporter.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "gpu-exporter.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "gpu-exporter.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpu-exporter.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "gpu-exporter.labels" -}}
+helm.sh/chart: {{ include "gpu-exporter.chart" . }}
+{{ include "gpu-exporter.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: exporter
+{{- end }}
+
+{{- define "gpu-exporter.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "gpu-exporter.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "gpu-exporter.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- if .Values.image.digest }}
+{{- printf "%s:%s@%s" .Values.image.repository $tag .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{/*
+True (non-empty) when Prometheus Operator objects should be rendered: the cluster serves
+monitoring.coreos.com/v1, or the caller forces it. Call with (dict "force" <bool> "root" $).
+*/}}
+{{- define "gpu-exporter.operatorAvailable" -}}
+{{- if or .force (.root.Capabilities.APIVersions.Has "monitoring.coreos.com/v1") }}true{{ end }}
+{{- end }}
+
+{{/* The relabeling every monitor gets: the Kubernetes node name as the `node` label. */}}
+{{- define "gpu-exporter.relabelings" -}}
+- sourceLabels: [__meta_kubernetes_pod_node_name]
+  targetLabel: node
+  action: replace
+{{- with .Values.monitor.relabelings }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,194 @@
+"""Raw pynvml calls vs NvmlSource.collect for the default fields, side by side, on real GPUs.
+
+Usage (on the GPU machine, from the repository root):
+    python3 scripts/gpu/nvml_timing.py [--iterations 300] [--json OUT.json]
+
+Prints what the driver reports (versions, NOT_SUPPORTED fields, process-list call used), then
+p50/p99 of a raw collection and of ``NvmlSource.collect(CollectOptions())``, idle and with one
+busy torch process per GPU (scripts/gpu/cuda_load.py; skipped without torch). Target: the
+source within 2x of the raw calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import pynvml
+
+from exporter.sources.base import CollectOptions
+from exporter.sources.nvml import NvmlSource
+
+LOAD = Path(__file__).with_name("cuda_load.py")
+
+
+class Raw:
+    """The same NVML calls the source makes for the default fields, with nothing around them."""
+
+    def __init__(self) -> None:
+        count = pynvml.nvmlDeviceGetCount()
+        self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        self.last_seen = [0] * count
+        h = self.handles[0]
+        self.ecc = _supported(pynvml.nvmlDeviceGetTotalEccErrors, h, 0, 0)
+        self.fan = _supported(pynvml.nvmlDeviceGetFanSpeed, h)
+
+    def collect(self) -> list[Any]:
+        out = []
+        for i, h in enumerate(self.handles):
+            row: list[Any] = [
+                pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2),
+                pynvml.nvmlDeviceGetUtilizationRates(h),
+                pynvml.nvmlDeviceGetTemperatureV(h, pynvml.NVML_TEMPERATURE_GPU),
+                pynvml.nvmlDeviceGetPowerUsage(h),
+                pynvml.nvmlDeviceGetEnforcedPowerLimit(h),
+                pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+                pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM),
+                pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_GRAPHICS),
+                pynvml.nvmlDeviceGetPerformanceState(h),
+                pynvml.nvmlDeviceGetCurrentClocksEventReasons(h),
+            ]
+            if self.ecc:
+                row.append(pynvml.nvmlDeviceGetTotalEccErrors(h, 0, 0))
+                row.append(pynvml.nvmlDeviceGetTotalEccErrors(h, 1, 0))
+            if self.fan:
+                row.append(pynvml.nvmlDeviceGetFanSpeed(h))
+            compute = pynvml.nvmlDeviceGetComputeRunningProcesses_v3(h)
+            graphics = pynvml.nvmlDeviceGetGraphicsRunningProcesses_v3(h)
+            if compute or graphics:
+                try:
+                    samples = pynvml.nvmlDeviceGetProcessUtilization(h, self.last_seen[i])
+                    if samples:
+                        self.last_seen[i] = max(s.timeStamp for s in samples)
+                except pynvml.NVMLError_NotFound:
+                    samples = []
+                row.append(samples)
+            row += [compute, graphics]
+            out.append(row)
+        return out
+
+
+def _supported(fn: Any, *args: Any) -> bool:
+    try:
+        fn(*args)
+    except pynvml.NVMLError_NotSupported:
+        return False
+    return True
+
+
+def _stats(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    return {"p50_us": statistics.median(ordered) * 1e6,
+            "p99_us": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1e6,
+            "n": len(ordered)}
+
+
+def compare(source: NvmlSource, raw: Raw, iterations: int) -> dict[str, Any]:
+    """Interleave raw and source collections so both see the same GPU state."""
+    options = CollectOptions()
+    for _ in range(10):  # warm caches, probe NOT_SUPPORTED fields
+        raw.collect()
+        source.collect(options)
+    raw_t: list[float] = []
+    src_t: list[float] = []
+    for _ in range(iterations):
+        t0 = time.perf_counter()
+        raw.collect()
+        t1 = time.perf_counter()
+        source.collect(options)
+        t2 = time.perf_counter()
+        raw_t.append(t1 - t0)
+        src_t.append(t2 - t1)
+    r, s = _stats(raw_t), _stats(src_t)
+    return {"raw": r, "source": s, "ratio_p50": s["p50_us"] / r["p50_us"],
+            "ratio_p99": s["p99_us"] / r["p99_us"]}
+
+
+def report(source: NvmlSource) -> dict[str, Any]:
+    """What the driver reports: versions, unsupported fields, process-list calls."""
+    snap = source.collect(CollectOptions(energy=True, pcie=True))
+    g = snap.gpus[0]
+    return {
+        "pynvml_file": pynvml.__file__,
+        "nvidia_ml_py": importlib.metadata.version("nvidia-ml-py"),
+        "driver": snap.driver_version, "cuda": snap.cuda_driver_version,
+        "nvml": snap.nvml_version, "gpus": [r.identity.name for r in snap.gpus],
+        "unsupported": {str(k): sorted(v) for k, v in source.unsupported_fields().items()},
+        "process_list_functions": source.process_list_functions(),
+        "errors": dict(snap.errors),
+        "gpu0": {k: getattr(g, k) for k in (
+            "memory_used_bytes", "memory_free_bytes", "memory_reserved_bytes",
+            "utilization_ratio", "temperature_celsius", "power_usage_watts",
+            "power_limit_watts", "energy_joules", "pcie_rx_bytes_per_second",
+            "pcie_tx_bytes_per_second", "fan_speed_ratio", "sm_clock_hertz",
+            "memory_clock_hertz", "performance_state")},
+        "gpu0_identity": str(g.identity),
+        "gpu0_throttle_active": sorted(k for k, v in (g.throttle.active if g.throttle else
+                                                      {}).items() if v),
+        "gpu0_ecc": str(g.ecc),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--iterations", type=int, default=300)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    pynvml.nvmlInit()
+    source = NvmlSource(hostname="timing")
+    t0 = time.perf_counter()
+    source.start()
+    result: dict[str, Any] = {"start_ms": (time.perf_counter() - t0) * 1e3}
+    result["driver_report"] = report(source)
+    print(json.dumps(result, indent=2, default=str), flush=True)
+    raw = Raw()
+    result["idle"] = compare(source, raw, args.iterations)
+    print("idle:", json.dumps(result["idle"]), flush=True)
+    if importlib.util.find_spec("torch") is not None:
+        loads = [subprocess.Popen([sys.executable, str(LOAD), "--gpu", str(i), "--gib", "2",
+                                   "--busy", "--seconds", "120"], stdout=subprocess.PIPE,
+                                  text=True) for i in range(len(raw.handles))]
+        try:
+            for proc in loads:
+                assert proc.stdout is not None
+                print(proc.stdout.readline().strip(), flush=True)
+            time.sleep(1.0)
+            result["busy"] = compare(source, raw, args.iterations)
+            print("busy (1 torch process per GPU):", json.dumps(result["busy"]), flush=True)
+            snap = source.collect(CollectOptions())
+            result["busy_processes"] = [str(p) for p in snap.gpus[0].processes]
+            try:  # which clock the sample timestamps use (microseconds)
+                samples = pynvml.nvmlDeviceGetProcessUtilization(raw.handles[0], 0)
+            except pynvml.NVMLError as exc:
+                samples = []
+                print("process utilisation:", exc, flush=True)
+            now_us = int(time.time() * 1e6)
+            result["sample_timestamp_vs_now_us"] = [int(s.timeStamp) - now_us
+                                                    for s in samples][:4]
+            print("processes:", result["busy_processes"], flush=True)
+            print("process sample timestamp minus now (us):",
+                  result["sample_timestamp_vs_now_us"], flush=True)
+        finally:
+            for proc in loads:
+                proc.kill()
+                proc.wait(timeout=30)
+    source.close()
+    verdict = all(result[k]["ratio_p50"] <= 2.0 for k in ("idle", "busy") if k in result)
+    print("VERDICT: source within 2x of raw (p50):", "PASS" if verdict else "FAIL", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2, default=str))
+    return 0 if verdict else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,183 @@
+"""The committed Grafana dashboards: loadable, provisioning-safe, consistent, up to date."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import warnings
+from pathlib import Path
+
+import pytest
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.cog.plugins import register_default_plugins
+from grafana_foundation_sdk.models import dashboard as dm
+
+from dashboards import generate
+from dashboards import thresholds as t
+from dashboards.panels import UNITS
+from exporter import catalogue
+from tests.dashboards.grafana import (
+    BUILTIN_VARIABLES,
+    DASHBOARD_FILES,
+    GRAFANA_DIR,
+    Json,
+    load,
+    panels,
+    referenced_variables,
+    targets,
+    variables,
+    visual_panels,
+)
+
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+#: Series Prometheus itself makes, allowed in queries next to the catalogue's.
+PROMETHEUS_SERIES = frozenset({"up", "scrape_duration_seconds"})
+BOARDS = {path.name: load(path) for path in DASHBOARD_FILES}
+NAMES = sorted(BOARDS)
+
+
+def test_the_four_dashboards_exist_with_stable_uids() -> None:
+    assert sorted(generate.DASHBOARDS) == NAMES
+    uids = {name: board["uid"] for name, board in BOARDS.items()}
+    assert uids == {
+        "gpu-exporter-health.json": "gpu-exporter-health",
+        "gpu-fleet-overview.json": "gpu-exporter-fleet",
+        "gpu-node-device.json": "gpu-exporter-node",
+        "gpu-users-processes.json": "gpu-exporter-users",
+    }
+    assert len({b["title"] for b in BOARDS.values()}) == len(BOARDS)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_loads_into_the_sdk_model_and_round_trips(name: str) -> None:
+    register_default_plugins()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        model = dm.Dashboard.from_json(BOARDS[name])
+    assert isinstance(model, dm.Dashboard)
+    assert model.uid == BOARDS[name]["uid"]
+    again = JSONEncoder(sort_keys=True, indent=2).encode(model) + "\n"
+    assert again == (GRAFANA_DIR / name).read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_panel_and_query_uses_the_datasource_variable(name: str) -> None:
+    board = BOARDS[name]
+    text = (GRAFANA_DIR / name).read_text(encoding="utf-8")
+    assert "__inputs" not in text and "DS_PROMETHEUS" not in text
+    ds_vars = [v for v in variables(board) if v["type"] == "datasource"]
+    assert [(v["name"], v["query"]) for v in ds_vars] == [("datasource", "prometheus")]
+    assert list(visual_panels(board)), "no panels"
+    for panel in visual_panels(board):
+        assert panel["datasource"] == DATASOURCE, panel["title"]
+        assert panel["targets"], panel["title"]
+    for panel, target in targets(board):
+        assert target["datasource"] == DATASOURCE, panel["title"]
+        assert target["refId"], panel["title"]
+    for var in variables(board):
+        if var["type"] == "query":
+            assert var["datasource"] == DATASOURCE, var["name"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_ids_are_unique_and_panels_do_not_overlap(name: str) -> None:
+    all_panels = list(panels(BOARDS[name]))
+    ids = [p["id"] for p in all_panels]
+    assert len(ids) == len(set(ids)) and all(isinstance(i, int) and i > 0 for i in ids)
+    boxes = []
+    for panel in all_panels:
+        pos = panel["gridPos"]
+        assert pos["x"] >= 0 and pos["y"] >= 0 and pos["w"] > 0 and pos["h"] > 0
+        assert pos["x"] + pos["w"] <= 24, panel["title"]
+        boxes.append((panel["title"], pos["x"], pos["y"], pos["x"] + pos["w"], pos["y"] + pos["h"]))
+    for a, b in itertools.combinations(boxes, 2):
+        overlap = a[1] < b[3] and b[1] < a[3] and a[2] < b[4] and b[2] < a[4]
+        assert not overlap, f"{a[0]!r} overlaps {b[0]!r}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_referenced_variable_exists_and_is_defined_before_use(name: str) -> None:
+    board = BOARDS[name]
+    defined: list[str] = []
+    for var in variables(board):
+        used = referenced_variables(str(var.get("query", "")))
+        assert used <= set(defined), f"{var['name']} uses {used - set(defined)} before definition"
+        defined.append(var["name"])
+    for panel, target in targets(board):
+        used = referenced_variables(target["expr"]) - BUILTIN_VARIABLES
+        assert used <= set(defined), f"{panel['title']}: unknown {used - set(defined)}"
+
+
+def test_variables_chain_job_node_instance_gpu_user() -> None:
+    node = {v["name"]: v for v in variables(BOARDS["gpu-node-device.json"])}
+    users = {v["name"]: v for v in variables(BOARDS["gpu-users-processes.json"])}
+    assert list(node) == ["datasource", "job", "node", "instance", "gpu"]
+    assert "$job" in node["node"]["query"] and "hostname" in node["node"]["query"]
+    assert "$node" in node["instance"]["query"] and node["instance"]["hide"] == 2
+    assert "$instance" in node["gpu"]["query"]
+    assert "$instance" in users["user"]["query"]
+    assert node["node"]["multi"] is False  # one node at a time on the device dashboard
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_units_titles_and_descriptions(name: str) -> None:
+    for panel in visual_panels(BOARDS[name]):
+        assert panel["title"] and len(panel.get("description", "")) > 30, panel["title"]
+        units = {panel["fieldConfig"]["defaults"].get("unit")}
+        for override in panel["fieldConfig"].get("overrides", []):
+            units |= {p["value"] for p in override["properties"] if p["id"] == "unit"}
+        assert units <= UNITS, f"{panel['title']}: {units - UNITS}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_queries_use_only_catalogue_metrics(name: str) -> None:
+    known = {m.name for m in catalogue.CATALOGUE} | PROMETHEUS_SERIES
+    for panel, target in targets(BOARDS[name]):
+        expr = re.sub(r'"[^"]*"', '""', target["expr"])  # drop label values
+        for word in re.findall(r"\b(gpu_[a-z_]+|up|scrape_[a-z_]+)\b(?=\s*[{\[)]|\s|$)", expr):
+            assert word in known, f"{panel['title']}: unknown metric {word}"
+        assert "gpu_" in target["expr"] or "up{" in target["expr"] or "scrape_" in target["expr"]
+
+
+def _steps(panel: Json) -> list[float]:
+    return [s["value"] for s in panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+            if s["value"] is not None]
+
+
+def test_colour_thresholds_equal_the_alert_thresholds() -> None:
+    checked = 0
+    for board in BOARDS.values():
+        for panel in visual_panels(board):
+            unit = panel["fieldConfig"]["defaults"].get("unit")
+            exprs = " ".join(target["expr"] for target in panel["targets"])
+            if unit == "celsius":
+                assert _steps(panel)[-2:] == [t.TEMPERATURE_WARNING_CELSIUS,
+                                              t.TEMPERATURE_CRITICAL_CELSIUS], panel["title"]
+                checked += 1
+            elif unit == "percentunit" and re.search(
+                r"^\(?(sum\()?gpu_memory_used_bytes[^/]* / (sum\()?gpu_memory_total_bytes", exprs
+            ):
+                assert _steps(panel)[-1] == t.MEMORY_USED_RATIO, panel["title"]
+                checked += 1
+            elif unit == "s" and "data_age" in exprs:
+                assert _steps(panel)[-1] == t.DATA_STALE_SECONDS, panel["title"]
+                checked += 1
+    assert checked >= 7
+
+
+def test_committed_files_equal_generated() -> None:
+    assert generate.stale_files(generate.HERE) == []
+    assert generate.main(["--check"]) == 0
+
+
+def test_check_fails_on_drift_and_write_repairs_it(tmp_path: Path) -> None:
+    assert generate.main(["--dir", str(tmp_path)]) == 0
+    assert generate.main(["--check", "--dir", str(tmp_path)]) == 0
+    fleet = tmp_path / "grafana" / "gpu-fleet-overview.json"
+    fleet.write_text(fleet.read_text().replace("GPU fleet overview", "edited by hand"))
+    (tmp_path / "rules" / "gpu-exporter-alerts.yaml").unlink()
+    assert generate.main(["--check", "--dir", str(tmp_path)]) == 1
+    assert sorted(generate.write(tmp_path)) == [
+        "grafana/gpu-fleet-overview.json", "rules/gpu-exporter-alerts.yaml"
+    ]
+    assert generate.main(["--check", "--dir", str(tmp_path)]) == 0

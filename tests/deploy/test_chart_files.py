@@ -1,0 +1,139 @@
+"""The chart ships the repository's own rules and dashboards, unchanged."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import helm_python
+import pytest
+import yaml
+
+from tests.deploy.helm_render import CHART_DIR, render
+from tests.deploy.stack import REPO, dashboard_files, rule_files
+
+FILES = CHART_DIR / "files"
+SYNC = REPO / "helm" / "sync-files.sh"
+#: Prometheus template snippets ({{ $labels.x }}, {{ $value | humanize }}, ...).
+TEMPLATE = re.compile(r"\{\{.*?\}\}")
+
+
+def _groups(path: Path) -> list[dict[str, Any]]:
+    groups: list[dict[str, Any]] = yaml.safe_load(path.read_text(encoding="utf-8"))["groups"]
+    return groups
+
+
+def _repo_groups() -> list[dict[str, Any]]:
+    return [g for path in rule_files() for g in _groups(path)]
+
+
+def test_repository_has_the_files_the_chart_needs() -> None:
+    assert [p.name for p in rule_files()] == [
+        "gpu-exporter-alerts.yaml", "gpu-exporter-recording.yaml"]
+    assert len(dashboard_files()) >= 1
+
+
+@pytest.mark.parametrize(("sources", "copies"), [
+    (rule_files, FILES / "rules"),
+    (dashboard_files, FILES / "dashboards"),
+])
+def test_chart_copies_are_byte_identical(sources: Any, copies: Path) -> None:
+    originals = {p.name: p.read_bytes() for p in sources()}
+    copied = {p.name: p.read_bytes() for p in copies.iterdir() if p.is_file()}
+    assert sorted(copied) == sorted(originals), "run helm/sync-files.sh"
+    for name, data in originals.items():
+        assert copied[name] == data, f"{copies.name}/{name} differs: run helm/sync-files.sh"
+
+
+def test_sync_script_check_mode_agrees() -> None:
+    result = subprocess.run(["bash", str(SYNC), "--check"], capture_output=True, text=True,
+                            timeout=30, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_sync_script_detects_drift(tmp_path: Path) -> None:
+    """--check fails on a changed copy and on a stale one (run on a scratch copy of the tree)."""
+    for part in ("dashboards/rules", "dashboards/grafana", "helm"):
+        shutil.copytree(REPO / part, tmp_path / part)
+    script = tmp_path / "helm" / "sync-files.sh"
+    copies = tmp_path / "helm" / "gpu-exporter" / "files"
+    (copies / "rules" / "gpu-exporter-alerts.yaml").write_text("groups: []\n", encoding="utf-8")
+    (copies / "dashboards" / "old.json").write_text("{}", encoding="utf-8")
+    result = subprocess.run(["bash", str(script), "--check"], capture_output=True, text=True,
+                            timeout=30, check=False)
+    assert result.returncode == 1
+    assert "out of date: rules/gpu-exporter-alerts.yaml" in result.stdout
+    assert "stale copy: dashboards/old.json" in result.stdout
+    subprocess.run(["bash", str(script)], capture_output=True, timeout=30, check=True)
+    assert subprocess.run(["bash", str(script), "--check"], capture_output=True, timeout=30,
+                          check=False).returncode == 0
+    assert not (copies / "dashboards" / "old.json").exists()
+
+
+def test_prometheus_rule_holds_exactly_the_repository_groups() -> None:
+    rule = render().one("PrometheusRule")
+    assert rule["spec"]["groups"] == _repo_groups()
+
+
+def test_alert_templates_arrive_literally() -> None:
+    """Helm must neither expand nor escape Prometheus' {{ ... }} templates."""
+    manifest = render().one("PrometheusRule")
+    rendered = TEMPLATE.findall(json.dumps(manifest["spec"], ensure_ascii=False))
+    expected = [
+        snippet
+        for group in _repo_groups()
+        for snippet in TEMPLATE.findall(json.dumps(group, ensure_ascii=False))
+    ]
+    assert rendered == expected
+    assert any("$value" in s for s in expected)
+    assert any("$labels" in s for s in expected)
+
+
+def test_rule_groups_can_be_switched_off() -> None:
+    names = [g["name"] for g in _repo_groups()]
+    assert len(names) >= 3
+    off = [names[0], names[-1]]
+    rule = render({"prometheusRule": {"disabledGroups": off}}).one("PrometheusRule")
+    assert [g["name"] for g in rule["spec"]["groups"]] == names[1:-1]
+    assert "PrometheusRule" not in render({"prometheusRule": {"disabledGroups": names}}).kinds()
+
+
+def test_unknown_rule_group_is_a_clear_error() -> None:
+    with pytest.raises(helm_python.HelmRenderError, match=r'no rule group named "gpu-tpyo"'):
+        render({"prometheusRule": {"disabledGroups": ["gpu-tpyo"]}})
+
+
+def test_prometheus_rule_labels_for_kube_prometheus_stack() -> None:
+    rule = render({"prometheusRule": {"additionalLabels": {"release": "kps"}}}).one(
+        "PrometheusRule")
+    assert rule["metadata"]["labels"]["release"] == "kps"
+
+
+def test_dashboard_config_maps_hold_the_repository_json() -> None:
+    maps = render().of_kind("ConfigMap")
+    data: dict[str, str] = {}
+    for config_map in maps:
+        assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert "annotations" not in config_map["metadata"]
+        assert len(config_map["data"]) == 1
+        data.update(config_map["data"])
+    assert data == {p.name: p.read_text(encoding="utf-8") for p in dashboard_files()}
+    for text in data.values():
+        json.loads(text)
+
+
+def test_dashboard_label_folder_and_namespace_are_configurable() -> None:
+    maps = render({"dashboards": {"label": "example.com/dashboard", "labelValue": "gpu",
+                                  "namespace": "grafana", "folder": "GPUs",
+                                  "folderAnnotation": "grafana_folder"}}).of_kind("ConfigMap")
+    assert len(maps) == len(dashboard_files())
+    for config_map in maps:
+        meta = config_map["metadata"]
+        assert meta["labels"]["example.com/dashboard"] == "gpu"
+        assert "grafana_dashboard" not in meta["labels"]
+        assert meta["namespace"] == "grafana"
+        assert meta["annotations"] == {"grafana_folder": "GPUs"}

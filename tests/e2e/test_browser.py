@@ -1,0 +1,50 @@
+"""The landing page in Debian's headless Chromium: the DOM has the GPU table, a PNG renders."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.server import ExporterProcess
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--no-first-run", "--disable-sync",
+)
+
+
+def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    assert CHROMIUM is not None
+    profile = tmp_path / "profile"
+    profile.mkdir(exist_ok=True)
+    return subprocess.run(
+        [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args],
+        capture_output=True, text=True, timeout=90, check=False,
+    )
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/test installs it)")
+def test_landing_page_renders_in_chromium(tmp_path: Path) -> None:
+    with ExporterProcess("--source", "simulated", "--scenario", "shared-workstation") as server:
+        dom = _chromium(tmp_path, "--dump-dom", server.url("/"))
+        shot = tmp_path / "landing.png"
+        picture = _chromium(tmp_path, "--window-size=1280,900", f"--screenshot={shot}",
+                            server.url("/"))
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    html = dom.stdout
+    assert '<table id="gpus">' in html
+    gpu_table = html[html.index('<table id="gpus">'):]
+    gpu_table = gpu_table[: gpu_table.index("</table>")]
+    assert gpu_table.count("<tr>") == 4  # header + the preset's 3 GPUs
+    assert "NVIDIA RTX A6000" in gpu_table
+    assert "jupyter-kernel" in html  # alice's forgotten kernel is in the top processes
+    assert picture.returncode == 0, picture.stderr[-2000:]
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(data) > 10_000  # a rendered page, not a blank image

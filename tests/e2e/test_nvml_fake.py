@@ -1,0 +1,70 @@
+"""The CLI's NVML path end to end, with the fake pynvml: wiring, owners, and a hung driver."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter import catalogue as cat
+from tests.e2e.server import ExporterProcess
+
+pytestmark = pytest.mark.slow
+
+MODULE = "tests.e2e.fake_nvml_main"
+
+
+def _samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    return [
+        (s.labels, s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name
+    ]
+
+
+def test_nvml_source_with_owner_enrichment() -> None:
+    with ExporterProcess("--source", "nvml", module=MODULE) as proc:
+        text = httpx.get(proc.url("/metrics")).text
+        snapshot = httpx.get(proc.url("/api/v1/snapshot")).json()
+        assert proc.stop(signal.SIGTERM) == 0
+    assert _samples(text, cat.SOURCE_UP.name) == [({"source": "nvml"}, 1.0)]
+    assert len(_samples(text, cat.MEMORY_TOTAL.name)) == 2
+    processes = _samples(text, cat.PROCESS_MEMORY.name)
+    assert len(processes) == 1
+    labels, value = processes[0]
+    assert value == float(6 << 30)
+    assert labels["pid"] == str(proc.proc.pid)  # the exporter's own process, found in /proc
+    assert labels["user"] not in ("", cat.UNKNOWN_VALUE)
+    assert labels["process"].startswith("python")
+    assert snapshot["source"] == "nvml"
+    assert snapshot["driver_version"]
+
+
+def test_hung_nvml_call_keeps_serving_and_shuts_down() -> None:
+    env = {"GPU_EXPORTER_TEST_HANG": "nvmlDeviceGetUtilizationRates"}
+    with ExporterProcess("--source", "nvml", "--collector.timeout", "300ms",
+                         env=env, module=MODULE, wait_ready=False) as proc:
+        timings = []
+        for _ in range(3):
+            begin = time.monotonic()
+            response = httpx.get(proc.url("/metrics"), timeout=10)
+            timings.append(time.monotonic() - begin)
+            assert response.status_code == 200
+        ready = httpx.get(proc.url("/readyz"), timeout=10)
+        assert httpx.get(proc.url("/healthz")).status_code == 200
+        begin = time.monotonic()
+        code = proc.stop(signal.SIGTERM)
+        stop_seconds = time.monotonic() - begin
+    assert timings[0] < 2.0  # bounded by --collector.timeout
+    assert max(timings[1:]) < 0.5  # an overdue collection is not waited for again
+    text = response.text
+    assert _samples(text, cat.SOURCE_UP.name)[0][1] == 0.0  # nothing collected yet
+    errors = {labels["kind"]: v for labels, v in _samples(text, cat.ERRORS.name)}
+    assert errors.get("collection_timeout") == 1
+    assert ready.status_code == 503
+    assert code == 0
+    assert stop_seconds < 6

@@ -1,0 +1,149 @@
+"""Per-process and per-user families: labels, merging, cap and overflow, Kubernetes labels."""
+
+from __future__ import annotations
+
+from exporter import catalogue as cat
+from exporter.catalogue import Group
+from exporter.exposition.processes import process_label_names
+from exporter.snapshot import PodRef
+from exporter.state import ExpositionOptions
+from tests.exposition import factory as f
+from tests.exposition.parse import collect_text, series, value
+
+MIB = 1024**2
+OVER = cat.OVERFLOW_VALUE
+
+
+def _text(*procs: f.GpuProcess, **options: object) -> str:
+    snap = f.snapshot(f.reading(0, tuple(procs)))
+    return collect_text(f.state(snap), ExpositionOptions(**options))  # type: ignore[arg-type]
+
+
+def test_process_series_carry_catalogue_labels() -> None:
+    text = _text(f.process(41, 300 * MIB, user="bob", name="train"))
+    (labels,) = series(text, cat.PROCESS_MEMORY.name)
+    assert tuple(sorted(labels)) == tuple(sorted(cat.PROCESS_LABELS))
+    assert labels == {
+        "gpu": "0",
+        "uuid": f.identity(0).uuid,
+        "pid": "41",
+        "process": "train",
+        "user": "bob",
+        "uid": "1001",
+    }
+    assert value(text, cat.PROCESS_MEMORY.name, pid="41") == 300 * MIB
+    assert value(text, cat.PROCESS_UTILIZATION.name, pid="41") == 0.25
+    assert value(text, cat.PROCESS_START_TIME.name, pid="41") == 1_700_000_041.0
+
+
+def test_unknown_owner_and_missing_memory() -> None:
+    text = _text(f.process(5, None, user=None), f.process(6, 10 * MIB, utilization=None))
+    assert value(text, cat.PROCESSES.name, gpu="0") == 2
+    assert value(text, cat.PROCESS_MEMORY.name, pid="5") is None
+    (unknown,) = [s for s in series(text, cat.PROCESS_UTILIZATION.name) if s["pid"] == "5"]
+    assert unknown["user"] == unknown["uid"] == unknown["process"] == cat.UNKNOWN_VALUE
+    assert value(text, cat.PROCESS_START_TIME.name, pid="5") is None
+    assert value(text, cat.PROCESS_UTILIZATION.name, pid="6") is None
+    assert value(text, cat.USER_PROCESSES.name, user=cat.UNKNOWN_VALUE) == 1
+    # No memory reading for the unknown user's only process: no memory series for it.
+    assert value(text, cat.USER_MEMORY.name, user=cat.UNKNOWN_VALUE) is None
+    assert value(text, cat.USER_MEMORY.name, user="alice") == 10 * MIB
+
+
+def test_idle_gpu_has_explicit_zero_processes() -> None:
+    snap = f.snapshot(f.reading(0), f.reading(1, (f.process(1, MIB),)))
+    text = collect_text(f.state(snap), ExpositionOptions())
+    assert value(text, cat.PROCESSES.name, gpu="0") == 0
+    assert value(text, cat.PROCESSES.name, gpu="1") == 1
+    assert value(text, cat.PROCESS_SERIES_OVERFLOW.name, gpu="0") == 0
+
+
+def test_without_pid_label_same_process_user_are_summed() -> None:
+    procs = (
+        f.process(1, 100 * MIB, name="worker", utilization=0.25),
+        f.process(2, 50 * MIB, name="worker", utilization=0.5, start=1_600_000_000.0),
+        f.process(3, 7 * MIB, name="worker", user="bob"),
+        f.process(4, None, name="other"),
+    )
+    text = _text(*procs, pid_label=False)
+    memory = series(text, cat.PROCESS_MEMORY.name)
+    assert all("pid" not in labels for labels in memory)
+    assert value(text, cat.PROCESS_MEMORY.name, process="worker", user="alice") == 150 * MIB
+    assert value(text, cat.PROCESS_UTILIZATION.name, process="worker", user="alice") == 0.75
+    # the oldest start of the merged processes
+    assert value(text, cat.PROCESS_START_TIME.name, process="worker", user="alice") == (
+        1_600_000_002.0
+    )
+    assert value(text, cat.PROCESS_MEMORY.name, process="worker", user="bob") == 7 * MIB
+    assert value(text, cat.PROCESS_MEMORY.name, process="other") is None
+    assert value(text, cat.PROCESSES.name, gpu="0") == 4
+
+
+def test_merged_utilization_never_exceeds_one() -> None:
+    procs = [f.process(p, MIB, name="w", utilization=0.7) for p in (1, 2)]
+    assert value(_text(*procs, pid_label=False), cat.PROCESS_UTILIZATION.name) == 1.0
+
+
+def test_cap_keeps_the_largest_and_folds_the_rest() -> None:
+    procs = [f.process(pid, pid * MIB, utilization=0.1) for pid in range(1, 11)]
+    text = _text(*procs, max_process_series_per_gpu=4)
+    memory = series(text, cat.PROCESS_MEMORY.name)
+    assert len(memory) == 4
+    kept = sorted(int(s["pid"]) for s in memory if s["pid"] != OVER)
+    assert kept == [8, 9, 10]
+    (overflow,) = [s for s in memory if s["pid"] == OVER]
+    assert overflow["process"] == overflow["user"] == overflow["uid"] == OVER
+    assert value(text, cat.PROCESS_MEMORY.name, pid=OVER) == sum(range(1, 8)) * MIB
+    assert value(text, cat.PROCESS_UTILIZATION.name, pid=OVER) == 0.7
+    assert value(text, cat.PROCESS_START_TIME.name, pid=OVER) is None
+    assert value(text, cat.PROCESS_SERIES_OVERFLOW.name, gpu="0") == 7
+    # Per-user totals and the process count are over all ten processes.
+    assert value(text, cat.USER_MEMORY.name, user="alice") == sum(range(1, 11)) * MIB
+    assert value(text, cat.USER_PROCESSES.name, user="alice") == 10
+    assert value(text, cat.PROCESSES.name) == 10
+
+
+def test_under_or_at_the_cap_nothing_is_folded() -> None:
+    procs = [f.process(pid, pid * MIB) for pid in range(1, 5)]
+    text = _text(*procs, max_process_series_per_gpu=4)
+    assert len(series(text, cat.PROCESS_MEMORY.name)) == 4
+    assert value(text, cat.PROCESS_MEMORY.name, pid=OVER) is None
+    assert value(text, cat.PROCESS_SERIES_OVERFLOW.name) == 0
+
+
+def test_cap_counts_processes_not_series_when_pids_are_merged() -> None:
+    procs = [f.process(pid, MIB, name=f"job{pid % 3}", user="bob") for pid in range(9)]
+    text = _text(*procs, pid_label=False, max_process_series_per_gpu=2)
+    assert len(series(text, cat.PROCESS_MEMORY.name)) == 2
+    assert value(text, cat.PROCESS_SERIES_OVERFLOW.name) == 6
+    assert value(text, cat.PROCESS_MEMORY.name, process=OVER) == 6 * MIB
+
+
+def test_kubernetes_labels_are_appended() -> None:
+    pod = PodRef(pod_uid="u1", namespace="ml", pod="train-0", container="main")
+    procs = (f.process(1, MIB, pod=pod), f.process(2, MIB))
+    text = _text(*procs, kubernetes_labels=True)
+    in_pod = next(s for s in series(text, cat.PROCESS_MEMORY.name) if s["pid"] == "1")
+    host = next(s for s in series(text, cat.PROCESS_MEMORY.name) if s["pid"] == "2")
+    assert (in_pod["namespace"], in_pod["pod"], in_pod["container"]) == ("ml", "train-0", "main")
+    assert (host["namespace"], host["pod"], host["container"]) == ("", "", "")
+    names = process_label_names(ExpositionOptions(kubernetes_labels=True, pid_label=False))
+    assert names == tuple(n for n in cat.PROCESS_LABELS if n != "pid") + cat.KUBERNETES_LABELS
+    assert "namespace" not in series(_text(*procs), cat.PROCESS_MEMORY.name)[0]
+
+
+def test_same_process_in_two_pods_stays_two_series_without_pid() -> None:
+    pods = [PodRef(pod_uid=f"u{i}", namespace="ml", pod=f"p{i}", container="c") for i in (1, 2)]
+    procs = [f.process(i, MIB, pod=pods[i - 1]) for i in (1, 2)]
+    text = _text(*procs, kubernetes_labels=True, pid_label=False)
+    assert len(series(text, cat.PROCESS_MEMORY.name)) == 2
+
+
+def test_process_utilization_group_alone() -> None:
+    groups = frozenset({Group.INFO, Group.PROCESS_UTILIZATION, Group.EXPORTER})
+    text = _text(f.process(1, MIB), groups=groups)
+    assert value(text, cat.PROCESS_UTILIZATION.name, pid="1") == 0.25
+    assert series(text, cat.PROCESS_MEMORY.name) == []
+    assert series(text, cat.USER_MEMORY.name) == []
+    no_procs = frozenset({Group.INFO, Group.EXPORTER})
+    assert series(_text(f.process(1, MIB), groups=no_procs), cat.PROCESSES.name) == []

@@ -1,0 +1,188 @@
+"""MetricsRenderer: negotiation, gzip, cache per snapshot, fresh self metrics, threads."""
+
+from __future__ import annotations
+
+import gzip
+import threading
+from dataclasses import replace
+
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST
+
+from exporter import catalogue as cat
+from exporter.exposition import ExporterCollector, MetricsRenderer
+from exporter.exposition.render import MAX_CACHED_FORMATS
+from exporter.state import ExporterState, ExpositionOptions
+from tests.exposition import factory as f
+from tests.exposition.parse import openmetrics_families, samples, series, value
+
+OM = "application/openmetrics-text; version=1.0.0"
+OPTIONS = ExpositionOptions(kubernetes_labels=True)
+
+
+def _uncached(state: ExporterState, accept: str | None) -> bytes:
+    registry = CollectorRegistry()
+    registry.register(ExporterCollector(lambda: state, OPTIONS))
+    encoder, _ = choose_encoder(accept or "")
+    return encoder(registry)
+
+
+@pytest.mark.parametrize("accept", [None, "*/*", OM, "text/plain; version=1.0.0"])
+def test_body_equals_one_registry_encoding(accept: str | None) -> None:
+    renderer = MetricsRenderer(process_metrics=False)
+    state = f.state(f.fleet(2, 4))
+    for _ in range(2):  # cold, then cached
+        body, headers = renderer.render(state, OPTIONS, accept, None)
+        assert body == _uncached(state, accept)
+        assert headers["Content-Type"] == choose_encoder(accept or "")[1]
+        assert "Content-Encoding" not in headers
+
+
+def test_openmetrics_body_has_one_eof_at_the_end_and_parses() -> None:
+    body, headers = MetricsRenderer().render(f.state(f.fleet(2, 3)), OPTIONS, OM, "")
+    assert headers["Content-Type"].startswith(CONTENT_TYPE_LATEST)
+    text = body.decode()
+    assert text.endswith("# EOF\n")
+    assert text.count("# EOF") == 1
+    found = openmetrics_families(text)  # raises on anything after EOF or duplicates
+    assert cat.GPU_INFO.family_name in found
+    assert cat.DATA_AGE.name in found
+    assert "process_cpu_seconds" in found
+
+
+def test_text_is_default_and_includes_process_metrics() -> None:
+    body, headers = MetricsRenderer().render(f.state(f.fleet(1, 1)), OPTIONS)
+    assert headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    text = body.decode()
+    assert value(text, "process_resident_memory_bytes") is not None
+    assert "python_gc_objects_collected_total" not in text
+    assert "python_info" not in text
+
+
+@pytest.mark.parametrize("accept", [None, OM])
+def test_gzip_round_trip(accept: str | None) -> None:
+    renderer = MetricsRenderer(process_metrics=False)
+    state = f.state(f.fleet(2, 4))
+    plain, _ = renderer.render(state, OPTIONS, accept, None)
+    for encoding in ("gzip", "br;q=1.0, gzip;q=0.8", "GZIP"):
+        body, headers = renderer.render(state, OPTIONS, accept, encoding)
+        assert headers["Content-Encoding"] == "gzip"
+        assert body[:2] == b"\x1f\x8b"
+        assert gzip.decompress(body) == plain
+    identity, headers = renderer.render(state, OPTIONS, accept, "br, deflate")
+    assert "Content-Encoding" not in headers
+    assert identity == plain
+
+
+def test_data_age_is_fresh_while_the_snapshot_part_is_cached() -> None:
+    renderer = MetricsRenderer(process_metrics=False)
+    snap = f.fleet(2, 2)
+    for gz in (None, "gzip"):
+        for age in (1.0, 7.25, 30.5):
+            body, _ = renderer.render(f.state(snap, age=age), OPTIONS, None, gz)
+            text = (gzip.decompress(body) if gz else body).decode()
+            assert value(text, cat.DATA_AGE.name) == age
+            assert value(text, cat.GPU_UP.name, gpu="1") == 1
+        # errors_total is read from each state too
+        errors = {"gpu_lost": 5}
+        body, _ = renderer.render(f.state(snap, errors_total=errors), OPTIONS, None, gz)
+        text = (gzip.decompress(body) if gz else body).decode()
+        assert value(text, cat.ERRORS.name, kind="gpu_lost") == 5
+
+
+def test_new_snapshot_invalidates_cache_and_exited_processes_vanish() -> None:
+    renderer = MetricsRenderer(process_metrics=False)
+    both = f.snapshot(f.reading(0, (f.process(1, 10), f.process(2, 20))))
+    first, _ = renderer.render(f.state(both), OPTIONS)
+    assert {s["pid"] for s in series(first.decode(), cat.PROCESS_MEMORY.name)} == {"1", "2"}
+    # Process 2 exited; an equal-looking but new snapshot object must not hit the cache.
+    one = replace(both, gpus=(f.reading(0, (f.process(1, 10),)),))
+    for gz in (None, "gzip"):
+        body, _ = renderer.render(f.state(one), OPTIONS, None, gz)
+        text = (gzip.decompress(body) if gz else body).decode()
+        assert {s["pid"] for s in series(text, cat.PROCESS_MEMORY.name)} == {"1"}
+        assert value(text, cat.PROCESSES.name) == 1
+    # A different value in an otherwise identical snapshot is seen at once.
+    hotter = replace(one, gpus=(f.reading(0, temperature_celsius=90.0),))
+    body, _ = renderer.render(f.state(hotter), OPTIONS)
+    assert value(body.decode(), cat.TEMPERATURE.name) == 90.0
+
+
+def test_changed_options_invalidate_the_cache() -> None:
+    renderer = MetricsRenderer(process_metrics=False)
+    state = f.state(f.snapshot(f.reading(0, (f.process(1, 10),))))
+    with_pid, _ = renderer.render(state, OPTIONS)
+    without, _ = renderer.render(state, replace(OPTIONS, pid_label=False))
+    assert "pid" in series(with_pid.decode(), cat.PROCESS_MEMORY.name)[0]
+    assert "pid" not in series(without.decode(), cat.PROCESS_MEMORY.name)[0]
+
+
+def test_odd_accept_headers_fall_back_to_text() -> None:
+    renderer = MetricsRenderer(process_metrics=False)
+    state = f.state(f.fleet(1, 2))
+    expected, _ = renderer.render(state, OPTIONS)
+    for accept in ("application/openmetrics-text; version=abc", "garbage;;;", "", "\x00"):
+        body, headers = renderer.render(state, OPTIONS, accept, None)
+        assert headers["Content-Type"].startswith("text/plain")
+        assert body == expected
+
+
+def test_many_distinct_formats_stay_bounded_and_correct() -> None:
+    renderer = MetricsRenderer(process_metrics=False)
+    state = f.state(f.fleet(1, 2))
+    for minor in range(MAX_CACHED_FORMATS * 3):
+        accept = f"application/openmetrics-text; version=1.{minor}.0"
+        body, _ = renderer.render(state, OPTIONS, accept, None)
+        assert body == _uncached(state, accept)
+    entry = renderer._entry
+    assert entry is not None
+    assert len(entry.bodies) <= MAX_CACHED_FORMATS
+    assert len(renderer._encoders) <= MAX_CACHED_FORMATS
+
+
+def test_concurrent_scrapes_of_changing_snapshots_are_consistent() -> None:
+    renderer = MetricsRenderer(process_metrics=False)
+    states = [f.state(f.fleet(2, n), age=float(n)) for n in range(1, 5)]
+    expected = {n: _uncached(s, None) for n, s in enumerate(states)}
+    failures: list[str] = []
+
+    def scrape(worker: int) -> None:
+        for i in range(40):  # bounded
+            n = (worker + i) % len(states)
+            body, _ = renderer.render(states[n], OPTIONS, None, "gzip" if i % 2 else None)
+            plain = gzip.decompress(body) if i % 2 else body
+            if plain != expected[n]:
+                failures.append(f"worker {worker} round {i}")
+
+    threads = [threading.Thread(target=scrape, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not failures
+    assert all(not t.is_alive() for t in threads)
+
+
+def test_warm_prerenders_text_and_openmetrics() -> None:
+    renderer = MetricsRenderer(process_metrics=False)
+    state = f.state(f.fleet(1, 2))
+    renderer.warm(state, OPTIONS)
+    entry = renderer._entry
+    assert entry is not None
+    assert entry.snapshot is state.snapshot
+    assert len(entry.bodies) == 2
+    assert all(b.gzip_state is not None for b in entry.bodies.values())
+    body, _ = renderer.render(state, OPTIONS, OM, "gzip")
+    assert gzip.decompress(body) == _uncached(state, OM)
+
+
+def test_invalid_gzip_level_is_rejected() -> None:
+    with pytest.raises(ValueError, match="gzip_level"):
+        MetricsRenderer(gzip_level=11)
+
+
+def test_rendered_series_are_unique() -> None:
+    body, _ = MetricsRenderer().render(f.state(f.fleet(2, 8)), OPTIONS)
+    assert samples(body.decode())  # the parser helper asserts uniqueness

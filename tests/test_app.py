@@ -1,0 +1,282 @@
+"""The HTTP app in-process: routes, negotiation, gzip, limits, timeouts, bad requests."""
+
+from __future__ import annotations
+
+import gzip
+import re
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter import catalogue as cat
+from exporter.app import create_app, scrape_timeout
+from exporter.config import Config
+from exporter.scheduler import Scheduler
+from exporter.snapshot import GpuProcess, ProcessOwner, ProcessType, Snapshot
+from exporter.sources.base import CollectOptions
+from tests.scheduler_fakes import FakeSource
+
+with warnings.catch_warnings():  # starlette suggests httpx2; httpx is what the project pins
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+OPENMETRICS = "application/openmetrics-text; version=1.0.0"
+EVIL = "<script>alert(1)</script>"
+
+
+class ProcessSource(FakeSource):
+    """A fake source whose GPU holds one process with a hostile user name."""
+
+    def collect(self, options: CollectOptions) -> Snapshot:
+        snap = super().collect(options)
+        gpu = snap.gpus[0]
+        proc = GpuProcess(
+            pid=4242, type=ProcessType.COMPUTE, used_memory_bytes=3 << 30,
+            sm_utilization_ratio=0.4,
+            owner=ProcessOwner(uid=1001, user=EVIL, name="python3", start_time_seconds=1.0),
+        )
+        return replace(snap, gpus=(replace(gpu, processes=(proc,)),))
+
+
+def _client(
+    source: FakeSource | None = None, **config: object
+) -> tuple[TestClient, Scheduler, FakeSource]:
+    source = source or ProcessSource()
+    timeout = float(config.pop("timeout", 2.0))  # type: ignore[arg-type]
+    sched = Scheduler(source, None, options=CollectOptions(), min_interval=1.0,
+                      timeout=timeout, stale_after=30.0, jitter=0.0)
+    app = create_app(Config(timeout=timeout, **config), sched)  # type: ignore[arg-type]
+    return TestClient(app), sched, source
+
+
+@pytest.fixture
+def client() -> Iterator[TestClient]:
+    test_client, sched, _ = _client()
+    with test_client:
+        yield test_client
+    sched.close()
+
+
+def _samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return out
+
+
+def test_metrics_text_format(client: TestClient) -> None:
+    response = client.get("/metrics", headers={"Accept-Encoding": "identity"})
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert response.headers["cache-control"] == "no-store"
+    assert "content-encoding" not in response.headers
+    samples = _samples(response.text)
+    used = samples[cat.MEMORY_USED.name]
+    assert used == [({"gpu": "0", "uuid": "GPU-0000"}, float(2 << 20))]
+    assert samples[cat.SOURCE_UP.name][0][1] == 1.0
+    process = samples[cat.PROCESS_MEMORY.name][0][0]
+    assert process["user"] == EVIL  # label values carry it verbatim (escaped by the format)
+
+
+def test_server_timing_header(client: TestClient) -> None:
+    response = client.get("/metrics")
+    timing = dict(re.findall(r"(\w+);dur=([0-9.]+)", response.headers["server-timing"]))
+    assert set(timing) == {"state", "render", "total"}
+    assert float(timing["total"]) >= float(timing["render"])
+    assert float(timing["total"]) < 5_000
+
+
+def test_metrics_openmetrics_and_gzip(client: TestClient) -> None:
+    response = client.get("/metrics", headers={"Accept": OPENMETRICS,
+                                               "Accept-Encoding": "gzip"})
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/openmetrics-text")
+    assert response.headers["content-encoding"] == "gzip"
+    assert response.text.endswith("# EOF\n")  # httpx decoded the gzip body
+    assert f"# UNIT {cat.MEMORY_USED.name} bytes" in response.text
+
+
+def test_gzip_body_is_really_gzip(client: TestClient) -> None:
+    with client.stream("GET", "/metrics", headers={"Accept-Encoding": "gzip"}) as response:
+        raw = b"".join(response.iter_raw())
+    assert raw[:2] == b"\x1f\x8b"
+    assert cat.MEMORY_TOTAL.name.encode() in gzip.decompress(raw)
+
+
+def test_odd_accept_header_falls_back_to_text(client: TestClient) -> None:
+    response = client.get("/metrics", headers={"Accept": "text/plain; version=abc;;;"})
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+
+
+def test_exact_paths_and_methods(client: TestClient) -> None:
+    assert client.get("/metrics/", follow_redirects=False).status_code == 404
+    assert client.get("/nope").status_code == 404
+    assert client.post("/metrics").status_code == 405
+    assert client.delete("/api/v1/snapshot").status_code == 405
+
+
+def test_custom_telemetry_path() -> None:
+    test_client, sched, _ = _client(telemetry_path="/gpu/metrics")
+    with test_client:
+        assert test_client.get("/gpu/metrics").status_code == 200
+        assert test_client.get("/metrics").status_code == 404
+        assert 'href="/gpu/metrics"' in test_client.get("/").text
+    sched.close()
+
+
+def test_healthz_and_readyz(client: TestClient) -> None:
+    health = client.get("/healthz")
+    assert health.status_code == 200
+    assert health.text == "ok\n"
+    ready = client.get("/readyz")
+    assert ready.status_code == 200
+    assert ready.json()["status"] == "ready"
+
+
+def test_readyz_reports_why_not() -> None:
+    test_client, sched, _source = _client(FakeSource(start_failures=50))
+    with test_client:
+        response = test_client.get("/readyz")
+        assert response.status_code == 503
+        body = response.json()
+        assert body["status"] == "not ready"
+        assert "NVML library not found" in body["reason"]
+        assert body["source_initialised"] is False
+        # The exporter keeps serving: metrics say the source is down.
+        samples = _samples(test_client.get("/metrics").text)
+        assert samples[cat.SOURCE_UP.name][0][1] == 0.0
+        assert cat.MEMORY_USED.name not in samples
+    sched.close()
+
+
+def test_snapshot_api_and_openapi(client: TestClient) -> None:
+    response = client.get("/api/v1/snapshot")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["source"] == "fake"
+    assert body["source_up"] is True
+    assert [g["index"] for g in body["gpus"]] == [0]
+    assert body["gpus"][0]["processes"][0]["pid"] == 4242
+    schema = client.get("/openapi.json").json()
+    assert "/api/v1/snapshot" in schema["paths"]
+    assert "SnapshotResponse" in schema["components"]["schemas"]
+    assert client.get("/docs").status_code == 200
+
+
+def test_landing_page_escapes_and_links(client: TestClient) -> None:
+    response = client.get("/")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/html")
+    assert "default-src 'none'" in response.headers["content-security-policy"]
+    page = response.text
+    for link in ('href="/metrics"', 'href="/api/v1/snapshot"', 'href="/docs"'):
+        assert link in page
+    assert "Fake GPU" in page
+    assert EVIL not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert '<table id="gpus">' in page
+    assert 'http-equiv="refresh"' not in page
+
+
+def test_landing_page_refresh_parameter(client: TestClient) -> None:
+    assert 'content="5"' in client.get("/?refresh=5").text
+    bad = client.get("/?refresh=soon")
+    assert bad.status_code == 422
+    assert "refresh" in bad.text
+    assert client.get("/?refresh=-1").status_code == 422
+    assert client.get("/?refresh=99999").status_code == 422
+
+
+def test_landing_page_when_source_down() -> None:
+    test_client, sched, _ = _client(FakeSource(start_failures=50))
+    with test_client:
+        page = test_client.get("/").text
+        assert "Source down: NVML library not found" in page
+        assert "No GPUs." in page
+    sched.close()
+
+
+def test_scrape_timeout_header_parsing() -> None:
+    assert scrape_timeout(None, 0.5) is None
+    assert scrape_timeout("abc", 0.5) is None
+    assert scrape_timeout("-1", 0.5) is None
+    assert scrape_timeout("inf", 0.5) is None
+    assert scrape_timeout("nan", 0.5) is None
+    assert scrape_timeout("10", 0.5) == pytest.approx(9.5)
+    assert scrape_timeout("0.6", 0.5) == pytest.approx(0.3)  # offset > half: half the timeout
+
+
+def test_scrape_timeout_header_bounds_the_wait() -> None:
+    source = ProcessSource()
+    test_client, sched, _ = _client(source, timeout=10.0, min_interval=0.0)
+    with test_client:
+        bad_header = test_client.get(
+            "/metrics", headers={"X-Prometheus-Scrape-Timeout-Seconds": "soon"}
+        )
+        assert bad_header.status_code == 200  # odd header: default timeout, no error
+        source.gate.clear()  # the next collection hangs
+        time.sleep(1.05)  # older than min_interval (1 s)
+        begin = time.monotonic()
+        response = test_client.get(
+            "/metrics", headers={"X-Prometheus-Scrape-Timeout-Seconds": "0.6"}
+        )
+        assert time.monotonic() - begin < 2.0
+        assert response.status_code == 200
+        samples = _samples(response.text)
+        assert samples[cat.DATA_AGE.name][0][1] >= 1.0
+        errors = {labels["kind"]: v for labels, v in samples[cat.ERRORS.name]}
+        assert errors.get("collection_timeout") == 1
+        assert cat.MEMORY_USED.name in samples  # last good data still served
+        source.gate.set()
+    sched.close()
+
+
+def test_max_requests_answers_503_beyond_the_limit() -> None:
+    source = ProcessSource()
+    test_client, sched, _ = _client(source, max_requests=2, timeout=10.0)
+    results: list[int] = []
+    lock = threading.Lock()
+
+    def scrape() -> None:
+        code = test_client.get("/metrics").status_code
+        with lock:
+            results.append(code)
+
+    with test_client:
+        source.gate.clear()  # the first collection hangs until released
+        workers = [threading.Thread(target=scrape) for _ in range(2)]
+        for worker in workers:
+            worker.start()
+        assert source.entered.wait(5)
+        gate = test_client.app.state.metrics_gate  # type: ignore[attr-defined]
+        deadline = time.monotonic() + 5
+        while gate.in_flight < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)  # both scrapes are inside the handler, waiting on the collection
+        assert gate.in_flight == 2
+        over = test_client.get("/metrics")
+        assert over.status_code == 503
+        assert "--web.max-requests=2" in over.text
+        assert over.headers["retry-after"] == "1"
+        source.gate.set()
+        for worker in workers:
+            worker.join(10)
+        assert results == [200, 200]
+        assert test_client.get("/metrics").status_code == 200  # the slots are free again
+    sched.close()
+
+
+def test_every_exposed_family_is_from_the_catalogue(client: TestClient) -> None:
+    text = client.get("/metrics", headers={"Accept-Encoding": "identity"}).text
+    names = {family.name for family in text_string_to_metric_families(text)}
+    known = {m.family_name for m in cat.CATALOGUE} | {m.name for m in cat.CATALOGUE}
+    unknown = {n for n in names if n not in known and not n.startswith("process_")}
+    assert unknown == set()
+    assert cat.MEMORY_USED.name in names
+    assert cat.BUILD_INFO.name in names

@@ -1,0 +1,156 @@
+"""The CLI in-process: exit statuses and messages, source/enricher wiring, binding.
+
+Starting the real server is covered by ``tests/e2e``.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from exporter import __version__
+from exporter.cli import bind, build_enricher, build_source, main, parse_config
+from exporter.config import Config, ListenAddress
+from exporter.enrich import OwnerEnricher
+from exporter.sources.base import CollectOptions
+from exporter.sources.scenario import list_presets
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    assert __version__ in capsys.readouterr().out
+
+
+def test_help_lists_flags_and_presets(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--web.listen-address" in out
+    assert "GPU_EXPORTER_WEB_LISTEN_ADDRESS" in out
+    assert "synthetic:<gpus>x<processes>" in out
+    for preset in list_presets():
+        assert preset in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--bogus"], "unrecognized arguments: --bogus"),
+        (["--web.listen-address"], "expected one argument"),
+        (["--web.listen-address", "9477"], "--web.listen-address"),
+        (["--collector.min-interval", "fast"], "not a duration"),
+        (["--source", "simulated"], "needs --scenario"),
+        (["--source", "simulated", "--scenario", "no-such-preset"], "no such scenario"),
+        (["--passwd-file", "/nonexistent/passwd"], "--passwd-file"),
+        (["--procfs", "/nonexistent"], "--procfs"),
+    ],
+)
+def test_bad_input_exits_2_with_one_clear_last_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in _last_line(err)
+    assert "Traceback" not in err
+
+
+def test_missing_scenario_lists_the_presets(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--source", "simulated"]) == 2
+    line = _last_line(capsys.readouterr().err)
+    assert list_presets()
+    for preset in list_presets():
+        assert preset in line
+
+
+def test_bad_env_exits_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GPU_EXPORTER_COLLECTOR_TIMEOUT", "forever")
+    assert main([]) == 2
+    assert "GPU_EXPORTER_COLLECTOR_TIMEOUT" in _last_line(capsys.readouterr().err)
+
+
+def test_bad_scenario_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("gpus: [{model: NoSuchGPU}]\n", encoding="utf-8")
+    assert main(["--source", "simulated", "--scenario", str(bad)]) == 2
+    line = _last_line(capsys.readouterr().err)
+    assert line.startswith("gpu-exporter: error: --scenario:")
+    assert "bad.yaml" in line
+
+
+@pytest.fixture
+def _restore_logging() -> Iterator[None]:
+    """main() installs its own root handler; put pytest's back afterwards."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+@pytest.mark.usefixtures("_restore_logging")
+def test_port_in_use_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        argv = ["--source", "simulated", "--scenario", "synthetic:1x1",
+                "--web.listen-address", f"127.0.0.1:{port}"]
+        assert main(argv) == 1
+    assert "cannot listen on 127.0.0.1:" in _last_line(capsys.readouterr().err)
+
+
+def test_synthetic_scenario_builds_a_fleet() -> None:
+    config = parse_config(["--source", "simulated", "--scenario", "synthetic:3x5"], {})
+    source = build_source(config)
+    source.start()
+    snapshot = source.collect(CollectOptions())
+    assert snapshot.source == "simulated"
+    assert len(snapshot.gpus) == 3
+    assert all(len(g.processes) <= 5 for g in snapshot.gpus)
+    assert sum(len(g.processes) for g in snapshot.gpus) > 0
+    source.close()
+
+
+def test_presets_load() -> None:
+    for preset in list_presets():
+        config = parse_config(["--source", "simulated", "--scenario", preset], {})
+        assert build_source(config).name == "simulated"
+
+
+def test_enrichers_follow_the_source() -> None:
+    assert build_enricher(Config(source="simulated", scenario="x")) is None
+    assert isinstance(build_enricher(Config()), OwnerEnricher)
+    kube = build_enricher(Config(kubernetes=True))
+    assert kube is not None
+    assert not isinstance(kube, OwnerEnricher)  # a chain of owners + pods
+
+
+def test_nvml_source_is_built_lazily() -> None:
+    source = build_source(Config())
+    assert source.name == "nvml"  # nothing touches NVML until start()
+
+
+def test_bind_loopback() -> None:
+    sock = bind(ListenAddress("127.0.0.1", 0))
+    try:
+        host, port = sock.getsockname()[:2]
+        assert host == "127.0.0.1"
+        assert port > 0
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            pass
+        with pytest.raises(OSError, match="in use"):
+            bind(ListenAddress("127.0.0.1", port))
+    finally:
+        sock.close()
+    with pytest.raises(socket.gaierror):
+        bind(ListenAddress("no-such-host.invalid", 0))

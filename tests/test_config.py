@@ -1,0 +1,180 @@
+"""Flag/environment parsing into ``Config``: values, precedence, contradictions."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from exporter.catalogue import OPT_IN_GROUPS, Group
+from exporter.config import (
+    FLAGS,
+    Config,
+    ConfigError,
+    ListenAddress,
+    build_parser,
+    flags_markdown_table,
+    parse_bool,
+    parse_duration,
+    parse_listen_address,
+    resolve,
+    unknown_env,
+)
+
+
+def _resolve(argv: list[str], env: dict[str, str] | None = None) -> Config:
+    namespace: argparse.Namespace = build_parser().parse_args(argv)
+    return resolve(namespace, env or {})
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("500ms", 0.5), ("5s", 5.0), ("1m", 60.0), ("1m30s", 90.0), ("2h", 7200.0), ("0", 0.0),
+     ("1.5s", 1.5), ("1d", 86400.0)],
+)
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "5", "5x", "s", "-1s", "1s2", "1 s", "ms5"])
+def test_parse_duration_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="not a duration"):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "host", "port"),
+    [(":9477", None, 9477), ("127.0.0.1:80", "127.0.0.1", 80), ("[::1]:9000", "::1", 9000),
+     ("localhost:0", "localhost", 0), ("0.0.0.0:9477", "0.0.0.0", 9477)],
+)
+def test_parse_listen_address(text: str, host: str | None, port: int) -> None:
+    address = parse_listen_address(text)
+    assert (address.host, address.port) == (host, port)
+    assert parse_listen_address(str(address)) == address  # str() round-trips
+
+
+@pytest.mark.parametrize("text", ["9477", "host:", "host:99999", "[::1]", "a:b:c", "::1:80", ""])
+def test_parse_listen_address_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match=r"port|host"):
+        parse_listen_address(text)
+
+
+def test_parse_bool() -> None:
+    assert parse_bool("TRUE") is True
+    assert parse_bool("1") is True
+    assert parse_bool("false") is False
+    assert parse_bool("0") is False
+    with pytest.raises(ValueError, match="not a boolean"):
+        parse_bool("maybe")
+
+
+def test_flag_defaults_match_config_defaults() -> None:
+    assert _resolve([]) == Config()
+
+
+def test_default_groups_leave_energy_and_pcie_off() -> None:
+    config = _resolve([])
+    assert OPT_IN_GROUPS.isdisjoint(config.groups)
+    assert Group.MEMORY in config.groups
+    assert Group.EXPORTER not in config.groups  # always on, added by exposition_options()
+    assert Group.EXPORTER in config.exposition_options().groups
+
+
+def test_every_group_but_exporter_has_a_switch() -> None:
+    names = {f.name for f in FLAGS}
+    for group in Group:
+        assert (f"collector.{group.value}" in names) == (group is not Group.EXPORTER)
+
+
+def test_collector_switches_map_to_collect_options() -> None:
+    config = _resolve(["--collector.energy", "--no-collector.fan", "--collector.pcie"])
+    options = config.collect_options()
+    assert options.energy
+    assert options.pcie
+    assert not options.fan
+    assert options.memory
+    no_procs = _resolve(["--no-collector.processes"]).collect_options()
+    assert not no_procs.processes
+    assert not no_procs.process_utilization  # meaningless without the process list
+
+
+def test_values_from_flags() -> None:
+    config = _resolve([
+        "--web.listen-address", "127.0.0.1:9999", "--web.telemetry-path", "/m",
+        "--collector.min-interval", "250ms", "--collector.timeout", "2s",
+        "--collector.stale-after", "1m", "--process.max-series-per-gpu", "8",
+        "--no-process.pid-label", "--kubernetes", "--log.level", "DEBUG",
+        "--log.format", "json", "--source", "simulated", "--scenario", "x",
+        "--simulate.speed", "60", "--simulate.seed", "3",
+    ])
+    assert config.listen_address == ListenAddress("127.0.0.1", 9999)
+    assert config.telemetry_path == "/m"
+    assert (config.min_interval, config.timeout, config.stale_after) == (0.25, 2.0, 60.0)
+    assert config.log_level == "debug"
+    assert (config.simulate_speed, config.simulate_seed) == (60.0, 3)
+    options = config.exposition_options()
+    assert options.max_process_series_per_gpu == 8
+    assert not options.pid_label
+    assert options.kubernetes_labels
+
+
+def test_environment_variables_and_precedence() -> None:
+    env = {
+        "GPU_EXPORTER_WEB_LISTEN_ADDRESS": "127.0.0.1:1234",
+        "GPU_EXPORTER_COLLECTOR_ENERGY": "true",
+        "GPU_EXPORTER_PROCESS_PID_LABEL": "0",
+        "GPU_EXPORTER_COLLECTOR_MIN_INTERVAL": "2s",
+    }
+    config = _resolve([], env)
+    assert config.listen_address.port == 1234
+    assert Group.ENERGY in config.groups
+    assert not config.pid_label
+    assert config.min_interval == 2.0
+    flags_win = _resolve(["--web.listen-address", ":80", "--no-collector.energy"], env)
+    assert flags_win.listen_address == ListenAddress(None, 80)
+    assert Group.ENERGY not in flags_win.groups
+
+
+def test_env_names_follow_the_flag_names() -> None:
+    envs = {f.name: f.env for f in FLAGS}
+    assert envs["web.listen-address"] == "GPU_EXPORTER_WEB_LISTEN_ADDRESS"
+    assert envs["collector.process_utilization"] == "GPU_EXPORTER_COLLECTOR_PROCESS_UTILIZATION"
+    assert len(set(envs.values())) == len(envs)
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["--collector.timeout", "soon"], {}, "--collector.timeout"),
+        (["--collector.timeout", "0"], {}, "greater than 0"),
+        (["--web.max-requests", "-1"], {}, "--web.max-requests"),
+        (["--web.telemetry-path", "metrics"], {}, "absolute URL path"),
+        (["--web.telemetry-path", "/healthz"], {}, "already served"),
+        (["--source", "dcgm"], {}, "--source"),
+        (["--source", "simulated"], {}, "needs --scenario"),
+        (["--scenario", "busy"], {}, "only applies to --source simulated"),
+        (["--simulate.speed", "0", "--source", "simulated", "--scenario", "x"], {}, "positive"),
+        ([], {"GPU_EXPORTER_COLLECTOR_ENERGY": "perhaps"}, "GPU_EXPORTER_COLLECTOR_ENERGY"),
+        ([], {"GPU_EXPORTER_WEB_LISTEN_ADDRESS": "nowhere"}, "GPU_EXPORTER_WEB_LISTEN_ADDRESS"),
+        ([], {"GPU_EXPORTER_LOG_LEVEL": "loud"}, "GPU_EXPORTER_LOG_LEVEL"),
+    ],
+)
+def test_bad_values_raise_one_clear_line(
+    argv: list[str], env: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        _resolve(argv, env)
+    assert "\n" not in str(info.value)
+
+
+def test_unknown_env_lists_typos_only() -> None:
+    env = {"GPU_EXPORTER_WEB_LISTEN_ADRESS": "x", "GPU_EXPORTER_SOURCE": "nvml", "HOME": "/"}
+    assert unknown_env(env) == ["GPU_EXPORTER_WEB_LISTEN_ADRESS"]
+
+
+def test_flags_table_lists_every_flag() -> None:
+    table = flags_markdown_table()
+    for flag in FLAGS:
+        assert f"{flag.name}`" in table
+        assert flag.env in table
+    assert "`--[no-]collector.energy`" in table

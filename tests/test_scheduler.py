@@ -1,0 +1,325 @@
+"""Scheduler: single flight, min interval, hung collections, init backoff, error counting."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+
+from exporter.scheduler import Scheduler
+from exporter.snapshot import Snapshot
+from exporter.sources.base import CollectOptions
+from tests.scheduler_fakes import FakeClock, FakeSource
+
+
+def scheduler(source: FakeSource, **kwargs: object) -> Scheduler:
+    args: dict[str, object] = {
+        "options": CollectOptions(), "min_interval": 1.0, "timeout": 2.0, "stale_after": 30.0,
+        "jitter": 0.0,
+    }
+    args.update(kwargs)
+    return Scheduler(source, None, **args)  # type: ignore[arg-type]
+
+
+def test_single_flight_under_concurrent_callers() -> None:
+    source = FakeSource(delay=0.3)
+    sched = scheduler(source)
+    results: list[Snapshot] = []
+    lock = threading.Lock()
+
+    def scrape() -> None:
+        state = sched.state()
+        with lock:
+            results.append(state.snapshot)
+
+    threads = [threading.Thread(target=scrape) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert source.collect_calls == 1
+    assert len(results) == 16
+    assert all(s is results[0] for s in results)
+    assert results[0].source_up
+    sched.close()
+
+
+def test_min_interval_reuses_the_snapshot() -> None:
+    clock = FakeClock()
+    source = FakeSource()
+    sched = scheduler(source, clock=clock, min_interval=1.0)
+    first = sched.state()
+    clock.advance(0.5)
+    second = sched.state()
+    assert source.collect_calls == 1
+    assert second.snapshot is first.snapshot
+    assert second.data_age_seconds == pytest.approx(0.5)
+    clock.advance(0.5)
+    third = sched.state()
+    assert source.collect_calls == 2
+    assert third.snapshot is not first.snapshot
+    assert not third.stale
+    sched.close()
+
+
+def test_zero_min_interval_collects_every_time() -> None:
+    source = FakeSource()
+    sched = scheduler(source, min_interval=0.0)
+    snapshots = {sched.state().snapshot.taken_at for _ in range(5)}
+    assert source.collect_calls == 5
+    assert len(snapshots) == 5
+    sched.close()
+
+
+def test_hung_collection_serves_stale_data_with_one_thread_then_recovers() -> None:
+    source = FakeSource()
+    sched = scheduler(source, min_interval=0.0, timeout=0.2, stale_after=30.0)
+    good = sched.state()
+    assert not good.stale
+    assert good.snapshot.source_up
+    threads_before = threading.active_count()
+
+    source.gate.clear()  # the next collect() hangs
+    begin = time.monotonic()
+    hung = sched.state()
+    waited = time.monotonic() - begin
+    assert 0.15 <= waited < 1.0
+    assert hung.stale
+    assert hung.snapshot is good.snapshot
+    assert hung.data_age_seconds >= 0.2
+    assert hung.errors_total.get("collection_timeout") == 1
+
+    ages = []
+    for _ in range(5):  # the overdue collection is not waited for again
+        begin = time.monotonic()
+        again = sched.state()
+        assert time.monotonic() - begin < 0.1
+        assert again.stale
+        assert again.snapshot is good.snapshot
+        ages.append(again.data_age_seconds)
+        time.sleep(0.02)
+    assert ages == sorted(ages)
+    assert ages[-1] > ages[0]
+    assert source.collect_calls == 2  # no second collection while one hangs
+    assert threading.active_count() == threads_before
+    assert again.errors_total.get("collection_timeout") == 1  # counted once per collection
+    assert (sched.stats.in_flight_seconds or 0.0) >= 0.2  # still running
+
+    source.gate.set()  # the hung call returns
+    deadline = time.monotonic() + 5
+    while sched.stats.in_flight_seconds is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    fresh = sched.state()
+    assert not fresh.stale
+    assert fresh.snapshot is not good.snapshot
+    assert fresh.data_age_seconds < 0.2
+    sched.close()
+
+
+def test_first_collection_hung_serves_a_down_placeholder() -> None:
+    source = FakeSource()
+    source.gate.clear()
+    sched = scheduler(source, timeout=0.1)
+    state = sched.state()
+    assert state.stale
+    assert not state.snapshot.source_up
+    assert "no collection has finished" in (state.snapshot.source_error or "")
+    assert not sched.ready()
+    source.gate.set()
+    sched.close()
+
+
+def test_scrape_timeout_shorter_than_collector_timeout() -> None:
+    source = FakeSource()
+    sched = scheduler(source, timeout=5.0)
+    source.gate.clear()
+    begin = time.monotonic()
+    state = sched.state(timeout=0.1)
+    assert time.monotonic() - begin < 1.0
+    assert state.stale
+    source.gate.set()
+    sched.close()
+
+
+def test_init_failure_backs_off_then_recovers() -> None:
+    clock = FakeClock(0.0)
+    source = FakeSource(start_failures=2)
+    sched = scheduler(source, clock=clock, min_interval=0.0, backoff_initial=1.0)
+
+    down = sched.state()
+    assert source.start_calls == 1
+    assert not down.snapshot.source_up
+    assert down.snapshot.source_error == "NVML library not found"
+    assert down.errors_total == {"source_init": 1}
+    assert not sched.ready()
+    assert "NVML library not found" in sched.stats.reason(30.0)
+
+    clock.advance(0.9)
+    sched.state()
+    assert source.start_calls == 1  # still backing off (1 s)
+    clock.advance(0.1)
+    sched.state()
+    assert source.start_calls == 2  # second failure: next try after 2 s
+    clock.advance(1.9)
+    still_down = sched.state()
+    assert source.start_calls == 2
+    assert not still_down.snapshot.source_up
+    clock.advance(0.1)
+    up = sched.state()
+    assert source.start_calls == 3
+    assert up.snapshot.source_up
+    assert source.collect_calls == 1
+    assert up.errors_total == {"source_init": 2}
+    assert sched.ready()
+    sched.close()
+
+
+def test_backoff_doubles_to_the_cap_with_jitter_bounds() -> None:
+    clock = FakeClock(0.0)
+    source = FakeSource(start_failures=100)
+    sched = scheduler(
+        source, clock=clock, min_interval=0.0, backoff_initial=1.0, backoff_max=8.0,
+        jitter=0.5, rand=lambda: 1.0,  # the longest jittered delay: 1.5 x the base
+    )
+    delays = []
+    for _ in range(6):
+        sched.state()
+        wait = sched.stats.next_init_in_seconds
+        assert wait is not None
+        delays.append(wait)
+        clock.advance(wait)
+    assert delays == pytest.approx([1.5, 3.0, 6.0, 12.0, 12.0, 12.0])
+    sched.close()
+
+
+def test_source_lost_during_collect_goes_back_to_init() -> None:
+    clock = FakeClock(0.0)
+    source = FakeSource()
+    sched = scheduler(source, clock=clock, min_interval=0.0)
+    assert sched.state().snapshot.source_up
+    source.lose_next = True
+    lost = sched.state()
+    assert not lost.snapshot.source_up
+    assert lost.snapshot.source_error == "GPU fell off the bus"
+    assert lost.errors_total.get("source_lost") == 1
+    assert not sched.ready()
+    sched.state()
+    assert source.start_calls == 1  # backing off before start() again
+    clock.advance(1.0)
+    back = sched.state()
+    assert source.start_calls == 2
+    assert back.snapshot.source_up
+    sched.close()
+
+
+def test_errors_accumulate_into_errors_total() -> None:
+    source = FakeSource(errors={"gpu_lost": 1, "garbled_process_entry": 2, "nvml_call": 0})
+    sched = scheduler(source, min_interval=0.0)
+    for _ in range(3):
+        state = sched.state()
+    assert state.errors_total == {"gpu_lost": 3, "garbled_process_entry": 6}
+    sched.close()
+
+
+def test_unexpected_collect_error_keeps_last_good_data() -> None:
+    clock = FakeClock(0.0)
+    source = FakeSource()
+    sched = scheduler(source, clock=clock, min_interval=0.0, stale_after=10.0)
+    good = sched.state()
+    source.raise_next = RuntimeError("bug")
+    clock.advance(11.0)
+    after = sched.state()
+    assert after.snapshot is good.snapshot
+    assert after.stale  # older than stale_after
+    assert after.errors_total.get("collection_failed") == 1
+    assert not sched.ready()
+    assert sched.state().snapshot.source_up  # and the next collection works again
+    assert sched.ready()
+    sched.close()
+
+
+class _Enricher:
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.calls = 0
+
+    def enrich(self, snapshot: Snapshot) -> Snapshot:
+        self.calls += 1
+        if self.fail:
+            raise ValueError("broken passwd")
+        return replace(snapshot, hostname="enriched")
+
+
+def test_enrichment_runs_after_collect_and_failures_are_counted() -> None:
+    source = FakeSource()
+    good = _Enricher()
+    sched = Scheduler(source, good, options=CollectOptions(), min_interval=0.0, timeout=1.0,
+                      stale_after=30.0)
+    assert sched.state().snapshot.hostname == "enriched"
+    good.fail = True
+    state = sched.state()
+    assert state.snapshot.hostname == "host"  # served without enrichment
+    assert state.snapshot.source_up
+    assert state.errors_total.get("enrichment") == 1
+    sched.close()
+
+
+def test_options_are_passed_to_collect() -> None:
+    source = FakeSource()
+    options = CollectOptions(energy=True, processes=False)
+    sched = Scheduler(source, None, options=options, min_interval=0.0, timeout=1.0,
+                      stale_after=30.0)
+    sched.state()
+    assert source.options == [options]
+    sched.close()
+
+
+def test_ready_goes_false_when_data_ages() -> None:
+    clock = FakeClock(0.0)
+    source = FakeSource()
+    sched = scheduler(source, clock=clock, stale_after=30.0)
+    assert not sched.ready()
+    sched.state()
+    assert sched.ready()
+    clock.advance(31.0)
+    assert not sched.ready()
+    assert "old" in sched.stats.reason(30.0)
+    assert sched.await_ready(0.5)  # starts a collection and waits for it
+    assert source.collect_calls == 2
+    sched.close()
+
+
+def test_trigger_starts_a_background_collection() -> None:
+    source = FakeSource()
+    sched = scheduler(source)
+    sched.trigger()
+    assert source.entered.wait(5)
+    deadline = time.monotonic() + 5
+    while not sched.ready() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sched.ready()
+    sched.state()
+    assert source.collect_calls == 1  # the triggered collection is reused
+    sched.close()
+
+
+def test_close_closes_the_source_and_stops_collecting() -> None:
+    source = FakeSource()
+    sched = scheduler(source, min_interval=0.0)
+    sched.state()
+    sched.close()
+    assert source.closed
+    sched.state()
+    assert source.collect_calls == 1
+
+
+def test_close_with_a_hung_collection_leaves_the_source_alone() -> None:
+    source = FakeSource()
+    source.gate.clear()
+    sched = scheduler(source, timeout=0.05)
+    sched.state()
+    sched.close()
+    assert not source.closed  # closing NVML under a hung call is not safe
+    source.gate.set()

@@ -1,0 +1,85 @@
+"""Landing page rendering: tables, hints, down GPUs, escaping, refresh."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from exporter.snapshot import GpuProcess, PodRef, ProcessOwner, ProcessType, Snapshot
+from exporter.state import ExporterState
+from exporter.web.page import TOP_PROCESSES, render_landing
+from tests.scheduler_fakes import make_snapshot
+
+GIB = 1 << 30
+
+
+def _state(snapshot: Snapshot, stale: bool = False) -> ExporterState:
+    return ExporterState(snapshot=snapshot, data_age_seconds=1.5, stale=stale,
+                         last_success_timestamp=None)
+
+
+def _render(snapshot: Snapshot, **kwargs: object) -> str:
+    return render_landing(_state(snapshot, bool(kwargs.pop("stale", False))), version="9.9",
+                          metrics_path="/metrics", **kwargs)  # type: ignore[arg-type]
+
+
+def _gpu(snapshot: Snapshot, index: int = 0, **fields: object) -> Snapshot:
+    gpus = list(snapshot.gpus)
+    gpus[index] = replace(gpus[index], **fields)  # type: ignore[arg-type]
+    return replace(snapshot, gpus=tuple(gpus))
+
+
+def _proc(pid: int, memory: int, user: str = "alice") -> GpuProcess:
+    return GpuProcess(pid=pid, type=ProcessType.COMPUTE, used_memory_bytes=memory,
+                      owner=ProcessOwner(uid=1000, user=user, name="python3",
+                                         start_time_seconds=0.0))
+
+
+def test_hints_follow_the_guide() -> None:
+    idle = _gpu(make_snapshot(), memory_used_bytes=60 * GIB, utilization_ratio=0.0)
+    assert "memory held but GPU idle" in _render(idle)
+    full_hot = _gpu(make_snapshot(), memory_used_bytes=78 * GIB, utilization_ratio=0.9,
+                    temperature_celsius=85.0)
+    page = _render(full_hot)
+    assert "memory almost full" in page
+    assert "hot: check cooling" in page
+    assert 'class="bar high"' in page
+    calm = _gpu(make_snapshot(), memory_used_bytes=10 * GIB, utilization_ratio=0.9,
+                temperature_celsius=60.0)
+    assert '<td class="hint"></td>' in _render(calm)
+
+
+def test_down_gpu_shows_its_error_and_others_stay() -> None:
+    snap = _gpu(make_snapshot(gpus=2), 1, up=False, error="GPU is lost <reset needed>")
+    page = _render(snap)
+    assert "down: GPU is lost &lt;reset needed&gt;" in page
+    assert page.count("Fake GPU") == 2
+
+
+def test_top_processes_sorted_and_capped() -> None:
+    processes = tuple(_proc(100 + i, (i + 1) * GIB) for i in range(TOP_PROCESSES + 5))
+    snap = _gpu(make_snapshot(), processes=processes)
+    page = _render(snap)
+    table = page[page.index('<table id="processes">'):]
+    assert table.count("<tr><td>0</td>") == TOP_PROCESSES
+    biggest = table.index(f"<td>{100 + TOP_PROCESSES + 4}</td>")
+    second = table.index(f"<td>{100 + TOP_PROCESSES + 3}</td>")
+    assert biggest < second
+    assert "<td>100</td>" not in table  # the smallest fell off
+
+
+def test_pods_and_hostile_text_are_escaped() -> None:
+    proc = replace(_proc(7, GIB, user='"><img src=x>'),
+                   pod=PodRef(pod_uid="u", namespace="ml", pod="train-<0>"))
+    snap = replace(_gpu(make_snapshot(), processes=(proc,)), hostname="<b>host</b>")
+    page = _render(snap)
+    assert "<img src=x>" not in page
+    assert "&quot;&gt;&lt;img src=x&gt;" in page
+    assert "ml/train-&lt;0&gt;" in page
+    assert "&lt;b&gt;host&lt;/b&gt;" in page
+
+
+def test_refresh_and_stale_notice() -> None:
+    page = _render(make_snapshot(), refresh_seconds=7, stale=True)
+    assert '<meta http-equiv="refresh" content="7">' in page
+    assert "Stale data" in page
+    assert "1.5 s (stale)" in page
