@@ -1,6 +1,7 @@
 """Scrape benchmark: the real server, simulated 8 GPUs x 32 processes, over loopback.
 
-Usage: ``.venv/bin/python bench/bench_scrape.py [--scrapes 2000] [--max-seconds 60] [--check]``
+Usage: ``.venv/bin/python bench/bench_scrape.py [--scrapes 2000] [--max-seconds 60] [--check]
+[--scenario synthetic:8x32 | --nvml]`` (``--nvml``: the real GPUs of this host instead).
 
 Two cases, each against a fresh server process:
 
@@ -71,11 +72,11 @@ def _memory_mb(pid: int) -> tuple[float, float]:
     return fields["VmRSS"], fields["VmHWM"]
 
 
-def run_case(case: str, extra: list[str], scrapes: int, max_seconds: float,
-             plain: bool) -> Result:
+def run_case(case: str, source: list[str], extra: list[str], *, scrapes: int,
+             max_seconds: float, plain: bool) -> Result:
     headers = {} if plain else {"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip",
                                 "X-Prometheus-Scrape-Timeout-Seconds": "10"}
-    with ExporterProcess("--source", "simulated", "--scenario", SCENARIO, *extra) as server:
+    with ExporterProcess(*source, *extra) as server:
         conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=15)
         for _ in range(20):  # warm-up: imports, first collection, caches
             conn.request("GET", "/metrics", headers=headers)
@@ -135,13 +136,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plain", action="store_true",
                         help="text format without gzip instead of Prometheus' headers")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
+    parser.add_argument("--scenario", default=SCENARIO, help=f"simulated scenario ({SCENARIO})")
+    parser.add_argument("--nvml", action="store_true", help="benchmark the real GPUs via NVML")
     args = parser.parse_args(argv)
     if not 1 <= args.scrapes <= 100_000 or not 0 < args.max_seconds <= 600:
         parser.error("--scrapes must be 1..100000 and --max-seconds 0..600")
+    source = ["--source", "nvml"] if args.nvml else [
+        "--source", "simulated", "--scenario", args.scenario]
+    print(f"source: {' '.join(source)}")
     results = [
-        run_case("shared", [], args.scrapes, args.max_seconds, args.plain),
-        run_case("fresh", ["--collector.min-interval", "0"], args.scrapes, args.max_seconds,
-                 args.plain),
+        run_case("shared", source, [], scrapes=args.scrapes, max_seconds=args.max_seconds,
+                 plain=args.plain),
+        run_case("fresh", source, ["--collector.min-interval", "0"], scrapes=args.scrapes,
+                 max_seconds=args.max_seconds, plain=args.plain),
     ]
     ok = report(results)
     return 0 if ok or not args.check else 1

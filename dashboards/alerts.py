@@ -7,14 +7,16 @@ Thresholds come from ``dashboards.thresholds``.
 
 from __future__ import annotations
 
-from exporter import catalogue as c
-
 from dashboards import thresholds as t
 from dashboards.promql import NOT_OVERFLOW, PROCESS_ONLY_LABELS, num, reason_in, sel
 from dashboards.rules import AlertRule, RuleGroup
+from exporter import catalogue as c
 
 UNCORRECTED = 'type="uncorrected"'
-_WHERE = "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }}"
+# On Kubernetes the instance is a pod address; the ServiceMonitor's node label says where.
+_NODE = "{{ with $labels.node }} (node {{ . }}){{ end }}"
+_HOST = "{{ $labels.instance }}" + _NODE
+_WHERE = "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on " + _HOST
 _HW_POWER_REASONS = tuple(r for r in c.POWER_THROTTLE_REASONS if r.startswith("hw_"))
 _SW_POWER_REASONS = tuple(r for r in c.POWER_THROTTLE_REASONS if not r.startswith("hw_"))
 
@@ -109,7 +111,7 @@ def idle_group() -> RuleGroup:
         summary="A user holds GPU memory on a host while none of their processes compute.",
         description=(
             "User {{ $labels.user }} holds {{ $value | humanize1024 }}B of GPU memory on "
-            "{{ $labels.instance }} and none of their GPU processes there exceeded "
+            + _HOST + " and none of their GPU processes there exceeded "
             f"{t.IDLE_UTILIZATION_RATIO:.0%} utilisation for {t.IDLE_FOR}."
         ),
     )
@@ -250,7 +252,7 @@ def exporter_group() -> RuleGroup:
         severity="warning",
         summary="Prometheus cannot scrape a gpu-exporter.",
         description=(
-            "Target {{ $labels.instance }} of job {{ $labels.job }} has been down for "
+            "Target " + _HOST + " of job {{ $labels.job }} has been down for "
             f"{t.EXPORTER_DOWN_FOR}: no GPU data or GPU alerts for that host."
         ),
     )
@@ -261,7 +263,7 @@ def exporter_group() -> RuleGroup:
         severity="critical",
         summary="The exporter cannot read the GPUs at all.",
         description=(
-            "The {{ $labels.source }} source of {{ $labels.instance }} is down (NVML missing "
+            "The {{ $labels.source }} source of " + _HOST + " is down (NVML missing "
             f"or failing) for {t.SOURCE_DOWN_FOR}; the exporter keeps retrying."
         ),
     )
@@ -272,7 +274,7 @@ def exporter_group() -> RuleGroup:
         severity="warning",
         summary="The exporter's collections keep failing.",
         description=(
-            "Collections on {{ $labels.instance }} have not read every GPU without error for "
+            "Collections on " + _HOST + " have not read every GPU without error for "
             f"{t.COLLECTION_FAILING_FOR}; see gpu_exporter_errors_total by kind."
         ),
     )
@@ -283,7 +285,7 @@ def exporter_group() -> RuleGroup:
         severity="warning",
         summary="The exporter serves old data.",
         description=(
-            "The data {{ $labels.instance }} serves is {{ $value | humanizeDuration }} old: "
+            "The data " + _HOST + " serves is {{ $value | humanizeDuration }} old: "
             "collections hang or fail and the last good snapshot is repeated."
         ),
     )
@@ -296,7 +298,7 @@ def exporter_group() -> RuleGroup:
         severity="info",
         summary="The exporter meets many errors while collecting.",
         description=(
-            "{{ $labels.instance }} counted {{ $value | humanize }} errors of kind "
+            _HOST + " counted {{ $value | humanize }} errors of kind "
             f"{{{{ $labels.kind }}}} in the last {t.ERRORS_WINDOW}."
         ),
     )

@@ -5,8 +5,6 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard
 from grafana_foundation_sdk.models import dashboard as dm
 
-from exporter import catalogue as c
-
 from dashboards import thresholds as t
 from dashboards import variables as v
 from dashboards.fleet import MEMORY_STEPS, TEMPERATURE_STEPS
@@ -20,6 +18,7 @@ from dashboards.panels import (
     timeseries_panel,
 )
 from dashboards.promql import NOT_OVERFLOW, sel
+from exporter import catalogue as c
 
 UID = "gpu-exporter-node"
 M = f"{v.HOST}, {v.GPU}"

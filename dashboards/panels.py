@@ -34,15 +34,17 @@ def steps(*pairs: Step) -> dashboard.ThresholdsConfig:
     )
 
 
-def query(expr: str, legend: str = "", *, instant: bool = False, ref: str = "A") -> (
-    prometheus.Dataquery
-):
-    """A Prometheus query on the datasource variable (instant ones come back as tables)."""
+def query(
+    expr: str, legend: str = "", *, instant: bool = False, table: bool = False, ref: str = "A"
+) -> prometheus.Dataquery:
+    """A Prometheus query on the datasource variable; ``table`` ones are instant tables."""
     q = prometheus.Dataquery().expr(expr).ref_id(ref).datasource(DATASOURCE)
     if legend:
         q = q.legend_format(legend)
-    if instant:
-        q = q.instant().format(PromQueryFormat.TABLE)
+    if instant or table:
+        q = q.instant()
+    if table:
+        q = q.format(PromQueryFormat.TABLE)
     return q
 
 
@@ -125,7 +127,7 @@ def bar_panel(
     thresholds: dashboard.ThresholdsConfig | None = None,
     max_val: float | None = None,
 ) -> bargauge.Panel:
-    """Horizontal bars, one per series (top-N lists)."""
+    """Horizontal bars, one per series (top-N lists; use an instant time-series query)."""
     panel = (
         bargauge.Panel()
         .title(title)
@@ -176,8 +178,8 @@ def table_panel(
         .description(description)
         .datasource(DATASOURCE)
         .unit("short")
-        .targets([query(col.expr, instant=True, ref=ref) for ref, col in zip(refs, columns,
-                                                                              strict=True)])
+        .targets([query(col.expr, table=True, ref=ref) for ref, col in zip(refs, columns,
+                                                                            strict=True)])
         .with_transformation(dm.DataTransformerConfig(id_val="merge", options={}))
         .with_transformation(
             dm.DataTransformerConfig(

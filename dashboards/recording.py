@@ -8,9 +8,8 @@ cheaper long-range graphs and federation.
 
 from __future__ import annotations
 
-from exporter import catalogue as c
-
 from dashboards.rules import RecordingRule, RuleGroup
+from exporter import catalogue as c
 
 _GPU = ", ".join(c.GPU_LABELS)
 used, total = c.MEMORY_USED.name, c.MEMORY_TOTAL.name

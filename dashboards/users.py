@@ -5,8 +5,6 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard
 from grafana_foundation_sdk.models import dashboard as dm
 
-from exporter import catalogue as c
-
 from dashboards import thresholds as t
 from dashboards import variables as v
 from dashboards.fleet import LEGEND
@@ -21,6 +19,7 @@ from dashboards.panels import (
     timeseries_panel,
 )
 from dashboards.promql import NOT_OVERFLOW, idle_process_filter, num, sel, with_hostname
+from exporter import catalogue as c
 
 UID = "gpu-exporter-users"
 H = v.HOST

@@ -10,10 +10,9 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard
 from grafana_foundation_sdk.models import dashboard as dm
 
-from exporter import catalogue as c
-
 from dashboards.panels import DATASOURCE
 from dashboards.promql import sel
+from exporter import catalogue as c
 
 JOB = 'job=~"$job"'
 INSTANCE = 'instance=~"$instance"'

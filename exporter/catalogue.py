@@ -19,7 +19,7 @@ class Kind(str, Enum):
 
 
 class Group(str, Enum):
-    """Collector groups, each switchable with ``--collector.<group>`` / ``--no-collector.<group>``."""
+    """Collector groups, each switched with ``--collector.<group>`` / ``--no-collector.<group>``."""
 
     INFO = "info"
     MEMORY = "memory"
@@ -69,6 +69,10 @@ THROTTLE_REASONS: tuple[str, ...] = (
 THERMAL_THROTTLE_REASONS: tuple[str, ...] = ("sw_thermal_slowdown", "hw_thermal_slowdown")
 POWER_THROTTLE_REASONS: tuple[str, ...] = ("sw_power_cap", "hw_power_brake_slowdown", "hw_slowdown")
 
+#: Base units a metric name may end in (longest first, so bytes_per_second wins over seconds).
+UNITS: tuple[str, ...] = ("bytes_per_second", "bytes", "celsius", "watts", "joules", "ratio",
+                          "hertz", "seconds")
+
 
 @dataclass(frozen=True, slots=True)
 class Metric:
@@ -84,7 +88,12 @@ class Metric:
     help: str
     labels: tuple[str, ...]
     group: Group
-    unit: str = ""  # OpenMetrics unit, the name's unit suffix ("bytes", "celsius", ...)
+
+    @property
+    def unit(self) -> str:
+        """The OpenMetrics unit: the base-unit suffix of the name ("" for unitless counts)."""
+        stem = self.name.removesuffix("_total")
+        return next((u for u in UNITS if stem.endswith("_" + u)), "")
 
     @property
     def family_name(self) -> str:
@@ -96,15 +105,8 @@ class Metric:
         return self.name
 
 
-def _m(
-    name: str,
-    kind: Kind,
-    group: Group,
-    labels: tuple[str, ...],
-    help_text: str,
-    unit: str = "",
-) -> Metric:
-    return Metric(name=name, kind=kind, help=help_text, labels=labels, group=group, unit=unit)
+def _m(name: str, kind: Kind, group: Group, labels: tuple[str, ...], help_text: str) -> Metric:
+    return Metric(name=name, kind=kind, help=help_text, labels=labels, group=group)
 
 
 G, C, I = Kind.GAUGE, Kind.COUNTER, Kind.INFO  # noqa: E741
@@ -117,74 +119,75 @@ GPU_INFO = _m(
 )
 GPU_UP = _m(
     "gpu_up", G, Group.INFO, GPU_LABELS,
-    "1 if the GPU answered the last collection, 0 if it is lost or errored (other GPUs still report).",
+    "1 if the GPU answered the last collection, 0 if it is lost or errored (other GPUs still "
+    "report).",
 )
 MEMORY_TOTAL = _m(
     "gpu_memory_total_bytes", G, Group.MEMORY, GPU_LABELS,
-    "Total GPU memory (framebuffer) in bytes, as NVML reports it (ECC on reduces it).", "bytes",
+    "Total GPU memory (framebuffer) in bytes, as NVML reports it (ECC on reduces it).",
 )
 MEMORY_USED = _m(
     "gpu_memory_used_bytes", G, Group.MEMORY, GPU_LABELS,
     "GPU memory allocated on the device in bytes: every process's contexts and caches. "
-    "This is the number nvidia-smi shows as used.", "bytes",
+    "This is the number nvidia-smi shows as used.",
 )
 MEMORY_FREE = _m(
     "gpu_memory_free_bytes", G, Group.MEMORY, GPU_LABELS,
-    "GPU memory not allocated, in bytes.", "bytes",
+    "GPU memory not allocated, in bytes.",
 )
 MEMORY_RESERVED = _m(
     "gpu_memory_reserved_bytes", G, Group.MEMORY, GPU_LABELS,
     "GPU memory reserved by the driver and firmware, in bytes (only where NVML's memory info v2 "
-    "exists).", "bytes",
+    "exists).",
 )
 UTILIZATION = _m(
     "gpu_utilization_ratio", G, Group.UTILIZATION, GPU_LABELS,
     "Fraction of the last sample period (1/6 s to 1 s) in which one or more kernels ran on the "
-    "GPU (0-1). Not a measure of how many SMs were busy.", "ratio",
+    "GPU (0-1). Not a measure of how many SMs were busy.",
 )
 MEMORY_UTILIZATION = _m(
     "gpu_memory_utilization_ratio", G, Group.UTILIZATION, GPU_LABELS,
     "Fraction of the last sample period in which device memory was being read or written (0-1): "
-    "memory bandwidth busy, not memory capacity used.", "ratio",
+    "memory bandwidth busy, not memory capacity used.",
 )
 TEMPERATURE = _m(
     "gpu_temperature_celsius", G, Group.TEMPERATURE, GPU_LABELS,
-    "GPU core temperature in degrees Celsius. Above 80 degrees, check cooling.", "celsius",
+    "GPU core temperature in degrees Celsius. Above 80 degrees, check cooling.",
 )
 POWER_USAGE = _m(
     "gpu_power_usage_watts", G, Group.POWER, GPU_LABELS,
     "Power drawn by the GPU board in watts. Power that never rises while processes hold the GPU "
-    "hints at a CPU or input-pipeline bottleneck.", "watts",
+    "hints at a CPU or input-pipeline bottleneck.",
 )
 POWER_LIMIT = _m(
     "gpu_power_limit_watts", G, Group.POWER, GPU_LABELS,
-    "Power limit the driver currently enforces, in watts.", "watts",
+    "Power limit the driver currently enforces, in watts.",
 )
 ENERGY = _m(
     "gpu_energy_consumed_joules_total", C, Group.ENERGY, GPU_LABELS,
     "Energy the GPU consumed since the driver loaded, in joules (opt-in: ~3 ms per GPU per "
-    "collection).", "joules",
+    "collection).",
 )
 PCIE_THROUGHPUT = _m(
     "gpu_pcie_throughput_bytes_per_second", G, Group.PCIE, (*GPU_LABELS, "direction"),
     "PCIe throughput over a 20 ms window in bytes per second; direction is rx (into the GPU) or "
-    "tx (opt-in: ~21 ms per GPU per collection).", "bytes_per_second",
+    "tx (opt-in: ~21 ms per GPU per collection).",
 )
 FAN_SPEED = _m(
     "gpu_fan_speed_ratio", G, Group.FAN, GPU_LABELS,
-    "Fan speed as a fraction of its maximum (0-1); absent on passively cooled GPUs.", "ratio",
+    "Fan speed as a fraction of its maximum (0-1); absent on passively cooled GPUs.",
 )
 SM_CLOCK = _m(
     "gpu_sm_clock_hertz", G, Group.CLOCKS, GPU_LABELS,
-    "Current streaming-multiprocessor clock in hertz.", "hertz",
+    "Current streaming-multiprocessor clock in hertz.",
 )
 MEMORY_CLOCK = _m(
     "gpu_memory_clock_hertz", G, Group.CLOCKS, GPU_LABELS,
-    "Current memory clock in hertz.", "hertz",
+    "Current memory clock in hertz.",
 )
 GRAPHICS_CLOCK = _m(
     "gpu_graphics_clock_hertz", G, Group.CLOCKS, GPU_LABELS,
-    "Current graphics clock in hertz.", "hertz",
+    "Current graphics clock in hertz.",
 )
 PERFORMANCE_STATE = _m(
     "gpu_performance_state", G, Group.CLOCKS, GPU_LABELS,
@@ -210,22 +213,21 @@ PROCESS_MEMORY = _m(
     "gpu_process_memory_used_bytes", G, Group.PROCESSES, PROCESS_LABELS,
     "GPU memory the driver handed to this process, in bytes: CUDA context (a few hundred MiB) "
     "plus the framework's caching-allocator reserve plus tensors. Larger than what PyTorch's "
-    "memory_allocated() reports; close to memory_reserved() plus the context.", "bytes",
+    "memory_allocated() reports; close to memory_reserved() plus the context.",
 )
 PROCESS_UTILIZATION = _m(
     "gpu_process_utilization_ratio", G, Group.PROCESS_UTILIZATION, PROCESS_LABELS,
     "Fraction of the last sample period in which this process's kernels ran on the GPU's SMs "
-    "(0-1). 0 for a process with no sample since the previous collection.", "ratio",
+    "(0-1). 0 for a process with no sample since the previous collection.",
 )
 PROCESS_START_TIME = _m(
     "gpu_process_start_time_seconds", G, Group.PROCESSES, PROCESS_LABELS,
     "Start time of the process since the Unix epoch in seconds; time() minus this is its age.",
-    "seconds",
 )
 USER_MEMORY = _m(
     "gpu_user_memory_used_bytes", G, Group.PROCESSES, (*GPU_LABELS, "user"),
     "GPU memory held by all of one user's processes on this GPU, in bytes (stable series for "
-    "long-range views; 'unknown' where the owner could not be read).", "bytes",
+    "long-range views; 'unknown' where the owner could not be read).",
 )
 USER_PROCESSES = _m(
     "gpu_user_processes", G, Group.PROCESSES, (*GPU_LABELS, "user"),
@@ -249,16 +251,16 @@ COLLECTION_SUCCESS = _m(
 )
 COLLECTION_DURATION = _m(
     "gpu_exporter_collection_duration_seconds", G, Group.EXPORTER, (),
-    "How long the last collection took, in seconds.", "seconds",
+    "How long the last collection took, in seconds.",
 )
 LAST_SUCCESS = _m(
     "gpu_exporter_last_success_timestamp_seconds", G, Group.EXPORTER, (),
-    "Unix time of the last collection that read every GPU, in seconds.", "seconds",
+    "Unix time of the last collection that read every GPU, in seconds.",
 )
 DATA_AGE = _m(
     "gpu_exporter_data_age_seconds", G, Group.EXPORTER, (),
     "Age of the data in this scrape, in seconds. Grows when collections hang or fail and the "
-    "last good data is served instead.", "seconds",
+    "last good data is served instead.",
 )
 ERRORS = _m(
     "gpu_exporter_errors_total", C, Group.EXPORTER, ("kind",),

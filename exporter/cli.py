@@ -99,7 +99,7 @@ def build_source(config: Config) -> Source:
     if config.source == "nvml":
         from exporter.sources.nvml import NvmlSource  # noqa: PLC0415 (pynvml loads lazily)
 
-        return NvmlSource()
+        return NvmlSource(hostname=config.hostname)
     from exporter.sources.scenario import (  # noqa: PLC0415
         ScenarioError,
         load_scenario,
@@ -118,7 +118,9 @@ def build_source(config: Config) -> Source:
             scenario = load_scenario(config.scenario)
     except ScenarioError as exc:
         raise ConfigError(f"--scenario: {exc}") from None
-    return SimulatedSource(scenario, seed=config.simulate_seed, speed=config.simulate_speed)
+    return SimulatedSource(
+        scenario, seed=config.simulate_seed, speed=config.simulate_speed, hostname=config.hostname
+    )
 
 
 def build_enricher(config: Config) -> Enricher | None:
@@ -142,28 +144,16 @@ def build_enricher(config: Config) -> Enricher | None:
     return chain(owners, pods)
 
 
-def bind(address: ListenAddress) -> socket.socket:
-    """A bound listening socket; ``:port`` means every interface (IPv6 and IPv4 if possible).
+#: errno values meaning "no IPv6 here" (kernel without it, or disabled in this namespace).
+_NO_IPV6 = (errno.EAFNOSUPPORT, errno.EPROTONOSUPPORT, errno.EADDRNOTAVAIL)
 
-    Raises:
-        OSError: the address cannot be resolved or bound (in use, not local, no permission).
-    """
-    if address.host is None:
-        try:
-            sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-            target: tuple[object, ...] = ("::", address.port)
-        except OSError as exc:
-            if exc.errno not in (errno.EAFNOSUPPORT, errno.EPROTONOSUPPORT):
-                raise
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # no IPv6 on this host
-            target = ("0.0.0.0", address.port)  # ":port" asks for every interface
-    else:
-        family, kind, proto, _, target = socket.getaddrinfo(
-            address.host, address.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-        sock = socket.socket(family, kind, proto)
+
+def _listen(family: int, kind: int, proto: int, target: tuple[object, ...],
+            dual_stack: bool = False) -> socket.socket:
+    sock = socket.socket(family, kind, proto)
     try:
+        if dual_stack:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(target)
         sock.listen(128)
@@ -172,6 +162,27 @@ def bind(address: ListenAddress) -> socket.socket:
         raise
     sock.set_inheritable(True)
     return sock
+
+
+def bind(address: ListenAddress) -> socket.socket:
+    """A bound listening socket; ``:port`` means every interface (IPv6 and IPv4 if possible).
+
+    Raises:
+        OSError: the address cannot be resolved or bound (in use, not local, no permission).
+    """
+    if address.host is not None:
+        family, kind, proto, _, target = socket.getaddrinfo(
+            address.host, address.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        return _listen(family, kind, proto, target)
+    try:
+        return _listen(socket.AF_INET6, socket.SOCK_STREAM, 0, ("::", address.port),
+                       dual_stack=True)
+    except OSError as exc:
+        if exc.errno not in _NO_IPV6:
+            raise
+    # IPv6 is unavailable (common in containers): every IPv4 interface.
+    return _listen(socket.AF_INET, socket.SOCK_STREAM, 0, ("0.0.0.0", address.port))
 
 
 def _ignore_signal(signum: int, frame: FrameType | None) -> None:
@@ -218,6 +229,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(config.log_level, config.log_format)
     for name in unknown_env(os.environ):
         log.warning("environment variable %s matches no flag; ignored", name)
+    if config.kubernetes and config.source == "nvml":
+        for flag, path in (("--kubernetes.pod-logs-dir", config.pod_logs_dir),
+                           ("--kubernetes.container-logs-dir", config.container_logs_dir)):
+            if not os.path.isdir(path):  # a missing mount: pods stay unresolved, not fatal
+                log.warning("%s %s is not a directory; mount the host's directory there or "
+                            "processes get no pod labels", flag, path)
     try:
         sock = bind(config.listen_address)
     except OSError as exc:

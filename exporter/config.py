@@ -118,6 +118,13 @@ def _parse_path(text: str) -> str:
     return text
 
 
+def _parse_hostname(text: str) -> str:
+    value = text.strip()
+    if not value or any(c.isspace() for c in value):
+        raise ValueError(f"{text!r} is not a host name")
+    return value
+
+
 def _parse_telemetry_path(text: str) -> str:
     if not text.startswith("/") or any(c in text for c in "?# \t"):
         raise ValueError(f"{text!r} must be an absolute URL path such as /metrics")
@@ -217,6 +224,8 @@ FLAGS: tuple[Flag, ...] = (
          _parse_int(0), "N"),
     Flag("simulate.speed", "simulate_speed", "Simulated seconds per real second.", 1.0,
          _parse_positive_float, "FACTOR"),
+    Flag("hostname", "hostname", "Host name put on gpu_info (default: this machine's; on "
+         "Kubernetes the chart sets the node name).", None, _parse_hostname, "NAME"),
     Flag("passwd-file", "passwd_file", "passwd file used to turn uids into user names.",
          "/etc/passwd", _parse_path, "FILE"),
     Flag("procfs", "procfs", "Mount point of the proc filesystem (the host's /proc in a "
@@ -260,6 +269,7 @@ class Config:
     scenario: str | None = None
     simulate_seed: int = 0
     simulate_speed: float = 1.0
+    hostname: str | None = None
     passwd_file: str = "/etc/passwd"
     procfs: str = "/proc"
     groups: frozenset[Group] = field(

@@ -248,11 +248,9 @@ class Scheduler:
     # --- internals (called with the lock held) -------------------------------------------
 
     def _ready_locked(self) -> bool:
-        return (
-            self._initialised
-            and self._good_at is not None
-            and self._clock() - self._good_at <= self._stale_after
-        )
+        good_at = self._good_at
+        return self._initialised and good_at is not None and (
+            self._clock() - good_at <= self._stale_after)
 
     def _fresh(self, now: float) -> bool:
         return self._latest_at is not None and now - self._latest_at < self._min_interval
@@ -268,18 +266,12 @@ class Scheduler:
 
     def _count(self, errors: Mapping[str, int]) -> None:
         for kind, count in errors.items():
-            if count > 0:
-                self._errors[kind] = self._errors.get(kind, 0) + int(count)
+            if isinstance(count, int) and count > 0:  # odd values are not counted
+                self._errors[str(kind)] = self._errors.get(str(kind), 0) + count
 
     def _down_snapshot(self, taken_at: float, error: str) -> Snapshot:
-        return Snapshot(
-            source=self._source.name,
-            hostname=self._hostname,
-            taken_at=taken_at,
-            duration_seconds=0.0,
-            source_up=False,
-            source_error=error,
-        )
+        return Snapshot(source=self._source.name, hostname=self._hostname, taken_at=taken_at,
+                        duration_seconds=0.0, source_up=False, source_error=error)
 
     def _build(self, now: float, *, timed_out: bool) -> ExporterState:
         snapshot = self._latest
@@ -298,7 +290,8 @@ class Scheduler:
         )
 
     def _backoff(self) -> float:
-        base = min(self._backoff_max, self._backoff_initial * 2.0 ** (self._init_failures - 1))
+        doublings = min(self._init_failures - 1, 40)  # capped: 2.0 ** 1024 overflows
+        base = min(self._backoff_max, self._backoff_initial * 2.0**doublings)
         return base * (1.0 + self._jitter * (2.0 * self._rand() - 1.0))
 
     def _apply(self, out: _Outcome) -> None:
@@ -353,10 +346,14 @@ class Scheduler:
                 initialised = self._initialised
             outcome = self._run_once(initialised)
             with self._lock:
-                self._apply(outcome)
-                self._in_flight_since = None
-                self._generation += 1
-                self._done.notify_all()
+                try:
+                    self._apply(outcome)
+                except Exception:  # odd data (say, a non-numeric error count): keep going
+                    log.exception("recording a collection failed")
+                finally:
+                    self._in_flight_since = None
+                    self._generation += 1
+                    self._done.notify_all()
 
     def _run_once(self, initialised: bool) -> _Outcome:
         started, started_wall = self._clock(), self._wall()

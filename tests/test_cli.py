@@ -5,6 +5,7 @@ Starting the real server is covered by ``tests/e2e``.
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter import __version__
+from exporter import __version__, cli
 from exporter.cli import bind, build_enricher, build_source, main, parse_config
 from exporter.config import Config, ListenAddress
 from exporter.enrich import OwnerEnricher
@@ -154,3 +155,28 @@ def test_bind_loopback() -> None:
         sock.close()
     with pytest.raises(socket.gaierror):
         bind(ListenAddress("no-such-host.invalid", 0))
+
+
+def test_every_interface_falls_back_to_ipv4_without_ipv6(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No real socket: binding every interface is not allowed in tests."""
+    calls: list[tuple[int, tuple[object, ...]]] = []
+    sentinel = object()
+
+    def fake_listen(family: int, kind: int, proto: int, target: tuple[object, ...],
+                    dual_stack: bool = False) -> object:
+        calls.append((family, target))
+        if family == socket.AF_INET6:
+            raise OSError(errno.EADDRNOTAVAIL, "Cannot assign requested address")
+        return sentinel
+
+    monkeypatch.setattr(cli, "_listen", fake_listen)
+    assert bind(ListenAddress(None, 9477)) is sentinel
+    assert calls == [(socket.AF_INET6, ("::", 9477)), (socket.AF_INET, ("0.0.0.0", 9477))]
+
+    def in_use(family: int, kind: int, proto: int, target: tuple[object, ...],
+               dual_stack: bool = False) -> object:
+        raise OSError(errno.EADDRINUSE, "Address already in use")
+
+    monkeypatch.setattr(cli, "_listen", in_use)
+    with pytest.raises(OSError, match="in use"):
+        bind(ListenAddress(None, 9477))  # a real conflict is not papered over by IPv4

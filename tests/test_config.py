@@ -157,6 +157,7 @@ def test_env_names_follow_the_flag_names() -> None:
         ([], {"GPU_EXPORTER_COLLECTOR_ENERGY": "perhaps"}, "GPU_EXPORTER_COLLECTOR_ENERGY"),
         ([], {"GPU_EXPORTER_WEB_LISTEN_ADDRESS": "nowhere"}, "GPU_EXPORTER_WEB_LISTEN_ADDRESS"),
         ([], {"GPU_EXPORTER_LOG_LEVEL": "loud"}, "GPU_EXPORTER_LOG_LEVEL"),
+        ([], {"GPU_EXPORTER_HOSTNAME": "two words"}, "GPU_EXPORTER_HOSTNAME"),
     ],
 )
 def test_bad_values_raise_one_clear_line(
@@ -165,6 +166,12 @@ def test_bad_values_raise_one_clear_line(
     with pytest.raises(ConfigError, match=message) as info:
         _resolve(argv, env)
     assert "\n" not in str(info.value)
+
+
+def test_hostname_from_flag_or_environment() -> None:
+    assert _resolve([]).hostname is None
+    assert _resolve(["--hostname", "gpu-node-7"]).hostname == "gpu-node-7"
+    assert _resolve([], {"GPU_EXPORTER_HOSTNAME": "node-a"}).hostname == "node-a"
 
 
 def test_unknown_env_lists_typos_only() -> None:

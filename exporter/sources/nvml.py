@@ -51,6 +51,14 @@ def cuda_version_text(value: int) -> str:
     return f"{value // 1000}.{(value % 1000) // 10}"
 
 
+def shuffles_process_structs(driver_version: str | None) -> bool:
+    """True for drivers 535.43-535.86, whose ``_v3`` process lists come back shuffled."""
+    parts = (driver_version or "").split(".")
+    if len(parts) < 2 or parts[0] != "535" or not parts[1].isdigit():
+        return False
+    return 43 <= int(parts[1]) <= 86
+
+
 def _binding_version() -> str | None:
     try:
         return importlib.metadata.version("nvidia-ml-py")
@@ -120,14 +128,26 @@ class NvmlSource:
                 self._shutdown(nvml)
                 raise SourceUnavailable(
                     f"NVML initialised but could not count GPUs: {describe(exc)}") from exc
+            try:
+                calls = NvmlCalls(nvml)
+            except AttributeError as exc:  # pynvml from nvidia-ml-py3 or another old fork
+                self._shutdown(nvml)
+                raise SourceUnavailable(
+                    f"the pynvml at {getattr(nvml, '__file__', '?')} is not nvidia-ml-py "
+                    f"({exc}); pip uninstall pynvml nvidia-ml-py3 && pip install nvidia-ml-py"
+                ) from exc
             self._nvml = nvml
-            self._calls = NvmlCalls(nvml)
+            self._calls = calls
             self._gpus = []
             for index in range(count):
                 gpu = GpuState(index=index, identity=placeholder_identity(index))
                 self._acquire(gpu)
                 self._gpus.append(gpu)
             self._started = True
+            if shuffles_process_structs(self.driver_version):
+                log.warning("driver %s writes garbled process lists (fixed in 535.104.05): "
+                            "suspicious entries will be dropped; upgrade the driver",
+                            self.driver_version)
             log.info(
                 "NVML %s started: driver %s, CUDA %s, nvidia-ml-py %s (%s), %d GPU(s): %s",
                 self.nvml_version, self.driver_version, self.cuda_driver_version,
@@ -167,6 +187,7 @@ class NvmlSource:
                 log.warning("GPU %d down: %s", gpu.index, down.message)
                 reader.count(down.kind)
                 gpu.handle = None  # re-acquired next collection
+                gpu.error = down.message
                 readings.append(GpuReading(identity=gpu.identity, up=False, error=down.message))
             except NvmlFatal as broken:
                 fatal.append(broken.message)
@@ -238,11 +259,14 @@ class NvmlSource:
                 gpu.identity = read_identity(nvml, gpu.index, handle)
                 gpu.identity_known = True
         except Exception as exc:  # NVMLError, a symbol mismatch, or an odd answer
+            first = gpu.error is None  # warn when a GPU goes away, not on every retry
             gpu.handle = None
             gpu.error = f"cannot open GPU {gpu.index}: {describe(exc)}"
-            log.warning("%s", gpu.error)
+            log.log(logging.WARNING if first else logging.DEBUG, "%s", gpu.error)
             code = getattr(exc, "value", None)
             return code if isinstance(code, int) else None
+        if gpu.error is not None:
+            log.info("GPU %d answers again", gpu.index)
         gpu.handle = handle
         gpu.error = None
         return None

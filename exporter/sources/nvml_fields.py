@@ -50,9 +50,10 @@ class GpuState:
     identity: GpuIdentity
     handle: Any = None  # None: not acquired yet, or dropped after the GPU was lost
     identity_known: bool = False
-    error: str | None = None  # why the handle could not be acquired
+    error: str | None = None  # why the GPU is not answering (handle refused, lost, ...)
     unsupported: set[str] = field(default_factory=set)  # fields never to ask for again
     last_seen_timestamp: int = 0  # newest process-utilisation sample seen (microseconds)
+    garbled_seen: bool = False  # garbled process entries were already reported in the log
 
 
 def placeholder_identity(index: int) -> GpuIdentity:
@@ -291,8 +292,10 @@ class GpuReader:
         graphics, bad_g = clean_entries(
             self.call(gpu, "processes_graphics", c.graphics) or (), total)
         if bad_c or bad_g:
-            log.warning("GPU %d: dropped %d garbled process entries (driver R535.43-535.86?)",
-                        gpu.index, bad_c + bad_g)
+            log.log(logging.DEBUG if gpu.garbled_seen else logging.WARNING,
+                    "GPU %d: dropped %d garbled process entries (driver R535.43-535.86?)",
+                    gpu.index, bad_c + bad_g)
+            gpu.garbled_seen = True
             self.count("garbled_process_entry", bad_c + bad_g)
         utilization: dict[int, float] | None = None
         if with_utilization and (compute or graphics):

@@ -64,7 +64,8 @@ def test_loads_into_the_sdk_model_and_round_trips(name: str) -> None:
 def test_every_panel_and_query_uses_the_datasource_variable(name: str) -> None:
     board = BOARDS[name]
     text = (GRAFANA_DIR / name).read_text(encoding="utf-8")
-    assert "__inputs" not in text and "DS_PROMETHEUS" not in text
+    assert "__inputs" not in text
+    assert "DS_PROMETHEUS" not in text
     ds_vars = [v for v in variables(board) if v["type"] == "datasource"]
     assert [(v["name"], v["query"]) for v in ds_vars] == [("datasource", "prometheus")]
     assert list(visual_panels(board)), "no panels"
@@ -83,11 +84,15 @@ def test_every_panel_and_query_uses_the_datasource_variable(name: str) -> None:
 def test_ids_are_unique_and_panels_do_not_overlap(name: str) -> None:
     all_panels = list(panels(BOARDS[name]))
     ids = [p["id"] for p in all_panels]
-    assert len(ids) == len(set(ids)) and all(isinstance(i, int) and i > 0 for i in ids)
+    assert len(ids) == len(set(ids))
+    assert all(isinstance(i, int) and i > 0 for i in ids)
     boxes = []
     for panel in all_panels:
         pos = panel["gridPos"]
-        assert pos["x"] >= 0 and pos["y"] >= 0 and pos["w"] > 0 and pos["h"] > 0
+        assert pos["x"] >= 0
+        assert pos["y"] >= 0
+        assert pos["w"] > 0
+        assert pos["h"] > 0
         assert pos["x"] + pos["w"] <= 24, panel["title"]
         boxes.append((panel["title"], pos["x"], pos["y"], pos["x"] + pos["w"], pos["y"] + pos["h"]))
     for a, b in itertools.combinations(boxes, 2):
@@ -112,8 +117,10 @@ def test_variables_chain_job_node_instance_gpu_user() -> None:
     node = {v["name"]: v for v in variables(BOARDS["gpu-node-device.json"])}
     users = {v["name"]: v for v in variables(BOARDS["gpu-users-processes.json"])}
     assert list(node) == ["datasource", "job", "node", "instance", "gpu"]
-    assert "$job" in node["node"]["query"] and "hostname" in node["node"]["query"]
-    assert "$node" in node["instance"]["query"] and node["instance"]["hide"] == 2
+    assert "$job" in node["node"]["query"]
+    assert "hostname" in node["node"]["query"]
+    assert "$node" in node["instance"]["query"]
+    assert node["instance"]["hide"] == 2
     assert "$instance" in node["gpu"]["query"]
     assert "$instance" in users["user"]["query"]
     assert node["node"]["multi"] is False  # one node at a time on the device dashboard
@@ -122,7 +129,8 @@ def test_variables_chain_job_node_instance_gpu_user() -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_units_titles_and_descriptions(name: str) -> None:
     for panel in visual_panels(BOARDS[name]):
-        assert panel["title"] and len(panel.get("description", "")) > 30, panel["title"]
+        assert panel["title"]
+        assert len(panel.get("description", "")) > 30, panel["title"]
         units = {panel["fieldConfig"]["defaults"].get("unit")}
         for override in panel["fieldConfig"].get("overrides", []):
             units |= {p["value"] for p in override["properties"] if p["id"] == "unit"}

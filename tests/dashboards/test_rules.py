@@ -116,9 +116,11 @@ def test_alerts_follow_the_conventions() -> None:
         assert re.fullmatch(r"Gpu[A-Z][A-Za-z]+", name), name
         assert rule["labels"]["severity"] in ("critical", "warning", "info"), name
         notes = rule["annotations"]
-        assert notes["summary"][0].isupper() and notes["summary"].endswith("."), name
+        assert notes["summary"][0].isupper(), name
+        assert notes["summary"].endswith("."), name
         assert "{{ $labels." in notes["description"] or "{{ $value" in notes["description"]
-        assert notes["runbook_url"] == f"{rules.RUNBOOK_BASE_URL}{rules.RUNBOOK_FILE}#{name.lower()}"
+        url = f"{rules.RUNBOOK_BASE_URL}{rules.RUNBOOK_FILE}#{name.lower()}"
+        assert notes["runbook_url"] == url
         assert name.lower() in runbook_anchors, f"no '## {name}' section in {RUNBOOK}"
         # Alerts read raw metrics only, so they work with the recording groups switched off.
         assert ":" not in re.sub(r"\[[^\]]*\]", "", rule["expr"]), name

@@ -137,3 +137,38 @@ def test_dashboard_label_folder_and_namespace_are_configurable() -> None:
         assert "grafana_dashboard" not in meta["labels"]
         assert meta["namespace"] == "grafana"
         assert meta["annotations"] == {"grafana_folder": "GPUs"}
+
+
+def _promtool_test(promtool: str, rules_dir: Path, files: dict[str, str]) -> tuple[int, str]:
+    """Run dashboards/rules/tests/ against ``files`` (name -> text) laid out as in the repo."""
+    (rules_dir / "tests").mkdir(parents=True)
+    for name, text in files.items():
+        (rules_dir / name).write_text(text, encoding="utf-8")
+    tests = sorted((REPO / "dashboards" / "rules" / "tests").glob("*.yaml"))
+    assert tests, "dashboards/rules/tests/ holds no promtool test"
+    for test in tests:
+        shutil.copy(test, rules_dir / "tests" / test.name)
+    result = subprocess.run([promtool, "test", "rules", *(f"tests/{t.name}" for t in tests)],
+                            cwd=rules_dir, capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert result.stdout.count("Unit Testing:") == len(tests), result.stdout + result.stderr
+    return result.returncode, result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_rendered_rules_behave_like_the_repository_rules(tmp_path: Path) -> None:
+    """The repository's promtool unit tests (alert texts included) give the same verdicts, test
+    by test, on the rules as the chart renders them (split back into their files) as on the
+    files themselves: rendering changed no expression, label or template."""
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool not found: install Debian's prometheus package (scripts/test does)"
+    rendered = {g["name"]: g for g in render().one("PrometheusRule")["spec"]["groups"]}
+    from_chart = {
+        path.name: yaml.safe_dump({"groups": [rendered[g["name"]] for g in _groups(path)]})
+        for path in rule_files()
+    }
+    originals = {path.name: path.read_text(encoding="utf-8") for path in rule_files()}
+    chart_rc, chart_out = _promtool_test(promtool, tmp_path / "chart", from_chart)
+    repo_rc, repo_out = _promtool_test(promtool, tmp_path / "repo", originals)
+    assert (chart_rc, chart_out) == (repo_rc, repo_out)
+    assert "SUCCESS" in chart_out

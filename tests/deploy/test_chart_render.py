@@ -164,6 +164,8 @@ def test_defaults_run_on_every_gpu_node_without_taking_a_gpu() -> None:
     container = _container(rendered)
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    hostname = next(e for e in container["env"] if e["name"] == "GPU_EXPORTER_HOSTNAME")
+    assert hostname["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     for section in ("requests", "limits"):
         assert "nvidia.com/gpu" not in container["resources"].get(section, {})
     assert container["resources"]["limits"]["memory"]
@@ -252,6 +254,12 @@ def test_service_monitor_selects_the_service_and_labels_the_node() -> None:
     assert endpoint["scrapeTimeout"] == "10s"
     assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node",
             "action": "replace"} in endpoint["relabelings"]
+    # The exporter pod's own identity moves aside, so namespace/pod/container on per-process
+    # series only ever come from the exporter (the GPU workload's, or empty for host processes).
+    assert {"sourceLabels": ["pod"], "targetLabel": "exporter_pod",
+            "action": "replace"} in endpoint["relabelings"]
+    assert {"action": "labeldrop", "regex": "(namespace|pod|container)"} == endpoint[
+        "relabelings"][3]
 
 
 def test_pod_monitor_carries_release_label_for_kube_prometheus_stack() -> None:
@@ -314,7 +322,7 @@ def test_everything_else_is_wired_through() -> None:
     endpoint = rendered.one("ServiceMonitor")["spec"]["endpoints"][0]
     assert endpoint["path"] == "/gpu-metrics"
     assert endpoint["honorLabels"] is False
-    assert endpoint["relabelings"][1] == values["monitor"]["relabelings"][0]
+    assert endpoint["relabelings"][-1] == values["monitor"]["relabelings"][0]
     assert endpoint["metricRelabelings"] == values["monitor"]["metricRelabelings"]
     policy = rendered.one("NetworkPolicy")
     assert policy["spec"]["ingress"][0]["from"] == values["networkPolicy"]["from"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -68,3 +69,14 @@ def test_hung_nvml_call_keeps_serving_and_shuts_down() -> None:
     assert ready.status_code == 503
     assert code == 0
     assert stop_seconds < 6
+
+
+def test_kubernetes_without_log_mounts_warns_and_serves(tmp_path: Path) -> None:
+    missing = tmp_path / "no-pods"
+    with ExporterProcess("--source", "nvml", "--kubernetes", "--kubernetes.pod-logs-dir",
+                         str(missing), module=MODULE) as proc:
+        text = httpx.get(proc.url("/metrics")).text
+    labels = _samples(text, cat.PROCESS_MEMORY.name)[0][0]
+    assert set(cat.KUBERNETES_LABELS) <= labels.keys()  # present, with no pod resolved
+    assert any("--kubernetes.pod-logs-dir" in line and "not a directory" in line
+               for line in proc.lines)

@@ -25,11 +25,14 @@ Scripting (every knob may be changed between collections):
 - ``fake.fail_init(code, times=1)``: ``nvmlInit`` raises ``code`` that many times (None: always).
 - ``fake.break_library(code)`` / ``fake.fix_library()``: every call raises ``code``
   (e.g. ``NVML_ERROR_LIB_RM_VERSION_MISMATCH``) until fixed.
-- ``fake.fail(symbol, code, gpu=None, times=None)``: one function raises ``code``.
+- ``fake.fail(symbol, code, gpu=None, times=None)``: one function raises ``code`` (``times``
+  calls, None: always). ``symbol`` for ``fail``/``hang`` also covers its versioned C symbols:
+  ``"nvmlDeviceGetMemoryInfo"`` matches ``nvmlDeviceGetMemoryInfo_v2`` too.
 - ``fake.old_driver(*symbols)``: the driver lacks those C symbols (FunctionNotFound; the
   unversioned process wrappers raise NVMLLibraryMismatchError). ``OLD_DRIVER`` lists the usual set.
 - ``fake.old_binding(*names)``: the binding lacks those Python functions (AttributeError).
-- ``entered = fake.hang(symbol, gpu=None)``: the next calls block until ``fake.release()``;
+- ``entered = fake.hang(symbol, gpu=None)``: matching calls block until ``fake.release()``
+  (at most 60 s, so a forgotten release cannot wedge a test run);
   ``entered`` (a ``threading.Event``) is set once a call is blocked. ``release`` also clears it.
 - ``fake.calls``: ``Counter`` of ``(symbol, gpu index or None)``; ``fake.init_count``,
   ``fake.shutdown_count``, ``fake.initialized``; ``gpu.utilization_queries`` (timestamps passed).
@@ -64,6 +67,11 @@ from tests.sources.fake_nvml_parts import (
 
 __all__ = ["OLD_DRIVER", "FakeGpu", "FakeHandle", "FakeNvml", "FakeProcess", "FakeSample",
            "NVMLError", "NVMLLibraryMismatchError", "h200", "missing_pynvml"]
+
+
+def _matches(name: str, symbol: str) -> bool:
+    """``name`` is the C symbol or its unversioned stem (``_v2``/``_v3`` variants)."""
+    return symbol == name or symbol.startswith(name + "_v")
 
 
 class FakeNvml(types.ModuleType):
@@ -152,7 +160,8 @@ class FakeNvml(types.ModuleType):
     def _enter(self, symbol: str, handle: Any = None) -> FakeGpu:
         index = handle.index if isinstance(handle, FakeHandle) else None
         self.calls[(symbol, index)] += 1
-        entered = self._hangs.get((symbol, index)) or self._hangs.get((symbol, None))
+        entered = next((event for (name, gpu), event in self._hangs.items()
+                        if _matches(name, symbol) and gpu in (None, index)), None)
         if entered is not None:
             entered.set()
             self._release.wait(timeout=60)
@@ -163,7 +172,7 @@ class FakeNvml(types.ModuleType):
         if symbol in self._missing:
             self._raise(13)
         for rule in self._rules:
-            if rule[0] == symbol and rule[1] in (None, index) and rule[3] != 0:
+            if _matches(rule[0], symbol) and rule[1] in (None, index) and rule[3] != 0:
                 if rule[3] is not None:
                     rule[3] -= 1
                 self._raise(rule[2])

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from exporter.catalogue import THROTTLE_REASONS, UNKNOWN_VALUE
 from exporter.snapshot import GpuReading
 from exporter.sources.base import CollectOptions, SourceUnavailable
-from exporter.sources.nvml import NvmlSource, cuda_version_text
+from exporter.sources.nvml import NvmlSource, cuda_version_text, shuffles_process_structs
 from tests.sources.fake_nvml import FakeNvml, FakeProcess, h200, missing_pynvml
 
 ALL = CollectOptions(energy=True, pcie=True)
@@ -345,3 +347,41 @@ def test_unexpected_exception_while_opening_a_gpu_does_not_fail_start() -> None:
     assert snap.gpus[0].up
     assert not snap.gpus[1].up
     assert "cannot open GPU 1" in (snap.gpus[1].error or "")
+
+
+@pytest.mark.parametrize(
+    ("driver", "shuffled"),
+    [("535.43.02", True), ("535.86.10", True), ("535.104.05", False), ("535.42", False),
+     ("580.159.04", False), ("garbage", False), (None, False)],
+)
+def test_r535_driver_range(driver: str | None, shuffled: bool) -> None:
+    assert shuffles_process_structs(driver) is shuffled
+
+
+def test_r535_driver_warns_at_start(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="exporter.sources.nvml"):
+        started(FakeNvml([h200(0)], driver="535.54.03"))
+    assert any("garbled process lists" in r.getMessage() for r in caplog.records)
+
+
+def test_binding_that_is_not_nvidia_ml_py_is_source_unavailable() -> None:
+    fake = FakeNvml([h200(0)])
+    fake.old_binding("nvmlDeviceGetMemoryInfo")
+    with pytest.raises(SourceUnavailable, match="not nvidia-ml-py"):
+        started(fake)
+    assert not fake.initialized
+
+
+def test_lost_gpu_warns_once_and_logs_recovery(caplog: pytest.LogCaptureFixture) -> None:
+    fake = FakeNvml([h200(0)])
+    source = started(fake)
+    fake.lose(0)
+    with caplog.at_level(logging.DEBUG, logger="exporter.sources"):
+        for _ in range(4):
+            source.collect(CollectOptions())
+        fake.recover(0)
+        source.collect(CollectOptions())
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1
+    assert "GPU 0 down" in warnings[0].getMessage()
+    assert any("answers again" in r.getMessage() for r in caplog.records)

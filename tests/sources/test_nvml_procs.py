@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import types
 
@@ -191,7 +192,7 @@ def test_fake_hang_blocks_until_released() -> None:
     fake = FakeNvml([h200(0), h200(1)])
     source = NvmlSource(nvml=fake)
     source.start()
-    entered = fake.hang("nvmlDeviceGetMemoryInfo_v2", gpu=1)
+    entered = fake.hang("nvmlDeviceGetMemoryInfo", gpu=1)  # covers the _v2 symbol
     result: list[object] = []
     worker = threading.Thread(target=lambda: result.append(source.collect(CollectOptions())))
     worker.start()
@@ -204,3 +205,23 @@ def test_fake_hang_blocks_until_released() -> None:
     assert not worker.is_alive()
     assert len(result) == 1
     assert fake.calls[("nvmlDeviceGetMemoryInfo_v2", 0)] == 1  # GPU 0 not blocked
+
+
+def test_garbled_entries_warn_once_per_gpu(caplog: pytest.LogCaptureFixture) -> None:
+    fake = FakeNvml([h200(0)])
+    fake.gpus[0].compute = [FakeProcess(10, GIB), FakeProcess(0, GIB)]
+    source = None
+    with caplog.at_level(logging.DEBUG, logger="exporter.sources"):
+        for _ in range(4):
+            source, _, errors = collect(fake, source)
+            assert errors == {"garbled_process_entry": 1}  # counted every time
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1  # logged loudly once
+
+
+def test_graphics_only_process() -> None:
+    fake = FakeNvml([h200(0)])
+    fake.gpus[0].graphics = [FakeProcess(77, 512 << 20)]
+    _, procs, _ = collect(fake)
+    assert procs[77].type is ProcessType.GRAPHICS
+    assert procs[77].used_memory_bytes == 512 << 20

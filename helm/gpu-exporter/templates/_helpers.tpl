@@ -59,11 +59,24 @@ monitoring.coreos.com/v1, or the caller forces it. Call with (dict "force" <bool
 {{- if or .force (.root.Capabilities.APIVersions.Has "monitoring.coreos.com/v1") }}true{{ end }}
 {{- end }}
 
-{{/* The relabeling every monitor gets: the Kubernetes node name as the `node` label. */}}
+{{/*
+The relabeling every monitor gets: the Kubernetes node name as the `node` label, and the
+exporter pod's own namespace/pod/container moved to exporter_* so that those three labels on
+per-process series only ever name the GPU workload (an empty value from the exporter, for a
+host process, must not be filled in with the exporter's pod).
+*/}}
 {{- define "gpu-exporter.relabelings" -}}
 - sourceLabels: [__meta_kubernetes_pod_node_name]
   targetLabel: node
   action: replace
+- sourceLabels: [namespace]
+  targetLabel: exporter_namespace
+  action: replace
+- sourceLabels: [pod]
+  targetLabel: exporter_pod
+  action: replace
+- action: labeldrop
+  regex: (namespace|pod|container)
 {{- with .Values.monitor.relabelings }}
 {{ toYaml . }}
 {{- end }}
