@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
-from grafana_foundation_sdk.models import dashboard as dm
 
 from dashboards import thresholds as t
 from dashboards import variables as v
@@ -11,13 +10,14 @@ from dashboards.panels import (
     Column,
     Layout,
     bar_panel,
+    board,
     query,
     stat_panel,
     steps,
     table_panel,
     timeseries_panel,
 )
-from dashboards.promql import num, sel, with_hostname
+from dashboards.promql import count_or_zero, num, sel, with_hostname
 from exporter import catalogue as c
 
 UID = "gpu-exporter-fleet"
@@ -32,6 +32,7 @@ TEMPERATURE_STEPS = (
     ("red", t.TEMPERATURE_CRITICAL_CELSIUS),
 )
 COUNT_BAD = (("green", None), ("red", 1.0))
+COUNT_WARN = (("green", None), ("orange", 1.0))
 LEGEND = "{{hostname}} GPU {{gpu}}"
 
 
@@ -51,7 +52,7 @@ def _summary(grid: Layout) -> None:
     grid.add(stat_panel(
         "GPUs down", "GPUs that did not answer the last collection (gpu_up = 0): lost, in need "
         "of a reset, or hung. The other GPUs of the host still report.", "short",
-        query(f"count({sel(c.GPU_UP, H)} == 0) or vector(0)"), thresholds=steps(*COUNT_BAD),
+        query(count_or_zero(f"{sel(c.GPU_UP, H)} == 0")), thresholds=steps(*COUNT_BAD),
     ), 3, 4)
     grid.add(stat_panel(
         "Memory used", "GPU memory in use across the selected GPUs (what nvidia-smi shows as "
@@ -70,7 +71,7 @@ def _summary(grid: Layout) -> None:
     grid.add(stat_panel(
         f"GPUs above {t.MEMORY_USED_RATIO:.0%} memory", "GPUs whose memory is almost full: "
         "new allocations there fail with CUDA out-of-memory errors (alert GpuMemoryAlmostFull).",
-        "short", query(f"count({USED} / {TOTAL} > {num(t.MEMORY_USED_RATIO)}) or vector(0)"),
+        "short", query(count_or_zero(f"{USED} / {TOTAL} > {num(t.MEMORY_USED_RATIO)}")),
         thresholds=steps(*COUNT_BAD),
     ), 3, 4)
     grid.add(stat_panel(
@@ -78,8 +79,7 @@ def _summary(grid: Layout) -> None:
         f"their memory used but under {t.IDLE_UTILIZATION_RATIO:.0%} average utilisation over "
         f"{t.IDLE_AVG_WINDOW}: usually a forgotten notebook or a hung job (alert "
         "GpuMemoryHeldIdle after 1h). See the users dashboard for who.", "short",
-        query(f"count({_idle_gpus()}) or vector(0)"), thresholds=steps(("green", None),
-                                                                        ("orange", 1.0)),
+        query(count_or_zero(_idle_gpus())), thresholds=steps(*COUNT_WARN),
     ), 3, 4)
     grid.add(stat_panel(
         "Average utilisation", "Mean GPU utilisation: the share of time a kernel was running, "
@@ -157,22 +157,13 @@ def _nodes(grid: Layout) -> None:
 
 def build() -> dashboard.Dashboard:
     """The fleet overview dashboard builder."""
-    board = (
-        dashboard.Dashboard("GPU fleet overview")
-        .uid(UID)
-        .description("Every GPU at a glance: memory, utilisation, temperature, power, top users.")
-        .tags(["gpu", "gpu-exporter"])
-        .editable()
-        .tooltip(dm.DashboardCursorSync.CROSSHAIR)
-        .time("now-6h", "now")
-        .refresh("30s")
-        .with_variable(v.datasource())
-        .with_variable(v.job())
-        .with_variable(v.node())
-        .with_variable(v.instance())
+    built = board(
+        "GPU fleet overview", UID,
+        "Every GPU at a glance: memory, utilisation, temperature, power, top users.",
+        v.host_chain(),
     )
-    grid = Layout(board)
+    grid = Layout(built)
     _summary(grid)
     _per_gpu(grid)
     _nodes(grid)
-    return board
+    return built

@@ -3,25 +3,26 @@
 from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
-from grafana_foundation_sdk.models import dashboard as dm
 
 from dashboards import thresholds as t
 from dashboards import variables as v
+from dashboards.fleet import COUNT_BAD, COUNT_WARN
 from dashboards.panels import (
     Column,
     Layout,
+    board,
     query,
     stat_panel,
     steps,
     table_panel,
     timeseries_panel,
 )
-from dashboards.promql import sel
+from dashboards.promql import count_or_zero, sel
 from exporter import catalogue as c
 
 UID = "gpu-exporter-health"
 T = f"{v.JOB}, {v.INSTANCE}"
-BAD = (("green", None), ("red", 1.0))
+STALE = (("green", None), ("red", t.DATA_STALE_SECONDS))
 
 
 def _targets(grid: Layout) -> None:
@@ -32,26 +33,26 @@ def _targets(grid: Layout) -> None:
     ), 4, 4)
     grid.add(stat_panel(
         "Targets down", "Exporters Prometheus could not scrape (alert GpuExporterDown after "
-        f"{t.EXPORTER_DOWN_FOR}).", "short", query(f"count(up{{{T}}} == 0) or vector(0)"),
-        thresholds=steps(*BAD),
+        f"{t.EXPORTER_DOWN_FOR}).", "short", query(count_or_zero(f"up{{{T}}} == 0")),
+        thresholds=steps(*COUNT_BAD),
     ), 4, 4)
     grid.add(stat_panel(
         "Sources down", "Exporters whose data source (NVML) is not initialised: no GPU data "
         "from them at all.", "short",
-        query(f"count({sel(c.SOURCE_UP, T)} == 0) or vector(0)"), thresholds=steps(*BAD),
+        query(count_or_zero(f"{sel(c.SOURCE_UP, T)} == 0")), thresholds=steps(*COUNT_BAD),
     ), 4, 4)
     grid.add(stat_panel(
         "Failing collections", "Exporters whose last collection did not read every GPU "
         "without error.", "short",
-        query(f"count({sel(c.COLLECTION_SUCCESS, T)} == 0) or vector(0)"),
-        thresholds=steps(("green", None), ("orange", 1.0)),
+        query(count_or_zero(f"{sel(c.COLLECTION_SUCCESS, T)} == 0")),
+        thresholds=steps(*COUNT_WARN),
     ), 4, 4)
     grid.add(stat_panel(
         "Oldest data", "Age of the oldest data served by the selected exporters. It grows when "
         "collections hang and the last good snapshot is served; red past "
         f"{t.DATA_STALE_SECONDS:.0f} s (alert GpuExporterDataStale).", "s",
         query(f"max({sel(c.DATA_AGE, T)})"),
-        thresholds=steps(("green", None), ("red", t.DATA_STALE_SECONDS)),
+        thresholds=steps(*STALE),
     ), 4, 4)
     grid.add(stat_panel(
         "Slowest collection", "Duration of the slowest last collection among the selected "
@@ -80,7 +81,7 @@ def _collections(grid: Layout) -> None:
     grid.add(timeseries_panel(
         "Data age", "Age of the data in each scrape. Dashed line: the stale-data alert "
         "threshold.", "s", [query(sel(c.DATA_AGE, T), "{{instance}}")],
-        thresholds=steps(("green", None), ("red", t.DATA_STALE_SECONDS)), min_val=0,
+        thresholds=steps(*STALE), min_val=0,
     ), 8)
     grid.add(timeseries_panel(
         "Scrape duration", "How long Prometheus's scrape of each exporter took (measured by "
@@ -109,20 +110,12 @@ def _collections(grid: Layout) -> None:
 
 def build() -> dashboard.Dashboard:
     """The exporter health dashboard builder."""
-    board = (
-        dashboard.Dashboard("GPU exporter health")
-        .uid(UID)
-        .description("Is gpu-exporter itself working: targets, collections, data age, errors.")
-        .tags(["gpu", "gpu-exporter"])
-        .editable()
-        .tooltip(dm.DashboardCursorSync.CROSSHAIR)
-        .time("now-6h", "now")
-        .refresh("30s")
-        .with_variable(v.datasource())
-        .with_variable(v.job(c.BUILD_INFO))
-        .with_variable(v.target())
+    built = board(
+        "GPU exporter health", UID,
+        "Is gpu-exporter itself working: targets, collections, data age, errors.",
+        [v.datasource(), v.job(c.BUILD_INFO), v.target()],
     )
-    grid = Layout(board)
+    grid = Layout(built)
     _targets(grid)
     _collections(grid)
-    return board
+    return built

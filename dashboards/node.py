@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
-from grafana_foundation_sdk.models import dashboard as dm
 
 from dashboards import thresholds as t
 from dashboards import variables as v
@@ -11,6 +10,7 @@ from dashboards.fleet import MEMORY_STEPS, TEMPERATURE_STEPS
 from dashboards.panels import (
     Column,
     Layout,
+    board,
     query,
     stat_panel,
     steps,
@@ -142,22 +142,12 @@ def _processes(grid: Layout) -> None:
 
 def build() -> dashboard.Dashboard:
     """The node / device dashboard builder."""
-    board = (
-        dashboard.Dashboard("GPU node / device")
-        .uid(UID)
-        .description("One node: each GPU's memory, load, temperature, power, clocks, processes.")
-        .tags(["gpu", "gpu-exporter"])
-        .editable()
-        .tooltip(dm.DashboardCursorSync.CROSSHAIR)
-        .time("now-3h", "now")
-        .refresh("30s")
-        .with_variable(v.datasource())
-        .with_variable(v.job())
-        .with_variable(v.node(multi=False))
-        .with_variable(v.instance())
-        .with_variable(v.gpu())
+    built = board(
+        "GPU node / device", UID,
+        "One node: each GPU's memory, load, temperature, power, clocks, processes.",
+        v.host_chain(v.gpu(), one_node=True), since="now-3h",
     )
-    grid = Layout(board)
+    grid = Layout(built)
     _device(grid)
     _processes(grid)
-    return board
+    return built

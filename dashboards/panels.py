@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 from grafana_foundation_sdk.builders import bargauge, dashboard, prometheus, stat, table, timeseries
 from grafana_foundation_sdk.builders import common as cb
@@ -23,6 +24,49 @@ UNITS = frozenset(
 )
 
 Step = tuple[str, float | None]
+_P = TypeVar("_P", bound="_PanelHead")
+
+
+class _PanelHead(Protocol):
+    """The builder methods every panel kind shares (each returns the builder itself)."""
+
+    def title(self: _P, title: str) -> _P: ...
+    def description(self: _P, description: str) -> _P: ...
+    def datasource(self: _P, datasource: cm.DataSourceRef) -> _P: ...
+    def unit(self: _P, unit: str) -> _P: ...
+
+
+def _head(panel: _P, title: str, description: str, unit: str) -> _P:
+    """Title, description and unit on ``panel``, pointed at the datasource variable."""
+    return panel.title(title).description(description).datasource(DATASOURCE).unit(unit)
+
+
+def board(
+    title: str,
+    uid: str,
+    description: str,
+    variables: Sequence[cogbuilder.Builder[dm.VariableModel]],
+    *,
+    since: str = "now-6h",
+    refresh: str = "30s",
+) -> dashboard.Dashboard:
+    """A dashboard with the settings all of ours share and ``variables`` in order.
+
+    It covers ``since`` to now, refreshes every ``refresh`` and links cursors across panels.
+    """
+    built = (
+        dashboard.Dashboard(title)
+        .uid(uid)
+        .description(description)
+        .tags(["gpu", "gpu-exporter"])
+        .editable()
+        .tooltip(dm.DashboardCursorSync.CROSSHAIR)
+        .time(since, "now")
+        .refresh(refresh)
+    )
+    for variable in variables:
+        built = built.with_variable(variable)
+    return built
 
 
 def steps(*pairs: Step) -> dashboard.ThresholdsConfig:
@@ -32,6 +76,11 @@ def steps(*pairs: Step) -> dashboard.ThresholdsConfig:
         .mode(dm.ThresholdsMode.ABSOLUTE)
         .steps([dm.Threshold(value=value, color=color) for color, value in pairs])
     )
+
+
+def _or_plain(thresholds: dashboard.ThresholdsConfig | None) -> dashboard.ThresholdsConfig:
+    """``thresholds``, or one green step when there are none (value colouring needs a step)."""
+    return thresholds if thresholds is not None else steps(("green", None))
 
 
 def query(
@@ -71,11 +120,7 @@ def timeseries_panel(
 ) -> timeseries.Panel:
     """A time series; with ``thresholds`` the alert thresholds are drawn as dashed lines."""
     panel = (
-        timeseries.Panel()
-        .title(title)
-        .description(description)
-        .datasource(DATASOURCE)
-        .unit(unit)
+        _head(timeseries.Panel(), title, description, unit)
         .legend(_legend())
         .tooltip(cb.VizTooltipOptions().mode(cm.TooltipDisplayMode.MULTI).sort(
             cm.SortOrder.DESCENDING))
@@ -105,17 +150,13 @@ def stat_panel(
 ) -> stat.Panel:
     """A single big number (the last value), coloured by ``thresholds``."""
     panel = (
-        stat.Panel()
-        .title(title)
-        .description(description)
-        .datasource(DATASOURCE)
-        .unit(unit)
+        _head(stat.Panel(), title, description, unit)
         .color_mode(cm.BigValueColorMode.VALUE)
         .graph_mode(cm.BigValueGraphMode.AREA)
         .reduce_options(cb.ReduceDataOptions().calcs(["lastNotNull"]))
         .with_target(target)
     )
-    return panel.thresholds(thresholds if thresholds is not None else steps(("green", None)))
+    return panel.thresholds(_or_plain(thresholds))
 
 
 def bar_panel(
@@ -129,17 +170,13 @@ def bar_panel(
 ) -> bargauge.Panel:
     """Horizontal bars, one per series (top-N lists; use an instant time-series query)."""
     panel = (
-        bargauge.Panel()
-        .title(title)
-        .description(description)
-        .datasource(DATASOURCE)
-        .unit(unit)
+        _head(bargauge.Panel(), title, description, unit)
         .orientation(cm.VizOrientation.HORIZONTAL)
         .display_mode(cm.BarGaugeDisplayMode.GRADIENT)
         .reduce_options(cb.ReduceDataOptions().calcs(["lastNotNull"]))
         .min(0)
         .with_target(target)
-        .thresholds(thresholds if thresholds is not None else steps(("green", None)))
+        .thresholds(_or_plain(thresholds))
     )
     if max_val is not None:
         panel = panel.max(max_val)
@@ -173,11 +210,7 @@ def table_panel(
     if len(columns) == 1:
         rename = {"Value": columns[0].name}
     panel = (
-        table.Panel()
-        .title(title)
-        .description(description)
-        .datasource(DATASOURCE)
-        .unit("short")
+        _head(table.Panel(), title, description, "short")
         .targets([query(col.expr, table=True, ref=ref) for ref, col in zip(refs, columns,
                                                                             strict=True)])
         .with_transformation(dm.DataTransformerConfig(id_val="merge", options={}))

@@ -29,6 +29,11 @@ def sel(metric: c.Metric, *matchers: str) -> str:
     return f"{metric.name}{{{inner}}}" if inner else metric.name
 
 
+def count_or_zero(expr: str) -> str:
+    """How many series ``expr`` returns, as 0 rather than no data when it returns none."""
+    return f"count({expr}) or vector(0)"
+
+
 def reason_in(reasons: tuple[str, ...]) -> str:
     """A ``reason`` matcher for exactly these throttle reasons (snake_case, no regex chars)."""
     return 'reason=~"' + "|".join(reasons) + '"'

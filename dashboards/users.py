@@ -3,22 +3,29 @@
 from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
-from grafana_foundation_sdk.models import dashboard as dm
 
 from dashboards import thresholds as t
 from dashboards import variables as v
-from dashboards.fleet import LEGEND
+from dashboards.fleet import COUNT_BAD, LEGEND, MEMORY_STEPS
 from dashboards.panels import (
     Column,
     Layout,
     bar_panel,
+    board,
     query,
     stat_panel,
     steps,
     table_panel,
     timeseries_panel,
 )
-from dashboards.promql import NOT_OVERFLOW, idle_process_filter, num, sel, with_hostname
+from dashboards.promql import (
+    NOT_OVERFLOW,
+    count_or_zero,
+    idle_process_filter,
+    num,
+    sel,
+    with_hostname,
+)
 from exporter import catalogue as c
 
 UID = "gpu-exporter-users"
@@ -133,36 +140,25 @@ def _forecast(grid: Layout) -> None:
         f"GPUs forecast to fill within {horizon // 3600} h", "GPUs meeting the "
         "GpuMemoryExhaustionForecast condition now (sustained growth that reaches the total "
         "within the horizon, not a one-off step).", "short",
-        query(f"count({alert_like}) or vector(0)"),
-        thresholds=steps(("green", None), ("red", 1.0)),
+        query(count_or_zero(alert_like)),
+        thresholds=steps(*COUNT_BAD),
     ), 6, 5)
     grid.add(stat_panel(
         "Fleet memory used", "Used share of all selected GPU memory.", "percentunit",
         query(f"sum({USED}) / sum({TOTAL})"),
-        thresholds=steps(("green", None), ("orange", t.MEMORY_AMBER_RATIO),
-                         ("red", t.MEMORY_USED_RATIO)),
+        thresholds=steps(*MEMORY_STEPS),
     ), 6, 5)
 
 
 def build() -> dashboard.Dashboard:
     """The users and processes dashboard builder."""
-    board = (
-        dashboard.Dashboard("GPU users and processes")
-        .uid(UID)
-        .description("Who holds GPU memory, who holds it idle, and when it will run out.")
-        .tags(["gpu", "gpu-exporter"])
-        .editable()
-        .tooltip(dm.DashboardCursorSync.CROSSHAIR)
-        .time("now-24h", "now")
-        .refresh("1m")
-        .with_variable(v.datasource())
-        .with_variable(v.job())
-        .with_variable(v.node())
-        .with_variable(v.instance())
-        .with_variable(v.user())
+    built = board(
+        "GPU users and processes", UID,
+        "Who holds GPU memory, who holds it idle, and when it will run out.",
+        v.host_chain(v.user()), since="now-24h", refresh="1m",
     )
-    grid = Layout(board)
+    grid = Layout(built)
     _users(grid)
     _idle(grid)
     _forecast(grid)
-    return board
+    return built

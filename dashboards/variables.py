@@ -8,6 +8,7 @@ filter on ``job`` and ``instance`` directly, whether or not a Kubernetes ``node`
 from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
+from grafana_foundation_sdk.cog import builder as cogbuilder
 from grafana_foundation_sdk.models import dashboard as dm
 
 from dashboards.panels import DATASOURCE
@@ -23,6 +24,7 @@ USER = 'user=~"$user"'
 HOST = f"{JOB}, {INSTANCE}"
 
 _ALL = dm.VariableOption(text="All", value="$__all", selected=True)
+Variable = cogbuilder.Builder[dm.VariableModel]
 
 
 def datasource() -> dashboard.DatasourceVariable:
@@ -76,3 +78,8 @@ def gpu() -> dashboard.QueryVariable:
 def user() -> dashboard.QueryVariable:
     """Users holding GPU memory on the chosen targets."""
     return _query("user", "User", f"label_values({sel(c.USER_MEMORY, HOST)}, user)")
+
+
+def host_chain(*more: Variable, one_node: bool = False) -> list[Variable]:
+    """datasource -> job -> node -> hidden instance, then ``more`` (``one_node``: no multi-pick)."""
+    return [datasource(), job(), node(multi=not one_node), instance(), *more]

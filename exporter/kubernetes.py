@@ -24,13 +24,11 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from exporter.owners import PidCache
+from exporter.pidcache import CollectionScoped
 from exporter.snapshot import PodRef
 
 #: Kind counted in ``Snapshot.errors`` when a cgroup file or log directory cannot be read.
@@ -176,7 +174,7 @@ class _LogIndex:
         return names
 
 
-class PodResolver:
+class PodResolver(CollectionScoped[tuple[float, CgroupIdentity | None], PodRef | None]):
     """Resolves pids to ``PodRef`` from cgroups and the kubelet log tree. Thread-safe.
 
     Use ``with resolver.collection(): ...`` around one snapshot's lookups (each pid is read at
@@ -194,6 +192,8 @@ class PodResolver:
         miss_relist_interval: float = 2.0,
         max_entries: int = 16384,
     ) -> None:
+        # Cache entries: (process start time, cgroup identity); the memo: this collection's refs.
+        super().__init__(max_entries)
         self._procfs = procfs.rstrip("/")
         self._index = _LogIndex(
             pod_logs_dir,
@@ -203,31 +203,7 @@ class PodResolver:
             miss_interval=miss_relist_interval,
             max_entries=max_entries,
         )
-        # Entries: (process start time, cgroup identity); the memo holds this collection's refs.
-        self._pids: PidCache[tuple[float, CgroupIdentity | None], PodRef | None] = PidCache(
-            max_entries
-        )
         self._errors = 0
-        self._lock = threading.RLock()
-
-    def begin_collection(self) -> None:
-        """Start one snapshot's lookups."""
-        with self._lock:
-            self._pids.begin()
-
-    def end_collection(self) -> None:
-        """Finish a collection: evict cached pids that were not looked up in it."""
-        with self._lock:
-            self._pids.end()
-
-    @contextmanager
-    def collection(self) -> Iterator[None]:
-        """``begin_collection`` ... ``end_collection`` (also when the body raises)."""
-        self.begin_collection()
-        try:
-            yield
-        finally:
-            self.end_collection()
 
     def take_errors(self) -> dict[str, int]:
         """Error counts by kind since the last call (only non-zero kinds), and reset them."""
@@ -243,16 +219,12 @@ class PodResolver:
         with the same start time is the same process and its cgroup is not read again.
         Never raises.
         """
-        with self._lock:
-            memo = self._pids.memo
-            if memo is not None and pid in memo:
-                return memo[pid]
-            self._pids.touch(pid)
-            identity = self._identity(pid, start_time)
-            ref = self._names(identity) if identity is not None else None
-            if memo is not None:
-                memo[pid] = ref
-            return ref
+        return self._memoised(pid, lambda: self._resolve(pid, start_time))
+
+    def _resolve(self, pid: int, start_time: float | None) -> PodRef | None:
+        self._pids.touch(pid)
+        identity = self._identity(pid, start_time)
+        return self._names(identity) if identity is not None else None
 
     def _identity(self, pid: int, start_time: float | None) -> CgroupIdentity | None:
         cached = self._pids.entries.get(pid)

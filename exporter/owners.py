@@ -28,17 +28,15 @@ cases apart:
 from __future__ import annotations
 
 import os
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Generic, TypeVar
 
 import psutil
 
 from exporter.passwd import PASSWD_ERROR_KIND, PasswdFile
+from exporter.pidcache import CollectionScoped
 from exporter.snapshot import ProcessOwner
 
 #: Kind counted in ``Snapshot.errors`` for processes whose owner could not be read.
@@ -76,49 +74,6 @@ class _Entry:
     start_ticks: int
     owner: ProcessOwner
     passwd_generation: int
-
-
-E = TypeVar("E")
-R = TypeVar("R")
-
-
-class PidCache(Generic[E, R]):
-    """Per-pid state of a resolver, scoped by collections. Not thread-safe (callers lock).
-
-    ``entries`` outlive collections (each entry carries what identifies its process, such as
-    the start time); ``end`` evicts pids not touched since ``begin``, and ``put`` caps the size
-    so memory stays bounded even if collections are never marked. ``memo`` holds this
-    collection's results (each pid is resolved once however many GPUs list it); it is None
-    outside a collection.
-    """
-
-    def __init__(self, max_entries: int) -> None:
-        self.entries: dict[int, E] = {}
-        self.memo: dict[int, R] | None = None
-        self._seen: set[int] = set()
-        self._max_entries = max_entries
-
-    def begin(self) -> None:
-        """Open a collection (empty memo)."""
-        self.memo = {}
-
-    def end(self) -> None:
-        """Close a collection: evict entries of pids not touched in it."""
-        self.entries = {pid: e for pid, e in self.entries.items() if pid in self._seen}
-        self._seen.clear()
-        self.memo = None
-
-    def touch(self, pid: int) -> None:
-        """Mark ``pid`` as listed in this collection (no-op outside one)."""
-        if self.memo is not None:
-            self._seen.add(pid)
-
-    def put(self, pid: int, entry: E) -> None:
-        """Store an entry, dropping the oldest ones beyond ``max_entries``."""
-        self.entries.pop(pid, None)
-        while self.entries and len(self.entries) >= self._max_entries:
-            del self.entries[next(iter(self.entries))]
-        self.entries[pid] = entry
 
 
 class ProcfsFormatError(ValueError):
@@ -204,7 +159,7 @@ def check_procfs(procfs: str) -> None:
     read_boot_time(procfs)
 
 
-class OwnerResolver:
+class OwnerResolver(CollectionScoped[_Entry, OwnerLookup]):
     """Resolves pids to ``ProcessOwner`` from ``<procfs>`` and a passwd file. Thread-safe.
 
     Use ``with resolver.collection(): ...`` (or ``begin_collection``/``end_collection``) around
@@ -223,35 +178,20 @@ class OwnerResolver:
         passwd_check_interval: float = 1.0,
         max_entries: int = 16384,
     ) -> None:
+        super().__init__(max_entries)
         self._procfs = procfs.rstrip("/")
         self._passwd = PasswdFile(passwd_file, check_interval=passwd_check_interval, clock=clock)
         self._include_cmdline = include_cmdline
         self._ticks = float(os.sysconf("SC_CLK_TCK"))
         self._boot_time: float | None = None
-        self._pids: PidCache[_Entry, OwnerLookup] = PidCache(max_entries)
         self._errors = 0
-        self._lock = threading.RLock()
 
     # --- collections ------------------------------------------------------------------------
     def begin_collection(self) -> None:
         """Start one snapshot's lookups (re-checks the passwd file, paced)."""
         with self._lock:
-            self._pids.begin()
+            super().begin_collection()
             self._passwd.refresh()
-
-    def end_collection(self) -> None:
-        """Finish a collection: evict cached pids that were not looked up in it."""
-        with self._lock:
-            self._pids.end()
-
-    @contextmanager
-    def collection(self) -> Iterator[None]:
-        """``begin_collection`` ... ``end_collection`` (also when the body raises)."""
-        self.begin_collection()
-        try:
-            yield
-        finally:
-            self.end_collection()
 
     def take_errors(self) -> dict[str, int]:
         """Error counts by kind since the last call (only non-zero kinds), and reset them."""
@@ -272,16 +212,13 @@ class OwnerResolver:
 
     def lookup(self, pid: int) -> OwnerLookup:
         """The owner of ``pid`` and why it is missing if it is. Never raises."""
-        with self._lock:
-            memo = self._pids.memo
-            if memo is not None and pid in memo:
-                return memo[pid]
-            result = self._lookup(pid)
-            if result.status not in (OwnerStatus.FOUND, OwnerStatus.VANISHED):
-                self._errors += 1
-            if memo is not None:
-                memo[pid] = result
-            return result
+        return self._memoised(pid, lambda: self._counted_lookup(pid))
+
+    def _counted_lookup(self, pid: int) -> OwnerLookup:
+        result = self._lookup(pid)
+        if result.status not in (OwnerStatus.FOUND, OwnerStatus.VANISHED):
+            self._errors += 1
+        return result
 
     def _lookup(self, pid: int) -> OwnerLookup:
         if pid <= 0:

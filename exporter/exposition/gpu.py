@@ -6,7 +6,7 @@ A ``None`` reading leaves its series out (never 0 or NaN). A GPU with ``up=False
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from exporter import catalogue as cat
@@ -17,6 +17,8 @@ from exporter.snapshot import GpuReading, Snapshot
 __all__ = ["gpu_families"]
 
 Reader = Callable[[GpuReading], "float | None"]
+#: (value of the metric's extra label, reading) pairs of one GPU; None readings are left out.
+LabelledReader = Callable[[GpuReading], Iterable[tuple[str, "float | None"]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,43 +71,36 @@ def _info(snapshot: Snapshot) -> Iterator[FamilyData]:
     yield up
 
 
-def _pcie(gpus: list[GpuReading]) -> FamilyData:
-    fam = family(cat.PCIE_THROUGHPUT)
+def _labelled(metric: Metric, read: LabelledReader, gpus: list[GpuReading]) -> FamilyData:
+    """``metric`` with one label after the GPU labels: a row per pair ``read`` gives."""
+    fam = family(metric)
     for gpu in gpus:
         labels = gpu_label_values(gpu.identity)
-        for direction, value in (
-            ("rx", gpu.pcie_rx_bytes_per_second),
-            ("tx", gpu.pcie_tx_bytes_per_second),
-        ):
+        for extra, value in read(gpu):
             if value is not None:
-                fam.add((*labels, direction), value)
+                fam.add((*labels, extra), value)
     return fam
 
 
-def _throttle(gpus: list[GpuReading]) -> FamilyData:
-    fam = family(cat.THROTTLE_ACTIVE)
-    for gpu in gpus:
-        if gpu.throttle is None:
-            continue
-        labels = gpu_label_values(gpu.identity)
-        active = gpu.throttle.active
-        # Only catalogue reasons: a driver's new reason must not create surprise series.
-        for reason in cat.THROTTLE_REASONS:
-            state = active.get(reason)
-            if state is not None:
-                fam.add((*labels, reason), 1.0 if state else 0.0)
-    return fam
+def _pcie(gpu: GpuReading) -> Iterable[tuple[str, float | None]]:
+    return (("rx", gpu.pcie_rx_bytes_per_second), ("tx", gpu.pcie_tx_bytes_per_second))
 
 
-def _ecc(gpus: list[GpuReading]) -> FamilyData:
-    fam = family(cat.ECC_ERRORS)
-    for gpu in gpus:
-        if gpu.ecc is None:
-            continue
-        labels = gpu_label_values(gpu.identity)
-        fam.add((*labels, "corrected"), gpu.ecc.corrected)
-        fam.add((*labels, "uncorrected"), gpu.ecc.uncorrected)
-    return fam
+def _throttle(gpu: GpuReading) -> Iterator[tuple[str, float | None]]:
+    if gpu.throttle is None:
+        return
+    active = gpu.throttle.active
+    # Only catalogue reasons: a driver's new reason must not create surprise series.
+    for reason in cat.THROTTLE_REASONS:
+        state = active.get(reason)
+        if state is not None:
+            yield reason, 1.0 if state else 0.0
+
+
+def _ecc(gpu: GpuReading) -> Iterable[tuple[str, float | None]]:
+    if gpu.ecc is None:
+        return ()
+    return (("corrected", gpu.ecc.corrected), ("uncorrected", gpu.ecc.uncorrected))
 
 
 def _scalar(spec: _Scalar, gpus: list[GpuReading]) -> FamilyData:
@@ -135,8 +130,8 @@ def _all(snapshot: Snapshot, groups: frozenset[Group]) -> Iterator[FamilyData]:
         if spec.metric.group in groups:
             yield _scalar(spec, healthy)
         if spec.metric is cat.ENERGY and Group.PCIE in groups:
-            yield _pcie(healthy)
+            yield _labelled(cat.PCIE_THROUGHPUT, _pcie, healthy)
     if Group.THROTTLE in groups:
-        yield _throttle(healthy)
+        yield _labelled(cat.THROTTLE_ACTIVE, _throttle, healthy)
     if Group.ECC in groups:
-        yield _ecc(healthy)
+        yield _labelled(cat.ECC_ERRORS, _ecc, healthy)

@@ -8,6 +8,8 @@ collector groups that are switched off are ``null`` and processes are omitted wh
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from exporter.catalogue import Group
@@ -17,6 +19,7 @@ from exporter.state import ExporterState, ExpositionOptions
 __all__ = ["EccModel", "GpuModel", "PodModel", "ProcessModel", "SnapshotResponse"]
 
 _CONFIG = ConfigDict(frozen=True, extra="forbid")
+_T = TypeVar("_T")
 
 
 class PodModel(BaseModel):
@@ -86,7 +89,8 @@ class EccModel(BaseModel):
     uncorrected: int = Field(description="Uncorrected errors: any means data loss.")
 
 
-def _opt(value: float | None, group: Group, groups: frozenset[Group]) -> float | None:
+def _opt(value: _T | None, group: Group, groups: frozenset[Group]) -> _T | None:
+    """``value`` when ``group`` is switched on, else None (switched-off readings are hidden)."""
     return value if group in groups else None
 
 
@@ -132,7 +136,6 @@ class GpuModel(BaseModel):
     def from_reading(cls, gpu: GpuReading, groups: frozenset[Group]) -> GpuModel:
         """Mirror one ``GpuReading``, nulling readings of switched-off groups."""
         ident, g = gpu.identity, groups
-        pstate = gpu.performance_state if Group.CLOCKS in g else None
         return cls(
             index=ident.index,
             uuid=ident.uuid,
@@ -142,10 +145,10 @@ class GpuModel(BaseModel):
             vbios_version=ident.vbios_version,
             up=gpu.up,
             error=gpu.error,
-            memory_total_bytes=ident.memory_total_bytes if Group.MEMORY in g else None,
-            memory_used_bytes=gpu.memory_used_bytes if Group.MEMORY in g else None,
-            memory_free_bytes=gpu.memory_free_bytes if Group.MEMORY in g else None,
-            memory_reserved_bytes=gpu.memory_reserved_bytes if Group.MEMORY in g else None,
+            memory_total_bytes=_opt(ident.memory_total_bytes, Group.MEMORY, g),
+            memory_used_bytes=_opt(gpu.memory_used_bytes, Group.MEMORY, g),
+            memory_free_bytes=_opt(gpu.memory_free_bytes, Group.MEMORY, g),
+            memory_reserved_bytes=_opt(gpu.memory_reserved_bytes, Group.MEMORY, g),
             utilization_ratio=_opt(gpu.utilization_ratio, Group.UTILIZATION, g),
             memory_utilization_ratio=_opt(gpu.memory_utilization_ratio, Group.UTILIZATION, g),
             temperature_celsius=_opt(gpu.temperature_celsius, Group.TEMPERATURE, g),
@@ -159,7 +162,7 @@ class GpuModel(BaseModel):
             sm_clock_hertz=_opt(gpu.sm_clock_hertz, Group.CLOCKS, g),
             memory_clock_hertz=_opt(gpu.memory_clock_hertz, Group.CLOCKS, g),
             graphics_clock_hertz=_opt(gpu.graphics_clock_hertz, Group.CLOCKS, g),
-            performance_state=pstate,
+            performance_state=_opt(gpu.performance_state, Group.CLOCKS, g),
             throttle_reasons=(
                 dict(gpu.throttle.active) if gpu.throttle and Group.THROTTLE in g else None
             ),

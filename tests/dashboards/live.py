@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from tests.dashboards.grafana import Json, variables
+from tests.processes import stop_all
 
 PROMETHEUS = Path("/usr/bin/prometheus")
 ROOT = Path(__file__).resolve().parents[2]
@@ -191,15 +192,7 @@ class Stack:
         processes = [e.process for e in self.exporters.values()]
         if self.prometheus is not None:
             processes.append(self.prometheus)
-        for process in processes:
-            if process.poll() is None:
-                process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=5)
+        stop_all(processes, timeout=5)
 
 
 def regex_value(values: list[str]) -> str:

@@ -258,8 +258,8 @@ def test_service_monitor_selects_the_service_and_labels_the_node() -> None:
     # series only ever come from the exporter (the GPU workload's, or empty for host processes).
     assert {"sourceLabels": ["pod"], "targetLabel": "exporter_pod",
             "action": "replace"} in endpoint["relabelings"]
-    assert {"action": "labeldrop", "regex": "(namespace|pod|container)"} == endpoint[
-        "relabelings"][3]
+    assert endpoint["relabelings"][3] == {"action": "labeldrop",
+                                          "regex": "(namespace|pod|container)"}
 
 
 def test_pod_monitor_carries_release_label_for_kube_prometheus_stack() -> None:

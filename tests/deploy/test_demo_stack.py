@@ -33,6 +33,7 @@ from tests.deploy.stack import (
     service,
     with_defaults,
 )
+from tests.processes import stop_all
 
 DEADLINE_S = 40
 
@@ -67,14 +68,7 @@ def _wait(what: str, check: Any, procs: list[subprocess.Popen[bytes]], deadline:
 def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
     procs: list[subprocess.Popen[bytes]] = []
     yield procs
-    for proc in procs:
-        proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+    stop_all(procs, timeout=10)
 
 
 @pytest.mark.slow

@@ -26,6 +26,7 @@ from exporter import __version__
 from exporter.catalogue import GPU_UP
 from tests.deploy.dockerfile import Stage, exec_form, parse, split_run
 from tests.deploy.stack import DOCKER, REPO
+from tests.processes import stop_all
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
@@ -224,12 +225,7 @@ def test_image_install_steps_work_in_a_fresh_venv(tmp_path: Path) -> None:
                                capture_output=True, text=True, timeout=30, check=False)
         assert check.returncode == 0, check.stderr
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_all([proc], timeout=10)
     # The same HEALTHCHECK fails once nothing listens (so the pass above means something).
     check = subprocess.run([str(venv / "bin" / "python"), *argv[1:]], env=run_env,
                            capture_output=True, text=True, timeout=30, check=False)

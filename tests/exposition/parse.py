@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric as Family
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_families
@@ -13,22 +15,23 @@ from exporter.state import ExporterState, ExpositionOptions
 Key = tuple[str, frozenset[tuple[str, str]]]
 
 
-def families(text: str) -> dict[str, Family]:
-    """Text 0.0.4 families by name (as the text parser names them)."""
+def _by_name(parsed: Iterable[Family]) -> dict[str, Family]:
+    """Parsed families by name; a name seen twice fails the test."""
     found: dict[str, Family] = {}
-    for family in text_string_to_metric_families(text):
+    for family in parsed:
         assert family.name not in found, f"duplicate family {family.name}"
         found[family.name] = family
     return found
+
+
+def families(text: str) -> dict[str, Family]:
+    """Text 0.0.4 families by name (as the text parser names them)."""
+    return _by_name(text_string_to_metric_families(text))
 
 
 def openmetrics_families(text: str) -> dict[str, Family]:
     """OpenMetrics families by name; the parser rejects a body without a single final EOF."""
-    found: dict[str, Family] = {}
-    for family in om_families(text):
-        assert family.name not in found, f"duplicate family {family.name}"
-        found[family.name] = family
-    return found
+    return _by_name(om_families(text))
 
 
 def samples(text: str) -> dict[Key, float]:
