@@ -22,6 +22,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from math import copysign
 from typing import cast
 
 from prometheus_client import utils
@@ -95,10 +96,13 @@ class FastEncoder:
 
     def __init__(self, encoder: Encoder, openmetrics: bool) -> None:
         self._encoder = encoder
-        self._openmetrics = openmetrics
+        self.openmetrics = self._openmetrics = openmetrics
         self._templates: dict[tuple[Metric, tuple[str, ...]], _Template | str] = {}
         self._lock = threading.RLock()
         self._lines: dict[_Template, dict[Row, str]] = {}  # the last call's lines
+        # The last call's whole text (header included) of each family, with its rows.
+        # (rows, text, indices of the rows whose value is 0: only these can differ in sign)
+        self._texts: dict[_Template, tuple[list[Row], str, list[int]]] = {}
 
     def _real(self, families: Iterable[Family]) -> str:
         text = self._encoder(Families(families)).decode("utf-8")
@@ -139,29 +143,49 @@ class FastEncoder:
 
     def encode(self, families: Iterable[FamilyData]) -> str:
         """The encoder's output for ``families`` (without OpenMetrics' ``# EOF``)."""
+        return "".join(self.encode_parts(families))
+
+    def encode_parts(self, families: Iterable[FamilyData]) -> list[str]:
+        """``encode``'s output as one text per family, in order.
+
+        A family equal to the previous call's gets the very same ``str`` object back, so
+        callers can reuse work done for it by identity (the renderer's gzip chunks).
+        """
         with self._lock:  # the line memo below is swapped per call
             return self._encode(families)
 
-    def _encode(self, families: Iterable[FamilyData]) -> str:
-        out: list[str] = []
-        append = out.append
+    def _encode(self, families: Iterable[FamilyData]) -> list[str]:
+        parts: list[str] = []
         # Label sets repeat across families (per-GPU labels, process labels): render once.
         rendered: dict[str, dict[tuple[str, ...], str]] = {}
         # Most lines repeat from one snapshot to the next (identity, limits, start times,
         # steady memory): reuse the previous call's lines, keeping only those seen again.
-        previous = self._lines
+        previous, previous_texts = self._lines, self._texts
         kept: dict[_Template, dict[Row, str]] = {}
+        texts: dict[_Template, tuple[list[Row], str, list[int]]] = {}
         for data in families:
             template = self._template(data)
             if isinstance(template, str):
-                append(self._real([data.to_family()]))
+                parts.append(self._real([data.to_family()]))
                 continue
-            append(template.header)
+            rows = data.rows
+            before = previous.get(template, {})
+            prior = previous_texts.get(template)
+            # A family equal to the last call's (identity, limits, start times, idle
+            # GPUs) is written as it was then; -0.0 equals 0 but is written differently.
+            if (prior is not None and template not in kept and prior[0] == rows
+                    and not _negative_zero(rows, prior[2])):
+                parts.append(prior[1])
+                kept[template] = before
+                texts[template] = prior
+                continue
+            signed, zeros = False, []
+            out = [template.header]
+            append = out.append
             name, labels, fixed = template.name, template.labels, template.fixed_value
             memo = rendered.setdefault(labels, {})
-            before = previous.get(template, {})
             lines = kept.setdefault(template, {})
-            for values, value in data.rows:
+            for index, (values, value) in enumerate(rows):
                 # 0 and -0.0 are equal keys but are written differently: never reused.
                 line = before.get((values, value)) if value else None
                 if line is None:
@@ -175,6 +199,18 @@ class FastEncoder:
                     line = f"{name}{label_text} {text}\n"
                 if value:
                     lines[(values, value)] = line
+                else:
+                    zeros.append(index)
+                    signed = signed or copysign(1.0, value) < 0
                 append(line)
-        self._lines = kept
-        return "".join(out)
+            part = "".join(out)
+            parts.append(part)
+            if not signed:  # a text with -0.0 in it must not stand in for equal rows with 0
+                texts[template] = (rows, part, zeros)
+        self._lines, self._texts = kept, texts
+        return parts
+
+
+def _negative_zero(rows: list[Row], zeros: list[int]) -> bool:
+    """True when the value of a row at one of ``zeros`` is -0.0."""
+    return any(copysign(1.0, rows[index][1]) < 0 for index in zeros)

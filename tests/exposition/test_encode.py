@@ -115,6 +115,7 @@ def test_reused_lines_follow_changing_snapshots(accept: str | None) -> None:
         base,  # identical: every line reused
         replace(base, gpus=(replace(gpu0, temperature_celsius=-0.0), gpu1)),
         replace(base, gpus=(replace(gpu0, temperature_celsius=0.0), gpu1)),
+        replace(base, gpus=(replace(gpu0, temperature_celsius=-0.0), gpu1)),  # equal rows
         replace(base, gpus=(replace(gpu0, temperature_celsius=math.nan, processes=()), gpu1)),
         replace(base, gpus=(gpu1,)),
         base,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from exporter import catalogue as cat
 from exporter.catalogue import Group
-from exporter.exposition.processes import process_label_names
+from exporter.exposition.processes import process_families, process_label_names, process_series
 from exporter.snapshot import PodRef
 from exporter.state import ExpositionOptions
 from tests.exposition import factory as f
@@ -147,3 +147,45 @@ def test_process_utilization_group_alone() -> None:
     assert series(text, cat.USER_MEMORY.name) == []
     no_procs = frozenset({Group.INFO, Group.EXPORTER})
     assert series(_text(f.process(1, MIB), groups=no_procs), cat.PROCESSES.name) == []
+
+
+def _series_rows(snap: f.Snapshot, options: ExpositionOptions) -> dict[str, list[object]]:
+    """Per-process rows as process_series (the merging path) gives them."""
+    rows: dict[str, list[object]] = {"memory": [], "start": [], "util": [], "overflow": []}
+    for gpu in snap.gpus:
+        found, folded = process_series(gpu, options)
+        rows["overflow"].append(folded)
+        for s in found:
+            if s.memory_bytes is not None:
+                rows["memory"].append((s.labels, s.memory_bytes))
+            if s.start_time_seconds is not None:
+                rows["start"].append((s.labels, s.start_time_seconds))
+            if s.utilization_ratio is not None:
+                rows["util"].append((s.labels, s.utilization_ratio))
+    return rows
+
+
+def test_unmerged_fast_path_equals_process_series() -> None:
+    pod = PodRef(pod_uid="u", namespace="ml", pod="p", container="c")
+    odd = (
+        f.process(1, 0, utilization=-0.0, pod=pod),
+        f.process(2, None, user=None, utilization=1.5),
+        f.process(3, 7 * MIB, utilization=None, name='we"ird\\n'),
+    )
+    duplicated = (f.process(9, MIB), f.process(9, 2 * MIB))  # same pid twice: merged
+    snap = f.snapshot(f.reading(0, odd), f.reading(1, duplicated), f.reading(2))
+    metrics = {"memory": cat.PROCESS_MEMORY, "start": cat.PROCESS_START_TIME,
+               "util": cat.PROCESS_UTILIZATION, "overflow": cat.PROCESS_SERIES_OVERFLOW}
+    for k8s in (False, True):
+        options = ExpositionOptions(kubernetes_labels=k8s, groups=frozenset(Group))
+        found = {d.metric: d.rows for d in process_families(snap, options)}
+        expected = _series_rows(snap, options)
+        for key, metric in metrics.items():
+            got = found[metric]
+            want = expected[key]
+            if key == "overflow":
+                got = [v for _, v in got]
+            assert got == want, key
+            # equal is not enough: -0.0 and 0.0 are equal but are written differently
+            assert [repr(r) for r in got] == [repr(r) for r in want], key
+        assert [v for _, v in found[cat.PROCESS_MEMORY] if v == 3 * MIB]  # pid 9 summed

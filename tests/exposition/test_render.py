@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import threading
+import zlib
 from dataclasses import replace
 
 import pytest
@@ -173,7 +174,7 @@ def test_warm_prerenders_text_and_openmetrics() -> None:
     assert entry is not None
     assert entry.snapshot is state.snapshot
     assert len(entry.bodies) == 2
-    assert all(b.gzip_state is not None for b in entry.bodies.values())
+    assert all(b.gzip_chunks is not None for b in entry.bodies.values())
     body, _ = renderer.render(state, OPTIONS, OM, "gzip")
     assert gzip.decompress(body) == _uncached(state, OM)
 
@@ -186,3 +187,38 @@ def test_invalid_gzip_level_is_rejected() -> None:
 def test_rendered_series_are_unique() -> None:
     body, _ = MetricsRenderer().render(f.state(f.fleet(2, 8)), OPTIONS)
     assert samples(body.decode())  # the parser helper asserts uniqueness
+
+
+def _one_member(body: bytes) -> bytes:
+    """The content of ``body``, which must be exactly one complete gzip member."""
+    inflater = zlib.decompressobj(31)
+    content = inflater.decompress(body)
+    assert inflater.eof
+    assert inflater.unused_data == b""
+    return content
+
+
+@pytest.mark.parametrize("accept", [None, OM])
+def test_gzip_chunks_of_unchanged_families_are_reused_across_snapshots(
+    accept: str | None,
+) -> None:
+    renderer = MetricsRenderer(process_metrics=False, gzip_level=1)  # process_* move
+    base = f.fleet(2, 3)
+    gpu0, gpu1 = base.gpus
+    hotter = replace(base, gpus=(replace(gpu0, temperature_celsius=91.0), gpu1))
+    signed = replace(base, gpus=(replace(gpu0, temperature_celsius=-0.0), gpu1))
+    zero = replace(base, gpus=(replace(gpu0, temperature_celsius=0.0), gpu1))
+    reused = []
+    for snap in (base, replace(base), hotter, signed, zero, base):
+        state = f.state(snap)
+        before = dict(renderer._chunks)
+        body, headers = renderer.render(state, OPTIONS, accept, "gzip")
+        assert headers["Content-Encoding"] == "gzip"
+        plain, _ = renderer.render(state, OPTIONS, accept, None)
+        assert _one_member(body) == plain  # plain bodies are checked against the encoders
+        reused.append(sum(1 for key, item in renderer._chunks.items()
+                          if before.get(key) is item))
+    families = len(renderer._chunks)
+    assert reused[1] == families  # an equal snapshot: every chunk reused
+    assert 0 < reused[2] < families  # one temperature changed: only its family redone
+    assert reused[4] < families  # -0.0 -> 0.0: equal values, different text
