@@ -1,10 +1,20 @@
-"""Stopping the subprocesses a test started, so none outlives it."""
+"""Subprocesses in tests: a free loopback port for them, and stopping them so none outlives
+the test."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 from collections.abc import Iterable
 from typing import Any
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def stop_all(processes: Iterable[subprocess.Popen[Any]], timeout: float) -> None:

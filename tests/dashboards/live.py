@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ from typing import Any
 import yaml
 
 from tests.dashboards.grafana import Json, variables
-from tests.processes import stop_all
+from tests.processes import free_port, stop_all
 
 PROMETHEUS = Path("/usr/bin/prometheus")
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,13 +33,6 @@ GRAFANA_BUILTINS = {"__rate_interval": "15s", "__interval": "5s", "__range": "1m
 _LABEL_VALUES = re.compile(r"^label_values\((?:(.*),\s*)?(\w+)\)$", re.S)
 _REGEX_SPECIAL = re.compile(r"[\\^$*+?.()|{}\[\]]")
 
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:

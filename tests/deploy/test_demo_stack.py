@@ -11,13 +11,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +31,10 @@ from tests.deploy.stack import (
     service,
     with_defaults,
 )
-from tests.processes import stop_all
+from tests.processes import free_port
 
 DEADLINE_S = 40
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _get(url: str) -> Any:
@@ -64,12 +56,6 @@ def _wait(what: str, check: Any, procs: list[subprocess.Popen[bytes]], deadline:
         time.sleep(0.3)
 
 
-@pytest.fixture
-def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs
-    stop_all(procs, timeout=10)
-
 
 @pytest.mark.slow
 def test_demo_stack_loads_rules_scrapes_and_records(
@@ -78,7 +64,7 @@ def test_demo_stack_loads_rules_scrapes_and_records(
     prometheus_bin = shutil.which("prometheus")
     assert prometheus_bin, "prometheus not found: install Debian's prometheus (scripts/test does)"
     deadline = time.monotonic() + DEADLINE_S
-    exporter_port, prometheus_port = _free_port(), _free_port()
+    exporter_port, prometheus_port = free_port(), free_port()
 
     args = [with_defaults(a) for a in service("exporter-demo")["command"]]
     env = {**os.environ, "GPU_EXPORTER_WEB_LISTEN_ADDRESS": f"127.0.0.1:{exporter_port}"}

@@ -11,7 +11,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ from exporter import __version__
 from exporter.catalogue import GPU_UP
 from tests.deploy.dockerfile import Stage, exec_form, parse, split_run
 from tests.deploy.stack import DOCKER, REPO
-from tests.processes import stop_all
+from tests.processes import free_port, stop_all
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
@@ -137,12 +136,6 @@ def test_dockerignore_keeps_what_the_build_copies() -> None:
         assert not any(path == p or path.startswith(p + "/") for p in ignored), path
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
 
 def _replay_builder(builder: Stage, src: Path, paths: dict[str, Path], env: dict[str, str]
                     ) -> None:
@@ -200,7 +193,7 @@ def test_image_install_steps_work_in_a_fresh_venv(tmp_path: Path) -> None:
                              timeout=30, check=True, cwd=tmp_path, env=env)
     assert version.stdout.strip() == f"gpu-exporter {__version__}"
 
-    port = _free_port()
+    port = free_port()
     run_env = {**env, "GPU_EXPORTER_WEB_LISTEN_ADDRESS": f"127.0.0.1:{port}"}
     proc = subprocess.Popen([str(exe), "--source=simulated", "--scenario=calm"], cwd=tmp_path,
                             env=run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -13,13 +13,11 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +25,7 @@ import pytest
 import yaml
 
 from tests.deploy.helm_render import render
-from tests.processes import stop_all
+from tests.processes import free_port
 
 DEADLINE_S = 40
 EXPORTER_POD = {"namespace": "gpu-monitoring", "pod": "gpu-exporter-x7k2p",
@@ -36,12 +34,6 @@ NODE = "k8s-gpu-worker-3"
 _KEYS = {"sourceLabels": "source_labels", "targetLabel": "target_label", "action": "action",
          "regex": "regex", "replacement": "replacement", "separator": "separator"}
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _query(port: int, expr: str) -> list[dict[str, Any]]:
@@ -68,12 +60,6 @@ def _relabel_configs(relabelings: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return configs
 
 
-@pytest.fixture
-def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs
-    stop_all(procs, timeout=10)
-
 
 @pytest.mark.slow
 def test_workload_labels_survive_and_host_processes_get_no_exporter_pod(
@@ -82,7 +68,7 @@ def test_workload_labels_survive_and_host_processes_get_no_exporter_pod(
     prometheus_bin = shutil.which("prometheus")
     assert prometheus_bin, "prometheus not found: install Debian's prometheus (scripts/test does)"
     endpoint = _endpoint()
-    exporter_port, prometheus_port = _free_port(), _free_port()
+    exporter_port, prometheus_port = free_port(), free_port()
     processes.append(subprocess.Popen(
         [sys.executable, "-m", "exporter", "--source", "simulated", "--scenario",
          "kubernetes-node", "--kubernetes", f"--web.listen-address=127.0.0.1:{exporter_port}"],

@@ -1,0 +1,18 @@
+"""Fixtures shared by the deployment tests."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from tests.processes import stop_all
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Subprocesses the test appends here are stopped when it ends."""
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    stop_all(procs, timeout=10)
