@@ -56,14 +56,14 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import fleet_data
-from tests.dashboards.grafana import DASHBOARD_FILES, load, targets
+from tests.dashboards.grafana import GRAFANA_DIR, load, targets
 from tests.dashboards.live import Stack, resolve_variables, substitute
 from tests.processes import free_port, stop_all
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMETHEUS = "/usr/bin/prometheus"
 PROMTOOL = "/usr/bin/promtool"
-RULE_FILES = sorted((ROOT / "dashboards" / "rules").glob("*.yaml"))
+RULES_DIR = ROOT / "dashboards" / "rules"
 #: Acceptance (issue 15): ratios on one run, since this machine is noisy.
 GROUP_RATIO_MAX = 5.0
 QUERY_RATIO_MAX = 10.0
@@ -138,9 +138,9 @@ class Prometheus:
             time.sleep(0.5)
 
 
-def start_prometheus(tmp: Path, tsdb: Path, scrape: Json, interval: float,
-                     deadline: float) -> Prometheus:
-    """Prometheus with the repo's rule files and one scrape job ``scrape``.
+def start_prometheus(tmp: Path, tsdb: Path, scrape: Json, *, interval: float,
+                     rule_files: list[Path], deadline: float) -> Prometheus:
+    """Prometheus with ``rule_files`` and one scrape job ``scrape``.
 
     Raises:
         BenchError: it exited or did not become ready.
@@ -148,7 +148,7 @@ def start_prometheus(tmp: Path, tsdb: Path, scrape: Json, interval: float,
     config = {
         "global": {"scrape_interval": f"{interval:g}s", "evaluation_interval": f"{interval:g}s",
                    "scrape_timeout": f"{min(10.0, interval):g}s"},
-        "rule_files": [str(p) for p in RULE_FILES],
+        "rule_files": [str(p) for p in rule_files],
         "scrape_configs": [{"job_name": fleet_data.JOB, **scrape}],
     }
     config_file = tmp / "prometheus.yml"
@@ -214,7 +214,8 @@ class Fleet:
 
 
 @contextlib.contextmanager
-def live_fleet(nodes: int, interval: float, tmp: Path, deadline: float) -> Iterator[Fleet]:
+def live_fleet(nodes: int, interval: float, rule_files: list[Path], tmp: Path,
+               deadline: float) -> Iterator[Fleet]:
     """``nodes`` live simulated exporters scraped by Prometheus."""
     spec = fleet_data.FleetSpec(nodes, end=time.time())
     processes: list[subprocess.Popen[bytes]] = []
@@ -232,7 +233,8 @@ def live_fleet(nodes: int, interval: float, tmp: Path, deadline: float) -> Itera
             ports.append(port)
         scrape = {"static_configs": [{"targets": [f"127.0.0.1:{p}" for p in ports]}]}
         started = time.time()
-        prom = start_prometheus(tmp, tmp / "tsdb", scrape, interval, deadline)
+        prom = start_prometheus(tmp, tmp / "tsdb", scrape, interval=interval,
+                                rule_files=rule_files, deadline=deadline)
         processes.append(prom.process)
         yield Fleet(prom, nodes, interval, started,
                     [f"{nodes} live exporters ({spec.scenario}), scrape and evaluation every "
@@ -242,8 +244,8 @@ def live_fleet(nodes: int, interval: float, tmp: Path, deadline: float) -> Itera
 
 
 @contextlib.contextmanager
-def backfilled_fleet(spec: fleet_data.FleetSpec, workers: int, tmp: Path,
-                     deadline: float) -> Iterator[Fleet]:
+def backfilled_fleet(spec: fleet_data.FleetSpec, workers: int, rule_files: list[Path],
+                     tmp: Path, deadline: float) -> Iterator[Fleet]:
     """``spec``'s history in TSDB blocks, then fresh scrapes of each node's last exposition."""
     nodes, minutes, interval = spec.nodes, spec.minutes, spec.interval
     data = tmp / "fleet.om"
@@ -273,7 +275,8 @@ def backfilled_fleet(spec: fleet_data.FleetSpec, workers: int, tmp: Path,
                 {"target_label": "__address__", "replacement": f"127.0.0.1:{port}"},
             ],
         }
-        prom = start_prometheus(tmp, tsdb, scrape, interval, deadline)
+        prom = start_prometheus(tmp, tsdb, scrape, interval=interval, rule_files=rule_files,
+                                deadline=deadline)
         try:
             yield Fleet(prom, nodes, interval, spec.times()[0], [
                 f"{nodes} nodes ({spec.scenario}); {minutes:g} min of history every "
@@ -402,12 +405,12 @@ def _dashboard_range(board: Json) -> float:
     return float(int(since[4:-1]) * units[since[-1]])
 
 
-def dashboard_queries(fleet: Fleet, end: float) -> list[QueryTiming]:
+def dashboard_queries(fleet: Fleet, files: list[Path], end: float) -> list[QueryTiming]:
     """Every panel query of every dashboard, variables resolved, not yet run."""
     stack = Stack(Path(tempfile.gettempdir()))
     stack.prometheus_port = fleet.prometheus.port
     queries = []
-    for path in DASHBOARD_FILES:
+    for path in files:
         board = load(path)
         span = min(_dashboard_range(board), end - fleet.data_start)
         values = resolve_variables(stack, board, end - span, end)
@@ -525,23 +528,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lock", type=Path, default=None,
                         help="flock this file while measuring (e.g. a shared bench lock)")
     parser.add_argument("--max-seconds", type=float, default=1800.0)
+    parser.add_argument("--rules", type=Path, default=RULES_DIR,
+                        help="folder of the rule files to load (default: dashboards/rules)")
+    parser.add_argument("--dashboards", type=Path, default=GRAFANA_DIR,
+                        help="folder of the dashboard JSON files (default: dashboards/grafana)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.add_argument("--check", action="store_true",
                         help="exit 1 when an acceptance ratio is missed")
     args = parser.parse_args(argv)
     deadline = time.monotonic() + args.max_seconds
+    rules = sorted(args.rules.glob("*.yaml"))
     with tempfile.TemporaryDirectory(prefix="fleet-bench-") as name:
         tmp = Path(name)
         try:
             if args.live is not None:
                 interval = args.interval or 5.0
-                with held(args.lock), live_fleet(args.live, interval, tmp, deadline) as fleet:
+                with held(args.lock), live_fleet(args.live, interval, rules, tmp,
+                                                 deadline) as fleet:
                     time.sleep(max(0.0, args.warmup - (time.time() - fleet.data_start)))
                     text, ratios, figures = measure(fleet, args, deadline)
             else:
                 interval = args.interval or 15.0
                 spec = fleet_data.FleetSpec(args.backfill, time.time(), args.minutes, interval)
-                with backfilled_fleet(spec, args.workers, tmp, deadline) as fleet, \
+                with backfilled_fleet(spec, args.workers, rules, tmp, deadline) as fleet, \
                         held(args.lock):
                     text, ratios, figures = measure(fleet, args, deadline)
         except (BenchError, subprocess.SubprocessError, OSError) as exc:
@@ -560,7 +569,7 @@ def measure(fleet: Fleet, args: argparse.Namespace,
     wait_fresh(fleet, deadline)
     groups = measure_groups(fleet, args.evaluations, deadline)
     end = time.time()
-    queries = dashboard_queries(fleet, end)
+    queries = dashboard_queries(fleet, sorted(args.dashboards.glob("*.json")), end)
     run_queries(fleet, queries, end, args.repeats, deadline)
     tsdb = fleet.prometheus.api("/api/v1/status/tsdb")["data"]
     text, group_ratio, query_ratio = report(fleet, groups, queries, tsdb)
