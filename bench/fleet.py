@@ -380,6 +380,7 @@ class QueryTiming:
     seconds: list[float] = field(default_factory=list)
     series: int = 0
     samples: int = 0
+    timed_out: bool = False  # counted as the timeout (a lower bound of its real time)
 
     @property
     def median_ms(self) -> float:
@@ -425,16 +426,25 @@ def dashboard_queries(fleet: Fleet, files: list[Path], end: float) -> list[Query
     return queries
 
 
-def run_queries(fleet: Fleet, queries: list[QueryTiming], end: float, repeats: int,
-                deadline: float) -> None:
-    """Run each query ``repeats`` times (round robin, so noise spreads over all of them)."""
+def run_queries(fleet: Fleet, queries: list[QueryTiming], end: float, *, repeats: int,
+                timeout: float, deadline: float) -> None:
+    """Run each query ``repeats`` times (round robin, so noise spreads over all of them).
+
+    A query Prometheus aborts after ``timeout`` seconds counts as taking ``timeout`` and is
+    not repeated.
+
+    Raises:
+        BenchError: Prometheus rejected a query for another reason.
+    """
     prom = fleet.prometheus
     for _ in range(repeats):
         for q in queries:
             if time.monotonic() > deadline:
                 return
+            if q.timed_out:
+                continue
             step = max(fleet.interval, q.span / MAX_DATA_POINTS)
-            params: dict[str, Any] = {"query": q.expr, "stats": "all"}
+            params: dict[str, Any] = {"query": q.expr, "stats": "all", "timeout": f"{timeout:g}s"}
             if q.kind == "range":
                 path = "/api/v1/query_range"
                 params.update(start=end - q.span, end=end, step=f"{step:g}")
@@ -442,7 +452,14 @@ def run_queries(fleet: Fleet, queries: list[QueryTiming], end: float, repeats: i
                 path = "/api/v1/query"
                 params["time"] = end
             began = time.perf_counter()
-            answer = prom.api(path, **params)
+            try:
+                answer = prom.api(path, timeout=timeout + 30, **params)
+            except BenchError as exc:
+                if "timed out" not in str(exc) and "timeout" not in str(exc):
+                    raise
+                q.seconds.append(timeout)
+                q.timed_out = True
+                continue
             q.seconds.append(time.perf_counter() - began)
             q.series = len(answer["data"]["result"])
             stats = answer["data"].get("stats", {}).get("samples", {})
@@ -476,7 +493,8 @@ def report(fleet: Fleet, groups: list[GroupTiming], queries: list[QueryTiming],
     out += ["", "slowest rules: " + "; ".join(f"{n} ({grp}) {1000 * s:.1f} ms"
                                                for s, n, grp in slow_rules), ""]
     rows = [[q.dashboard.removeprefix("gpu-"), q.panel[:44], q.ref, q.kind,
-             f"{q.median_ms:.1f}", f"{q.series:,}", f"{q.samples:,}"]
+             f"{'>' if q.timed_out else ''}{q.median_ms:.1f}", f"{q.series:,}",
+             f"{q.samples:,}"]
             for q in sorted(queries, key=lambda q: -q.median_ms)]
     out.append(_table(["dashboard", "panel", "ref", "kind", "median ms", "series", "samples"],
                       rows, {4, 5, 6}))
@@ -524,6 +542,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="live: seconds of scraping before measuring")
     parser.add_argument("--evaluations", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--query-timeout", type=float, default=60.0,
+                        help="seconds after which Prometheus aborts a dashboard query")
     parser.add_argument("--workers", type=int, default=2, help="backfill generator processes")
     parser.add_argument("--lock", type=Path, default=None,
                         help="flock this file while measuring (e.g. a shared bench lock)")
@@ -570,7 +590,8 @@ def measure(fleet: Fleet, args: argparse.Namespace,
     groups = measure_groups(fleet, args.evaluations, deadline)
     end = time.time()
     queries = dashboard_queries(fleet, sorted(args.dashboards.glob("*.json")), end)
-    run_queries(fleet, queries, end, args.repeats, deadline)
+    run_queries(fleet, queries, end, repeats=args.repeats, timeout=args.query_timeout,
+                deadline=deadline)
     tsdb = fleet.prometheus.api("/api/v1/status/tsdb")["data"]
     text, group_ratio, query_ratio = report(fleet, groups, queries, tsdb)
     figures = {
@@ -578,7 +599,8 @@ def measure(fleet: Fleet, args: argparse.Namespace,
         "groups": [{"name": g.name, "file": g.file, "mean_ms": g.mean_ms, "series": g.series,
                     "evaluations": len(g.seconds)} for g in groups],
         "queries": [{"dashboard": q.dashboard, "panel": q.panel, "ref": q.ref, "kind": q.kind,
-                     "median_ms": q.median_ms, "series": q.series, "samples": q.samples,
+                     "median_ms": q.median_ms, "timed_out": q.timed_out, "series": q.series,
+                     "samples": q.samples,
                      "expr": q.expr} for q in queries],
         "group_ratio": group_ratio, "query_ratio": query_ratio,
     }
