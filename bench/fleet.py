@@ -106,8 +106,8 @@ class Prometheus:
         """Its base URL."""
         return f"http://127.0.0.1:{self.port}"
 
-    def api(self, path: str, timeout: float = 120.0, **params: Any) -> Json:
-        """GET an API path.
+    def api(self, path: str, wait: float = 120.0, **params: Any) -> Json:
+        """GET an API path, waiting up to ``wait`` seconds for the answer.
 
         Raises:
             BenchError: no answer, or an error status.
@@ -115,7 +115,7 @@ class Prometheus:
         if self.process.poll() is not None:
             raise BenchError(f"Prometheus exited:\n{self.log.read_text()[-3000:]}")
         query = urllib.parse.urlencode(params, doseq=True)
-        answer = http_json(f"{self.base}{path}?{query}", timeout)
+        answer = http_json(f"{self.base}{path}?{query}", wait)
         if answer.get("status") != "success":
             raise BenchError(f"{path} {params.get('query', '')}: {answer.get('error', answer)}")
         return answer
@@ -453,7 +453,7 @@ def run_queries(fleet: Fleet, queries: list[QueryTiming], end: float, *, repeats
                 params["time"] = end
             began = time.perf_counter()
             try:
-                answer = prom.api(path, timeout=timeout + 30, **params)
+                answer = prom.api(path, wait=timeout + 30, **params)
             except BenchError as exc:
                 if "timed out" not in str(exc) and "timeout" not in str(exc):
                     raise
