@@ -36,6 +36,7 @@ import argparse
 import contextlib
 import fcntl
 import json
+import signal
 import statistics
 import subprocess
 import sys
@@ -528,6 +529,10 @@ def held(lock: Path | None) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__,
@@ -556,6 +561,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true",
                         help="exit 1 when an acceptance ratio is missed")
     args = parser.parse_args(argv)
+    # SIGTERM (timeout(1), a killed job) unwinds like Ctrl-C, so every child is stopped.
+    signal.signal(signal.SIGTERM, _interrupted)
     deadline = time.monotonic() + args.max_seconds
     rules = sorted(args.rules.glob("*.yaml"))
     with tempfile.TemporaryDirectory(prefix="fleet-bench-") as name:
