@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
+from dashboards import alerts, recording
 from dashboards import thresholds as t
 from dashboards import variables as v
 from dashboards.fleet import COUNT_BAD, LEGEND, MEMORY_STEPS
@@ -21,9 +22,10 @@ from dashboards.panels import (
 from dashboards.promql import (
     NOT_OVERFLOW,
     count_or_zero,
-    idle_process_filter,
     num,
     sel,
+    sel_record,
+    with_host_of_instance,
     with_hostname,
 )
 from exporter import catalogue as c
@@ -34,6 +36,8 @@ U = f"{H}, {v.USER}"
 USER_MEM = sel(c.USER_MEMORY, U)
 USED, TOTAL = sel(c.MEMORY_USED, H), sel(c.MEMORY_TOTAL, H)
 PROCESS_HIDDEN = ("Time", "__name__", "job", "uuid", "uid")
+#: Rows of the long-lived processes table (the query reads every process series once).
+LONG_LIVED_ROWS = 20
 COMPLETE = (
     "Per-user numbers are complete only where the exporter sees every user's processes (host "
     "PID namespace, readable /proc); 'unknown' is memory whose owner could not be read."
@@ -44,7 +48,9 @@ def _users(grid: Layout) -> None:
     grid.row("Users")
     grid.add(timeseries_panel(
         "GPU memory by user", "GPU memory held by each user's processes over time, stacked. "
-        + COMPLETE, "bytes", [query(f"sum by (user) ({USER_MEM})", "{{user}}")], stacked=True,
+        + COMPLETE, "bytes",
+        [query(f"sum by (user) ({sel_record(recording.INSTANCE_USER_MEMORY, U)})", "{{user}}")],
+        stacked=True,
         min_val=0,
     ), 16)
     grid.add(bar_panel(
@@ -69,42 +75,46 @@ def _users(grid: Layout) -> None:
 
 def _idle(grid: Layout) -> None:
     grid.row("Idle holders and forgotten processes")
-    matchers = f"{U}"
-    idle = idle_process_filter(
-        matchers, t.IDLE_PROCESS_MEMORY_BYTES, t.IDLE_UTILIZATION_RATIO, t.IDLE_AVG_WINDOW
-    )
-    util_avg = (
-        f"avg_over_time({sel(c.PROCESS_UTILIZATION, matchers, NOT_OVERFLOW)}"
-        f"[{t.IDLE_AVG_WINDOW}])"
-    )
-    age = f"time() - {sel(c.PROCESS_START_TIME, matchers, NOT_OVERFLOW)}"
+    # Per user and host, from the gpu-idle group's recording rules: one series per user and
+    # node however many processes, so the panels stay cheap on a large fleet.
+    idle = sel_record(alerts.IDLE_MEMORY, U)
+    held_idle = f"{idle} > 0"
     grid.add(table_panel(
-        "Idle holders", f"Processes holding over {num(t.IDLE_PROCESS_MEMORY_BYTES / t.GIB)} GiB "
-        f"with under {t.IDLE_UTILIZATION_RATIO:.0%} average utilisation over "
-        f"{t.IDLE_AVG_WINDOW}: forgotten notebooks, hung jobs, debuggers stopped at a "
-        f"breakpoint. After {t.IDLE_FOR} the GpuProcessIdle alert fires.",
+        "Idle memory by node and user", "Per node and user: GPU memory held by processes over "
+        f"{num(t.IDLE_PROCESS_MEMORY_BYTES / t.GIB)} GiB whose utilisation stayed under "
+        f"{t.IDLE_UTILIZATION_RATIO:.0%} for {t.IDLE_AVG_WINDOW} (forgotten notebooks, hung "
+        "jobs, debuggers stopped at a breakpoint), the user's memory there and their busiest "
+        f"process now. After {t.IDLE_FOR} GpuProcessIdle fires, once per user and node. Which "
+        "processes: the node dashboard's Idle processes table.",
         [
-            Column("Memory", f"sum without () ({idle})", "bytes"),
-            Column("Avg utilisation", f"{util_avg} and ({idle})", "percentunit"),
-            Column("Age", f"{age} and ({idle})", "s"),
+            Column("Idle memory", with_host_of_instance(held_idle, H), "bytes"),
+            Column("User's memory", with_host_of_instance(
+                f"{sel_record(recording.INSTANCE_USER_MEMORY, U)} and on (job, instance, user) "
+                f"({held_idle})", H), "bytes"),
+            Column("Busiest process", with_host_of_instance(
+                f"{sel_record(alerts.USER_UTILIZATION_MAX, U)} and on (job, instance, user) "
+                f"({held_idle})", H), "percentunit"),
         ],
-        hidden=PROCESS_HIDDEN, sort_by="Memory",
+        hidden=("Time", "__name__", "job", "instance"), sort_by="Idle memory",
     ), 24, 8)
     grid.add(timeseries_panel(
-        "Memory held idle, by user", "GPU memory in idle-holder processes (as in the table "
-        "above) per user, over time.", "bytes",
+        "Memory held idle, by user", "GPU memory in idle processes (as in the table above) per "
+        "user, over time.", "bytes",
         [query(f"sum by (user) ({idle})", "{{user}}")], stacked=True, min_val=0,
     ), 12)
-    long_lived = f"{age} > {num(t.LONG_LIVED_PROCESS_SECONDS)}"
+    # Per process, but instant (one sample per series) and capped at the TOP oldest.
+    age = f"time() - {sel(c.PROCESS_START_TIME, U, NOT_OVERFLOW)}"
+    oldest = f"topk({LONG_LIVED_ROWS}, {age} > {num(t.LONG_LIVED_PROCESS_SECONDS)})"
     grid.add(table_panel(
-        "Long-lived processes", "GPU processes running for more than "
-        f"{t.LONG_LIVED_PROCESS_SECONDS // 3600} h, oldest first; with low utilisation they are "
-        "usually forgotten.",
+        "Long-lived processes", f"The {LONG_LIVED_ROWS} oldest GPU processes running for more "
+        f"than {t.LONG_LIVED_PROCESS_SECONDS // 3600} h; with low utilisation they are usually "
+        "forgotten.",
         [
-            Column("Age", long_lived, "s"),
-            Column("Memory", f"sum without () ({sel(c.PROCESS_MEMORY, matchers, NOT_OVERFLOW)})"
-                   f" and ({long_lived})", "bytes"),
-            Column("Avg utilisation", f"{util_avg} and ({long_lived})", "percentunit"),
+            Column("Age", oldest, "s"),
+            Column("Memory", f"sum without () ({sel(c.PROCESS_MEMORY, U, NOT_OVERFLOW)})"
+                   f" and ({oldest})", "bytes"),
+            Column("Utilisation", f"{sel(c.PROCESS_UTILIZATION, U, NOT_OVERFLOW)} and ({oldest})",
+                   "percentunit"),
         ],
         hidden=PROCESS_HIDDEN, sort_by="Age",
     ), 12)
