@@ -26,8 +26,16 @@ used, total = c.MEMORY_USED.name, c.MEMORY_TOTAL.name
 util = c.UTILIZATION.name
 
 
+#: Per GPU, the leak trend the forecast alert and the users dashboard's forecast panels share.
+MEMORY_TREND = f"instance_gpu:{used}:deriv{t.LEAK_WINDOW}"
+MEMORY_FORECAST = (
+    f"instance_gpu:{used}:predict_linear{t.LEAK_WINDOW}_{t.LEAK_HORIZON_SECONDS}s"
+)
+
+
 def memory_group() -> RuleGroup:
-    """Memory nearly full, and the leak forecast."""
+    """Memory nearly full, and the leak forecast (its trend recorded first, for the dashboards:
+    a forecast panel then reads one sample per GPU and step instead of a window)."""
     almost_full = AlertRule(
         alert="GpuMemoryAlmostFull",
         expr=f"{used} / {total} > {num(t.MEMORY_USED_RATIO)}",
@@ -41,11 +49,15 @@ def memory_group() -> RuleGroup:
         ),
     )
     horizon = t.LEAK_HORIZON_SECONDS
+    trend = RecordingRule(MEMORY_TREND, f"deriv({used}[{t.LEAK_WINDOW}])")
+    forecast_value = RecordingRule(
+        MEMORY_FORECAST, f"predict_linear({used}[{t.LEAK_WINDOW}], {horizon})"
+    )
     forecast = AlertRule(
         alert="GpuMemoryExhaustionForecast",
         expr=(
-            f"({total} - {used}) / deriv({used}[{t.LEAK_WINDOW}])\n"
-            f"and predict_linear({used}[{t.LEAK_WINDOW}], {horizon}) > {total}\n"
+            f"({total} - {used}) / {MEMORY_TREND}\n"
+            f"and {MEMORY_FORECAST} > {total}\n"
             f"and predict_linear({used}[{t.LEAK_RECENT_WINDOW}], {horizon}) > {total}\n"
             f"and delta({used}[{t.LEAK_WINDOW}]) > {num(t.LEAK_MIN_GROWTH_RATIO)} * {total}\n"
         ),
@@ -58,7 +70,7 @@ def memory_group() -> RuleGroup:
             "A process is probably leaking (tensors kept alive, a growing cache)."
         ),
     )
-    return RuleGroup("gpu-memory", (almost_full, forecast))
+    return RuleGroup("gpu-memory", (trend, forecast_value, almost_full, forecast))
 
 
 #: Labels that tell one user's processes on a host apart (GPU, pid, name, uid, pod ...).

@@ -123,7 +123,8 @@ def _idle(grid: Layout) -> None:
 def _forecast(grid: Layout) -> None:
     grid.row("Out-of-memory forecast")
     horizon = t.LEAK_HORIZON_SECONDS
-    future = f"predict_linear({USED}[{t.LEAK_WINDOW}], {horizon}) / {TOTAL}"
+    # The trend is recorded per GPU by the gpu-memory group: one sample per GPU and step.
+    future = f"{sel_record(alerts.MEMORY_FORECAST, H)} / {TOTAL}"
     grid.add(timeseries_panel(
         f"Memory forecast in {horizon // 3600} h", "Memory each GPU would use "
         f"{horizon // 3600} h from now if the trend of the last {t.LEAK_WINDOW} went on, as a "
@@ -133,7 +134,7 @@ def _forecast(grid: Layout) -> None:
         thresholds=steps(("green", None), ("orange", t.MEMORY_USED_RATIO), ("red", 1.0)),
         min_val=0,
     ), 12)
-    growing = f"({TOTAL} - {USED}) / (deriv({USED}[{t.LEAK_WINDOW}]) > 0)"
+    growing = f"({TOTAL} - {USED}) / ({sel_record(alerts.MEMORY_TREND, H)} > 0)"
     grid.add(timeseries_panel(
         "Time until memory is full", "At the last "
         f"{t.LEAK_WINDOW}'s growth rate, how long until each growing GPU is full. Only GPUs "
@@ -141,21 +142,19 @@ def _forecast(grid: Layout) -> None:
         "GpuMemoryExhaustionForecast.", "s", [query(with_hostname(growing, H), LEGEND)],
         thresholds=steps(("red", None), ("green", float(horizon))), min_val=0,
     ), 12)
-    alert_like = (
-        f"predict_linear({USED}[{t.LEAK_WINDOW}], {horizon}) > {TOTAL} "
-        f"and predict_linear({USED}[{t.LEAK_RECENT_WINDOW}], {horizon}) > {TOTAL} "
-        f"and delta({USED}[{t.LEAK_WINDOW}]) > {num(t.LEAK_MIN_GROWTH_RATIO)} * {TOTAL}"
-    )
+    # Pending or firing: exactly the GPUs meeting the alert's condition now.
+    meeting = f'ALERTS{{alertname="GpuMemoryExhaustionForecast", {H}}}'
     grid.add(stat_panel(
         f"GPUs forecast to fill within {horizon // 3600} h", "GPUs meeting the "
         "GpuMemoryExhaustionForecast condition now (sustained growth that reaches the total "
-        "within the horizon, not a one-off step).", "short",
-        query(count_or_zero(alert_like)),
+        "within the horizon, not a one-off step): its pending and firing alerts.", "short",
+        query(count_or_zero(meeting)),
         thresholds=steps(*COUNT_BAD),
     ), 6, 5)
     grid.add(stat_panel(
         "Fleet memory used", "Used share of all selected GPU memory.", "percentunit",
-        query(f"sum({USED}) / sum({TOTAL})"),
+        query(f"sum({sel_record(recording.INSTANCE_MEMORY_USED, H)}) / "
+              f"sum({sel_record(recording.INSTANCE_MEMORY_TOTAL, H)})"),
         thresholds=steps(*MEMORY_STEPS),
     ), 6, 5)
 

@@ -160,7 +160,9 @@ def test_yaml_thresholds_equal_the_python_constants() -> None:
     assert crit["expr"].endswith(f"> {num(t.TEMPERATURE_CRITICAL_CELSIUS)}")
     assert (high["for"], crit["for"]) == (t.TEMPERATURE_WARNING_FOR, t.TEMPERATURE_CRITICAL_FOR)
     forecast = _alert("GpuMemoryExhaustionForecast")["expr"]
-    assert f"[{t.LEAK_WINDOW}], {t.LEAK_HORIZON_SECONDS})" in forecast
+    assert alerts.MEMORY_FORECAST in forecast
+    memory_records = {r.record: r.expr for r in alerts.all_records()}
+    assert f"[{t.LEAK_WINDOW}], {t.LEAK_HORIZON_SECONDS})" in memory_records[alerts.MEMORY_FORECAST]
     assert f"> {num(t.LEAK_MIN_GROWTH_RATIO)} *" in forecast
     assert f"< {num(t.IDLE_UTILIZATION_RATIO)}" in _alert("GpuMemoryHeldIdle")["expr"]
     assert _alert("GpuMemoryHeldIdle")["for"] == t.IDLE_FOR
