@@ -64,10 +64,11 @@ class Scraper:
     """One keep-alive HTTP/1.1 connection; ``get`` returns (status, headers, body)."""
 
     def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 30.0) -> None:
-        self.host, self.port = host, port
-        self._sock = socket.create_connection((host, port), timeout=timeout)
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.host, self.port, self.timeout = host, port, timeout
+        self._sock: socket.socket | None = None
         self._buffer = b""
+        self.connections = 0
+        self._connect()
         self._requests: dict[tuple[str, tuple[tuple[str, str], ...]], bytes] = {}
 
     def _request(self, path: str, headers: Mapping[str, str]) -> bytes:
@@ -82,7 +83,13 @@ class Scraper:
 
     def get(self, path: str = "/metrics", headers: Mapping[str, str] = PROMETHEUS_HEADERS,
             ) -> tuple[int, dict[str, str], bytes]:
-        """One request; raises ``ConnectionError`` if the server closed the connection."""
+        """One request (reconnecting first if the server closed the last connection).
+
+        Raises ``ConnectionError`` if the server closes the connection mid-response.
+        """
+        if self._sock is None:
+            self._connect()
+        assert self._sock is not None
         self._sock.sendall(self._request(path, headers))
         while b"\r\n\r\n" not in self._buffer:
             self._fill()
@@ -93,15 +100,31 @@ class Scraper:
         for line in header_lines:
             name, _, value = line.partition(":")
             response_headers[name.strip().lower()] = value.strip()
-        length = int(response_headers.get("content-length", "0"))
-        while len(rest) < length:
-            rest += self._recv()
+        closing = (status_line.startswith("HTTP/1.0")
+                   or response_headers.get("connection", "").lower() == "close")
+        if "content-length" in response_headers:
+            length = int(response_headers["content-length"])
+            while len(rest) < length:
+                rest += self._recv()
+        else:  # HTTP/1.0 style: the body ends when the server closes
+            while chunk := self._recv(eof_ok=True):
+                rest += chunk
+            length, closing = len(rest), True
         self._buffer = rest[length:]
+        if closing:  # e.g. prometheus_client's wsgiref server: one request per connection
+            self.close()
         return status, response_headers, rest[:length]
 
-    def _recv(self) -> bytes:
+    def _connect(self) -> None:
+        self._sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._buffer = b""
+        self.connections += 1
+
+    def _recv(self, eof_ok: bool = False) -> bytes:
+        assert self._sock is not None
         chunk = self._sock.recv(1 << 18)
-        if not chunk:
+        if not chunk and not eof_ok:
             raise ConnectionError("server closed the connection")
         return chunk
 
@@ -109,7 +132,9 @@ class Scraper:
         self._buffer += self._recv()
 
     def close(self) -> None:
-        self._sock.close()
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
 
     def __enter__(self) -> Scraper:
         return self
