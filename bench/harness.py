@@ -53,6 +53,13 @@ def rss_mb(pid: int | str = "self") -> tuple[float, float]:
     return fields["VmRSS"], fields["VmHWM"]
 
 
+def free_port() -> int:
+    """A free loopback port (bound and released; the server binds it right after)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def cpu_seconds(pid: int | str = "self") -> float:
     """User plus system CPU time of a process (all its threads) in seconds."""
     stat = Path(f"/proc/{pid}/stat").read_text()
@@ -225,3 +232,64 @@ class Server:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+async def _hammer_one(port: int, request: bytes, deadline: float,
+                      out: dict[int, list[float]], failures: list[str]) -> None:
+    import asyncio  # noqa: PLC0415 - only the load benchmarks need it
+
+    reader = writer = None
+    while time.perf_counter() < deadline:
+        try:
+            if writer is None:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            assert reader is not None
+            start = time.perf_counter()
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")
+            status = int(lines[0].split(" ", 2)[1])
+            length, closing = 0, lines[0].startswith("HTTP/1.0")
+            for line in lines[1:]:
+                name, _, value = line.partition(":")
+                if name.lower() == "content-length":
+                    length = int(value)
+                elif name.lower() == "connection" and value.strip().lower() == "close":
+                    closing = True
+            await reader.readexactly(length)
+            out.setdefault(status, []).append((time.perf_counter() - start) * 1e3)
+            if closing:
+                writer.close()
+                reader = writer = None
+        except (OSError, asyncio.IncompleteReadError, ValueError, IndexError) as exc:
+            failures.append(type(exc).__name__)
+            if writer is not None:
+                writer.close()
+            reader = writer = None
+            await asyncio.sleep(0.01)
+    if writer is not None:
+        writer.close()
+
+
+def hammer(port: int, clients: int, seconds: float, path: str = "/metrics",
+           headers: Mapping[str, str] = PROMETHEUS_HEADERS,
+           ) -> tuple[dict[int, list[float]], list[str]]:
+    """``clients`` keep-alive connections sending requests back to back for ``seconds``.
+
+    Returns latencies (ms) by HTTP status and the transport failures seen.
+    """
+    import asyncio  # noqa: PLC0415
+
+    lines = [f"GET {path} HTTP/1.1", f"Host: 127.0.0.1:{port}",
+             *(f"{k}: {v}" for k, v in headers.items())]
+    request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    out: dict[int, list[float]] = {}
+    failures: list[str] = []
+
+    async def run() -> None:
+        deadline = time.perf_counter() + seconds
+        await asyncio.gather(*(_hammer_one(port, request, deadline, out, failures)
+                               for _ in range(clients)))
+
+    asyncio.run(run())
+    return out, failures

@@ -35,7 +35,6 @@ import gzip
 import importlib.util
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -48,7 +47,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.harness import Scraper, Server, cpu_seconds, percentile, rss_mb  # noqa: E402
+from bench.harness import (  # noqa: E402
+    Scraper,
+    Server,
+    cpu_seconds,
+    free_port,
+    percentile,
+    rss_mb,
+)
 
 LOAD = ROOT / "scripts" / "gpu" / "cuda_load.py"
 NVITOP_WHEELS = ("nvitop-1.7.2-py3-none-any.whl", "nvitop_exporter-1.7.2-py3-none-any.whl")
@@ -73,12 +79,6 @@ def nvitop_path() -> str | None:
                     "--target", target, *map(str, wheels)], check=True, timeout=120)
     sys.path.insert(0, target)
     return target
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def start_loads(gpus: int, busy_gib: float, idle_gib: float) -> list[subprocess.Popen[str]]:
