@@ -7,7 +7,8 @@ Usage (repository root; hold the bench lock here):
 
 1. The floor, each step in one fresh interpreter, cumulative: Python alone; with ``--nvml``
    ``pynvml.nvmlInit()`` and one memory read (libnvidia-ml mapped); ``import fastapi, uvicorn,
-   pydantic``; ``import prometheus_client``. No exporter can be smaller than that.
+   pydantic``; ``import prometheus_client``. No exporter can be smaller than that. For
+   reference, the same interpreter then imports what the exporter imports at start-up.
 2. The exporter (``--source nvml``, or the simulated 8x32 node), scraped over one keep-alive
    loopback connection with Prometheus' headers (OpenMetrics, gzip) ``--scrapes`` times;
    its VmRSS after a warm-up and at ten checkpoints, and the peak (VmHWM).
@@ -30,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.harness import Scraper, Server, rss_mb
+from bench.harness import ROOT, Scraper, Server, rss_mb
 
 TARGET_OVER_FLOOR_MB = 8.0
 TARGET_SIMULATED_MB = 60.0
@@ -54,15 +55,41 @@ import fastapi, uvicorn, pydantic
 steps.append(("+ fastapi, uvicorn, pydantic imported", rss()))
 import prometheus_client
 steps.append(("+ prometheus_client imported", rss()))
+import exporter.cli
+steps.append(("(reference: + gpu-exporter's start-up imports)", rss()))
 print(json.dumps(steps))
 """
 
 
 def measure_floor(nvml: bool) -> list[tuple[str, float]]:
     """The floor steps (label, cumulative MiB), each from a fresh interpreter."""
-    out = subprocess.run([sys.executable, "-c", _FLOOR, "nvml" if nvml else "none"],
+    out = subprocess.run([sys.executable, "-c", _FLOOR, "nvml" if nvml else "none"], cwd=ROOT,
                          capture_output=True, text=True, check=True, timeout=120).stdout
     return [(label, float(value)) for label, value in json.loads(out)]
+
+
+def breakdown(pid: int) -> list[tuple[str, float]]:
+    """Resident MiB of a process by kind of mapping (from /proc/<pid>/smaps), largest first."""
+    sizes: dict[str, float] = {}
+    kind = "other"
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        first = line.split(maxsplit=6)
+        if "-" in first[0] and len(first) >= 5 and ":" in first[3]:  # a mapping's header line
+            path = first[5] if len(first) > 5 else ""
+            name = path.rsplit("/", 1)[-1]
+            if not path or path.startswith("[anon") or path == "[heap]":
+                kind = "heap and anonymous (Python objects, malloc)"
+            elif "nvidia-ml" in name:
+                kind = "libnvidia-ml (NVML)"
+            elif name.startswith("libpython") or name.startswith("python"):
+                kind = "the Python interpreter"
+            elif ".so" in name:
+                kind = "other shared libraries and extension modules"
+            else:
+                kind = "other (files, stacks, vdso)"
+        elif line.startswith("Rss:"):
+            sizes[kind] = sizes.get(kind, 0.0) + int(line.split()[1]) / 1024
+    return sorted(sizes.items(), key=lambda item: -item[1])
 
 
 def scrape_exporter(args: argparse.Namespace) -> dict[str, object]:
@@ -85,7 +112,8 @@ def scrape_exporter(args: argparse.Namespace) -> dict[str, object]:
                 checkpoints.append((n, rss_mb(server.pid)[0]))
         elapsed = time.perf_counter() - start
         rss, peak = rss_mb(server.pid)
-    return {"source": " ".join(source + extra), "after_warmup_mb": after_warmup,
+        parts = breakdown(server.pid)
+    return {"breakdown": parts, "source": " ".join(source + extra), "after_warmup_mb": after_warmup,
             "checkpoints": checkpoints, "rss_mb": rss, "peak_mb": peak, "errors": errors,
             "seconds": elapsed, "scrapes": args.scrapes}
 
@@ -104,12 +132,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--scrapes must be 10..1000000")
 
     floor_steps = measure_floor(args.nvml)
-    floor = floor_steps[-1][1]
+    floor = floor_steps[-2][1]  # the last step is a reference, not part of the floor
     print("memory floor (each step cumulative, fresh interpreter):")
     previous = 0.0
     for label, value in floor_steps:
         delta = f"+{value - previous:5.1f}" if previous else "      "
-        print(f"  {label:<40} {value:6.1f} MB {delta}")
+        print(f"  {label:<48} {value:6.1f} MB {delta}")
         previous = value
     result = scrape_exporter(args)
     checkpoints: list[tuple[int, float]] = result["checkpoints"]  # type: ignore[assignment]
@@ -123,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  peak (VmHWM)                   {peak:6.1f} MB")
     print(f"  over the floor                 {rss - floor:+6.1f} MB")
     print(f"  growth after the first tenth   {growth:+6.1f} MB")
+    print("  resident memory by mapping at the end:")
+    for label, value in result["breakdown"]:  # type: ignore[attr-defined]
+        print(f"    {label:<48} {value:6.1f} MB")
     verdicts = [("flat (growth <= 1 MB)", growth <= TARGET_GROWTH_MB),
                 ("no failed scrapes", result["errors"] == 0)]
     if args.nvml:
