@@ -3,7 +3,7 @@
 Usage (repository root; hold the bench lock here):
 
     .venv/bin/python bench/bench_memory.py [--scrapes 100000] [--nvml] [--fresh]
-    python3 bench/bench_memory.py --nvml --scrapes 20000      # on the GPU machine
+    python3 bench/bench_memory.py --nvml --cuda-processes 2 --scrapes 20000   # GPU machine
 
 1. The floor, each step in one fresh interpreter, cumulative: Python alone; with ``--nvml``
    ``pynvml.nvmlInit()`` and one memory read (libnvidia-ml mapped); ``import fastapi, uvicorn,
@@ -23,10 +23,12 @@ the exporter's default settings. ``--json FILE`` writes the figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -92,6 +94,25 @@ def breakdown(pid: int) -> list[tuple[str, float]]:
     return sorted(sizes.items(), key=lambda item: -item[1])
 
 
+@contextlib.contextmanager
+def cuda_processes(count: int) -> Iterator[list[int]]:
+    """``count`` torch processes holding 1 GiB each on GPU 0, one busy (GPU machine only)."""
+    loads = [subprocess.Popen(
+        [sys.executable, str(ROOT / "scripts" / "gpu" / "cuda_load.py"), "--gpu", "0",
+         "--gib", "1", "--seconds", "600", *(["--busy"] if i == 0 else [])],
+        stdout=subprocess.PIPE, text=True) for i in range(count)]
+    try:
+        for proc in loads:
+            assert proc.stdout is not None
+            if not proc.stdout.readline().startswith("ready"):
+                raise SystemExit("a CUDA load did not start")
+        yield [proc.pid for proc in loads]
+    finally:
+        for proc in loads:
+            proc.kill()
+            proc.wait(30)
+
+
 def scrape_exporter(args: argparse.Namespace) -> dict[str, object]:
     """Start the exporter, scrape it, and record RSS along the way."""
     source = (["--source", "nvml"] if args.nvml
@@ -124,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=500, help="scrapes before the first RSS")
     parser.add_argument("--nvml", action="store_true", help="the real GPUs instead of simulated")
     parser.add_argument("--scenario", default="synthetic:8x32", help="simulated scenario")
+    parser.add_argument("--cuda-processes", type=int, default=0,
+                        help="torch processes to start on GPU 0 first (GPU machine; 0)")
     parser.add_argument("--fresh", action="store_true", help="a new collection every scrape")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument("--json", type=Path, help="write the figures to this file")
@@ -139,7 +162,10 @@ def main(argv: list[str] | None = None) -> int:
         delta = f"+{value - previous:5.1f}" if previous else "      "
         print(f"  {label:<48} {value:6.1f} MB {delta}")
         previous = value
-    result = scrape_exporter(args)
+    with cuda_processes(args.cuda_processes) as pids:
+        if pids:
+            print(f"CUDA processes on GPU 0: {pids}")
+        result = scrape_exporter(args)
     checkpoints: list[tuple[int, float]] = result["checkpoints"]  # type: ignore[assignment]
     rss, peak = float(result["rss_mb"]), float(result["peak_mb"])  # type: ignore[arg-type]
     print(f"\nexporter: {result['source']}, {args.scrapes} scrapes in "
