@@ -265,7 +265,8 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     extra_path = nvitop_path()
-    env = {"PYTHONPATH": os.pathsep.join(p for p in (extra_path, str(ROOT)) if p)}
+    inherited = os.environ.get("PYTHONPATH", "")  # the GPU machine's wheels live there
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (extra_path, str(ROOT), inherited) if p)}
     import pynvml  # noqa: PLC0415
 
     pynvml.nvmlInit()
