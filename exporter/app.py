@@ -146,7 +146,7 @@ def create_app(
 
     @app.get("/readyz", tags=["health"], responses={503: {"description": "Not ready"}})
     async def readyz() -> JSONResponse:
-        """200 when the source is initialised and the data is fresh, else 503 with a reason."""
+        """200 when the source is initialised, the data fresh and some GPU answers; else 503."""
         ready = await run_in_threadpool(scheduler.await_ready, READY_WAIT_SECONDS)
         stats = scheduler.stats
         body: dict[str, Any] = {
@@ -156,6 +156,8 @@ def create_app(
             "data_age_seconds": stats.data_age_seconds,
             "collections": stats.collections,
             "last_collection_seconds": stats.last_duration_seconds,
+            # GPUs whose NVML read has not returned (served gpu_up 0): index -> seconds
+            "hung_gpus": {str(i): round(s, 3) for i, s in sorted(stats.hung_gpus.items())},
         }
         return JSONResponse(body, status_code=200 if ready else 503, headers=_NO_STORE)
 

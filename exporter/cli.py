@@ -33,6 +33,7 @@ from exporter.config import (
 from exporter.enrich import Enricher, OwnerEnricher, PodEnricher, chain
 from exporter.kubernetes import PodResolver
 from exporter.logs import setup_logging
+from exporter.memory import tune_malloc
 from exporter.owners import OwnerResolver, ProcfsError, check_procfs
 from exporter.passwd import PasswdFileError, check_passwd_file
 from exporter.scheduler import Scheduler
@@ -99,7 +100,8 @@ def build_source(config: Config) -> Source:
     if config.source == "nvml":
         from exporter.sources.nvml import NvmlSource  # noqa: PLC0415 (pynvml loads lazily)
 
-        return NvmlSource(hostname=config.hostname)
+        # Half the collection timeout: a hung GPU is answered down while scrapes still wait.
+        return NvmlSource(hostname=config.hostname, gpu_timeout=config.timeout / 2)
     from exporter.sources.scenario import (  # noqa: PLC0415
         ScenarioError,
         load_scenario,
@@ -227,6 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         return _fail(str(exc))
     setup_logging(config.log_level, config.log_format)
+    tune_malloc(os.environ)  # before any thread starts
     for name in unknown_env(os.environ):
         log.warning("environment variable %s matches no flag; ignored", name)
     if config.kubernetes and config.source == "nvml":
