@@ -5,7 +5,7 @@ Metric names are taken from ``exporter.catalogue`` only; this module never types
 
 from __future__ import annotations
 
-from exporter import catalogue as c
+from exporter import metrics as c
 
 #: Labels a per-GPU series carries beyond the target's own (job, instance, node, ...).
 GPU_LABELS = ", ".join(c.GPU_LABELS)

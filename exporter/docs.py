@@ -14,8 +14,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from exporter.catalogue import markdown_table
 from exporter.config import flags_markdown_table
+from exporter.metrics import markdown_table
 
 __all__ = ["DocsError", "main", "render_readme"]
 

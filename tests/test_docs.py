@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter import catalogue as cat
+from exporter import metrics as cat
 from exporter.config import FLAGS
 from exporter.docs import DEFAULT_README, DocsError, main, render_readme
 

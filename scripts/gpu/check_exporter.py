@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from exporter import catalogue as cat  # noqa: E402
+from exporter import metrics as cat  # noqa: E402
 
 MIB = 1 << 20
 RESULTS: list[tuple[str, bool, str]] = []

@@ -15,7 +15,7 @@ from grafana_foundation_sdk.models import dashboard as dm
 from dashboards import generate
 from dashboards import thresholds as t
 from dashboards.panels import UNITS
-from exporter import catalogue
+from exporter import metrics as catalogue
 from tests.dashboards.grafana import (
     BUILTIN_VARIABLES,
     DASHBOARD_FILES,

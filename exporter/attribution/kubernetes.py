@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from exporter.pidcache import CollectionScoped
+from exporter.attribution.pidcache import CollectionScoped
 from exporter.snapshot import PodRef
 
 #: Kind counted in ``Snapshot.errors`` when a cgroup file or log directory cannot be read.

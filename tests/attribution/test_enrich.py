@@ -1,4 +1,4 @@
-"""Tests for exporter.enrich: owners and pods filled, vanished vs invisible processes, errors."""
+"""Tests for attribution.enrich: owners and pods filled, vanished vs invisible processes, errors."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from exporter import owners
-from exporter.enrich import OwnerEnricher, PodEnricher, chain, merge_errors
-from exporter.kubernetes import PodResolver
-from exporter.owners import OwnerResolver
+from exporter.attribution import owners
+from exporter.attribution.enrich import OwnerEnricher, PodEnricher, chain, merge_errors
+from exporter.attribution.kubernetes import PodResolver
+from exporter.attribution.owners import OwnerResolver
 from exporter.snapshot import (
     GpuIdentity,
     GpuProcess,
@@ -24,7 +24,7 @@ from exporter.snapshot import (
 from tests.fixtures.cgroups import CID_A, UID_A
 from tests.fixtures.fakeproc import write_boot, write_kubelet_logs, write_process
 
-PASSWD = Path(__file__).parent / "fixtures" / "host_passwd"
+PASSWD = Path(__file__).parent.parent / "fixtures" / "host_passwd"
 POD_CGROUP = (
     f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
     f"{UID_A.replace('-', '_')}.slice/cri-containerd-{CID_A}.scope\n"

@@ -1,4 +1,4 @@
-"""Tests for exporter.owners against fake procfs trees (and once against the real /proc)."""
+"""Tests for attribution.owners against fake procfs trees (and once against the real /proc)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from exporter import owners
-from exporter.owners import (
+from exporter.attribution import owners
+from exporter.attribution.owners import (
     OwnerLookup,
     OwnerResolver,
     OwnerStatus,
@@ -22,7 +22,7 @@ from exporter.owners import (
 )
 from tests.fixtures.fakeproc import BOOT_TIME, stat_line, write_boot, write_process
 
-PASSWD = Path(__file__).parent / "fixtures" / "host_passwd"
+PASSWD = Path(__file__).parent.parent / "fixtures" / "host_passwd"
 TICKS = os.sysconf("SC_CLK_TCK")
 
 

@@ -2,7 +2,7 @@
 
 Everything is read from ``<procfs>/<pid>/...`` with a configurable root, so the exporter works
 in the host PID namespace (``/proc``) and with the host's procfs mounted elsewhere (e.g.
-``/host/proc``). Names come from a passwd file (``exporter.passwd``), never from the
+``/host/proc``). Names come from a passwd file (``exporter.attribution.passwd``), never from the
 container's NSS (so no ``psutil.Process.username()``).
 
 Cost: entries are cached by (pid, start time in clock ticks). The warm path is one read of
@@ -35,8 +35,8 @@ from enum import Enum
 
 import psutil
 
-from exporter.passwd import PASSWD_ERROR_KIND, PasswdFile
-from exporter.pidcache import CollectionScoped
+from exporter.attribution.passwd import PASSWD_ERROR_KIND, PasswdFile
+from exporter.attribution.pidcache import CollectionScoped
 from exporter.snapshot import ProcessOwner
 
 #: Kind counted in ``Snapshot.errors`` for processes whose owner could not be read.

@@ -1,4 +1,4 @@
-"""Tests for exporter.kubernetes: cgroup parsing, the kubelet log tree, the resolver's caches."""
+"""Tests for attribution.kubernetes: cgroup parsing, the kubelet log tree, the resolver's caches."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.kubernetes import (
+from exporter.attribution.kubernetes import (
     CgroupIdentity,
     PodResolver,
     parse_cgroup,

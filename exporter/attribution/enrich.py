@@ -1,6 +1,6 @@
 """Enrichers: fill ``owner`` and ``pod`` of a snapshot's processes, returning a new snapshot.
 
-Rule for processes whose owner is missing (``exporter.owners`` documents the lookup):
+Rule for processes whose owner is missing (``exporter.attribution.owners`` documents the lookup):
 
 - the process *vanished* (its ``/proc`` entry had been read, in this collection or an earlier
   one, and is now gone): it exited between NVML's listing and enrichment, so it is dropped
@@ -23,8 +23,8 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Protocol
 
-from exporter.kubernetes import PodResolver
-from exporter.owners import OwnerResolver, OwnerStatus
+from exporter.attribution.kubernetes import PodResolver
+from exporter.attribution.owners import OwnerResolver, OwnerStatus
 from exporter.snapshot import GpuProcess, GpuReading, Snapshot
 
 #: Sources whose snapshots are never enriched (their processes are not on this host).
