@@ -21,7 +21,7 @@ from types import FrameType
 import uvicorn
 
 from exporter import __version__
-from exporter.attribution.enrich import Enricher, OwnerEnricher, PodEnricher, chain
+from exporter.attribution.enrich import Enricher, ProcessEnricher
 from exporter.attribution.kubernetes import PodResolver
 from exporter.attribution.owners import OwnerResolver, ProcfsError, check_procfs
 from exporter.attribution.passwd import PasswdFileError, check_passwd_file
@@ -127,21 +127,14 @@ def build_enricher(config: Config) -> Enricher | None:
     """Owner (and with ``--kubernetes`` pod) enrichment; None for the simulated source."""
     if config.source == "simulated":
         return None  # its processes carry owners and pods; this host's /proc is unrelated
-    owners = OwnerEnricher(
-        OwnerResolver(
-            procfs=config.procfs, passwd_file=config.passwd_file,
-            include_cmdline=config.cmdline,
-        )
+    owners = OwnerResolver(
+        procfs=config.procfs, passwd_file=config.passwd_file,
+        include_cmdline=config.cmdline, cgroups=config.kubernetes,
     )
-    if not config.kubernetes:
-        return owners
-    pods = PodEnricher(
-        PodResolver(
-            procfs=config.procfs, pod_logs_dir=config.pod_logs_dir,
-            container_logs_dir=config.container_logs_dir,
-        )
-    )
-    return chain(owners, pods)
+    pods = PodResolver(
+        pod_logs_dir=config.pod_logs_dir, container_logs_dir=config.container_logs_dir,
+    ) if config.kubernetes else None
+    return ProcessEnricher(owners, pods)
 
 
 #: errno values meaning "no IPv6 here" (kernel without it, or disabled in this namespace).

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from exporter import __version__, cli
-from exporter.attribution.enrich import OwnerEnricher
+from exporter.attribution.enrich import ProcessEnricher
 from exporter.cli import bind, build_enricher, build_source, main, parse_config
 from exporter.config import Config, ListenAddress
 from exporter.metrics import default_groups
@@ -130,10 +130,12 @@ def test_presets_load() -> None:
 
 def test_enrichers_follow_the_source() -> None:
     assert build_enricher(Config(source="simulated", scenario="x")) is None
-    assert isinstance(build_enricher(Config()), OwnerEnricher)
+    plain = build_enricher(Config())
+    assert isinstance(plain, ProcessEnricher)
+    assert plain.pods is None
     kube = build_enricher(Config(kubernetes=True))
-    assert kube is not None
-    assert not isinstance(kube, OwnerEnricher)  # a chain of owners + pods
+    assert isinstance(kube, ProcessEnricher)
+    assert kube.pods is not None
 
 
 def test_nvml_source_is_built_lazily() -> None:

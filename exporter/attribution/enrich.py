@@ -1,4 +1,9 @@
-"""Enrichers: fill ``owner`` and ``pod`` of a snapshot's processes, returning a new snapshot.
+"""Enrichment: fill ``owner`` and ``pod`` of a snapshot's processes, returning a new snapshot.
+
+One step per process: ``OwnerResolver.lookup`` reads ``/proc/<pid>`` once per (pid, start
+time), giving the owner and (on Kubernetes) the cgroup identity; ``PodResolver`` names that
+identity from the kubelet log tree. A new attribution (Slurm job, container, PodResources
+allocation) adds what it needs to the owner lookup's cgroup step or a resolver here.
 
 Rule for processes whose owner is missing (``exporter.attribution.owners`` documents the lookup):
 
@@ -10,7 +15,7 @@ Rule for processes whose owner is missing (``exporter.attribution.owners`` docum
   ``errors["owner_lookup"]`` is counted once per pid: memory held by a process the exporter
   cannot see must never silently disappear.
 
-Processes that already carry an owner or a pod are left as they are. Snapshots of the
+Processes that already carry an owner are left as they are. Snapshots of the
 simulated source are returned unchanged: their pids are invented, and looking them up in this
 host's ``/proc`` would attach real users to fake processes. Error counts of the resolvers are
 added to ``snapshot.errors``.
@@ -19,7 +24,6 @@ added to ``snapshot.errors``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Protocol
 
@@ -39,35 +43,35 @@ class Enricher(Protocol):
         ...
 
 
-def merge_errors(base: Mapping[str, int], extra: Mapping[str, int]) -> dict[str, int]:
-    """Sum two error-count mappings by kind."""
+def merge_errors(base: Mapping[str, int], *extra: Mapping[str, int]) -> dict[str, int]:
+    """Sum error-count mappings by kind."""
     merged = dict(base)
-    for kind, count in extra.items():
-        merged[kind] = merged.get(kind, 0) + count
+    for more in extra:
+        for kind, count in more.items():
+            merged[kind] = merged.get(kind, 0) + count
     return merged
 
 
-class _Resolver(Protocol):
-    def collection(self) -> AbstractContextManager[None]: ...
-    def take_errors(self) -> dict[str, int]: ...
+class ProcessEnricher:
+    """Fills owners (and, with a ``PodResolver``, pods) of every process of a snapshot.
 
-
-class _ProcessEnricher:
-    """The walk both enrichers share: one resolver collection per snapshot, ``_process`` on
-    every process of every GPU (None drops it), resolver errors merged into the snapshot's.
+    With ``pods`` the ``owners`` resolver must read cgroups (``OwnerResolver(cgroups=True)``).
     """
 
-    def __init__(self, resolver: _Resolver, skip_sources: frozenset[str]) -> None:
-        self._resolver = resolver
+    def __init__(self, owners: OwnerResolver, pods: PodResolver | None = None, *,
+                 skip_sources: frozenset[str] = SKIPPED_SOURCES) -> None:
+        self.owners = owners
+        self.pods = pods
         self.skip_sources = skip_sources
 
     def enrich(self, snapshot: Snapshot) -> Snapshot:
         """Return a new snapshot with the processes enriched. Never raises."""
         if snapshot.source in self.skip_sources:
             return snapshot
-        with self._resolver.collection():
+        with self.owners.collection():
             gpus = tuple(self._gpu(gpu) for gpu in snapshot.gpus)
-        errors = merge_errors(snapshot.errors, self._resolver.take_errors())
+        pod_errors = self.pods.take_errors() if self.pods is not None else {}
+        errors = merge_errors(snapshot.errors, self.owners.take_errors(), pod_errors)
         return replace(snapshot, gpus=gpus, errors=errors)
 
     def _gpu(self, gpu: GpuReading) -> GpuReading:
@@ -77,58 +81,14 @@ class _ProcessEnricher:
         return replace(gpu, processes=tuple(p for p in processes if p is not None))
 
     def _process(self, process: GpuProcess) -> GpuProcess | None:
-        raise NotImplementedError
-
-
-class OwnerEnricher(_ProcessEnricher):
-    """Fills ``GpuProcess.owner`` from an ``OwnerResolver``; drops processes that exited."""
-
-    def __init__(
-        self, resolver: OwnerResolver, *, skip_sources: frozenset[str] = SKIPPED_SOURCES
-    ) -> None:
-        super().__init__(resolver, skip_sources)
-        self.resolver = resolver
-
-    def _process(self, process: GpuProcess) -> GpuProcess | None:
-        if process.owner is not None:
+        if process.owner is not None:  # attributed already (by its source)
             return process
-        found = self.resolver.lookup(process.pid)
+        found = self.owners.lookup(process.pid)
         if found.status is OwnerStatus.VANISHED:
             return None
-        return replace(process, owner=found.owner) if found.owner else process
-
-
-class PodEnricher(_ProcessEnricher):
-    """Fills ``GpuProcess.pod`` from a ``PodResolver`` (None stays None for host processes)."""
-
-    def __init__(
-        self, resolver: PodResolver, *, skip_sources: frozenset[str] = SKIPPED_SOURCES
-    ) -> None:
-        super().__init__(resolver, skip_sources)
-        self.resolver = resolver
-
-    def _process(self, process: GpuProcess) -> GpuProcess:
-        if process.pod is not None:
+        pod = process.pod
+        if pod is None and found.cgroup is not None and self.pods is not None:
+            pod = self.pods.names(found.cgroup)
+        if found.owner is None and pod is process.pod:
             return process
-        # The owner's start time identifies the process, which lets the resolver skip
-        # re-reading the cgroup of a pid it already knows.
-        start = process.owner.start_time_seconds if process.owner else None
-        pod = self.resolver.resolve(process.pid, start_time=start)
-        return replace(process, pod=pod) if pod is not None else process
-
-
-class _Chain:
-    def __init__(self, enrichers: tuple[Enricher, ...]) -> None:
-        self.enrichers = enrichers
-
-    def enrich(self, snapshot: Snapshot) -> Snapshot:
-        for enricher in self.enrichers:
-            snapshot = enricher.enrich(snapshot)
-        return snapshot
-
-
-def chain(*enrichers: Enricher) -> Enricher:
-    """One enricher that applies ``enrichers`` in order (put ``OwnerEnricher`` first: the pod
-    enricher uses the owners' start times for its cache). ``chain()`` returns snapshots as-is.
-    """
-    return _Chain(enrichers)
+        return replace(process, owner=found.owner, pod=pod)
