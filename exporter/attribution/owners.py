@@ -11,8 +11,9 @@ container's NSS (so no ``psutil.Process.username()``).
 
 Cost: entries are cached by (pid, start time in clock ticks). The warm path is one read of
 ``<procfs>/<pid>/stat`` per pid per collection, for owner and cgroup alike (a pid seen on
-several GPUs is read once); a reused pid has a different start time and is resolved afresh. ``end_collection`` evicts pids
-not looked up since the previous collection, and the cache is capped at ``max_entries``.
+several GPUs is read once); a reused pid has a different start time and is resolved afresh.
+``end_collection`` evicts pids not looked up since the previous collection, and the cache is
+capped at ``max_entries``.
 
 Each lookup says *why* it has no owner (``OwnerStatus``), because the enricher must tell two
 cases apart:
