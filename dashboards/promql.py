@@ -1,6 +1,6 @@
 """PromQL building blocks shared by the rules and the dashboards.
 
-Metric names are taken from ``exporter.catalogue`` only; this module never types one.
+Metric names are taken from the rows in ``exporter.metrics`` only; this module never types one.
 """
 
 from __future__ import annotations

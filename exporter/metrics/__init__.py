@@ -79,13 +79,13 @@ from exporter.metrics.self_metrics import (
 )
 from exporter.snapshot import Value
 
-
-def _rows(module: object) -> tuple[Metric, ...]:
-    return tuple(v for v in vars(module).values() if isinstance(v, Metric))
-
+#: The modules holding rows, in documentation order (a new row module is added here).
+_ROW_MODULES = (gpu, process, self_metrics)
 
 #: Every row, in documentation order (per GPU, per process, the exporter itself).
-CATALOGUE: tuple[Metric, ...] = (*_rows(gpu), *_rows(process), *_rows(self_metrics))
+CATALOGUE: tuple[Metric, ...] = tuple(
+    row for module in _ROW_MODULES for row in vars(module).values() if isinstance(row, Metric)
+)
 BY_NAME: dict[str, Metric] = {metric.name: metric for metric in CATALOGUE}
 #: Rows whose values the sources store in ``GpuReading.values`` (exposition order).
 GPU_ROWS: tuple[Metric, ...] = tuple(m for m in CATALOGUE if m.scope is Scope.GPU)

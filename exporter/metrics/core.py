@@ -167,6 +167,8 @@ class Metric:
 
     Per-process rows (``Scope.PROCESS``): ``process_value`` reads it from a ``GpuProcess``;
     ``fold`` merges processes that share a series.
+
+    ``charted`` False: no shipped dashboard shows it (otherwise a test requires one to).
     """
 
     name: str
@@ -183,6 +185,7 @@ class Metric:
     process_value: Callable[[GpuProcess], float | None] | None = field(default=None,
                                                                        compare=False)
     fold: Fold = Fold.SUM
+    charted: bool = True  # a shipped dashboard shows it (tests check that one does)
 
     @property
     def unit(self) -> str:

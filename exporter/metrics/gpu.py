@@ -69,6 +69,7 @@ MEMORY_FREE = Metric(
     nvml=NvmlSpecial("memory"),
     simulate=lambda gpu: gpu.memory_free_bytes,
     json_field="memory_free_bytes", json_type=int,
+    charted=False,
 )
 MEMORY_RESERVED = Metric(
     "gpu_memory_reserved_bytes", Kind.GAUGE, Group.MEMORY,
@@ -77,6 +78,7 @@ MEMORY_RESERVED = Metric(
     nvml=NvmlSpecial("memory"),
     simulate=lambda gpu: gpu.memory_reserved_bytes,
     json_field="memory_reserved_bytes", json_type=int,
+    charted=False,
 )
 UTILIZATION = Metric(
     "gpu_utilization_ratio", Kind.GAUGE, Group.UTILIZATION,
@@ -124,6 +126,7 @@ ENERGY = Metric(
     nvml=nvml("nvmlDeviceGetTotalEnergyConsumption", divisor=1000.0),
     simulate=lambda gpu: gpu.energy_joules,
     json_field="energy_joules",
+    charted=False,
 )
 PCIE_THROUGHPUT = Metric(
     "gpu_pcie_throughput_bytes_per_second", Kind.GAUGE, Group.PCIE,
@@ -138,6 +141,7 @@ PCIE_THROUGHPUT = Metric(
     simulate=lambda gpu: {"rx": round(0.06 * gpu.pcie_bytes_per_second, 0),
                           "tx": round(0.015 * gpu.pcie_bytes_per_second, 0)},
     json_field="pcie_{}_bytes_per_second",
+    charted=False,
 )
 FAN_SPEED = Metric(
     "gpu_fan_speed_ratio", Kind.GAUGE, Group.FAN,
@@ -145,6 +149,7 @@ FAN_SPEED = Metric(
     nvml=nvml("nvmlDeviceGetFanSpeed", divisor=100.0),
     simulate=lambda gpu: gpu.fan_speed_ratio,
     json_field="fan_speed_ratio",
+    charted=False,
 )
 SM_CLOCK = Metric(
     "gpu_sm_clock_hertz", Kind.GAUGE, Group.CLOCKS,

@@ -5,8 +5,10 @@ from __future__ import annotations
 from exporter.metrics.core import GPU_LABELS, Group, Kind, Metric, Scope
 
 
-def _own(name: str, kind: Kind, labels: tuple[str, ...], help_text: str) -> Metric:
-    return Metric(name, kind, Group.EXPORTER, help_text, labels=labels, scope=Scope.EXPORTER)
+def _own(name: str, kind: Kind, labels: tuple[str, ...], help_text: str,
+         charted: bool = True) -> Metric:
+    return Metric(name, kind, Group.EXPORTER, help_text, labels=labels, scope=Scope.EXPORTER,
+                  charted=charted)
 
 
 BUILD_INFO = _own(
@@ -29,7 +31,7 @@ COLLECTION_DURATION = _own(
 )
 LAST_SUCCESS = _own(
     "gpu_exporter_last_success_timestamp_seconds", Kind.GAUGE, (),
-    "Unix time of the last collection that read every GPU, in seconds.",
+    "Unix time of the last collection that read every GPU, in seconds.", charted=False,
 )
 DATA_AGE = _own(
     "gpu_exporter_data_age_seconds", Kind.GAUGE, (),

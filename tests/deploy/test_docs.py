@@ -12,7 +12,7 @@ from tests.deploy.helm_render import CHART_DIR
 from tests.deploy.stack import REPO
 
 DOC = REPO / "docs" / "deploy.md"
-#: Options of other programs the page shows (helm, docker, pip, helm/sync-files.sh).
+#: Options of other programs the page shows (helm, docker, pip).
 OTHER_TOOLS = {"set", "set-json", "api-versions", "gpus", "pid", "user", "no-deps", "check"}
 
 
