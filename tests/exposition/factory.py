@@ -86,6 +86,9 @@ def reading(index: int, processes: tuple[GpuProcess, ...] = (), *, up: bool = Tr
         metrics.THROTTLE_ACTIVE.name: {"gpu_idle": 0.0, "sw_power_cap": 1.0},
         metrics.ECC_ERRORS.name: {"corrected": 3, "uncorrected": 0},
     }
+    for row in metrics.GPU_ROWS:  # rows without a typical value above: any plausible one
+        if row.name not in values:
+            values[row.name] = dict.fromkeys(row.label_values, 1) if row.label_values else 1
     for field_name, value in fields.items():
         name = ROWS_BY_FIELD[field_name].name
         if value is None:
