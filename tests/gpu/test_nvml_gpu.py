@@ -134,6 +134,12 @@ def test_every_group_plausible_with_opt_ins(source: NvmlSource, pynvml: types.Mo
         assert g.labelled("gpu_pcie_throughput_bytes_per_second")["rx"] >= 0
         assert g.labelled("gpu_pcie_throughput_bytes_per_second")["tx"] is not None
         assert g.labelled("gpu_pcie_throughput_bytes_per_second")["tx"] >= 0
+        bar1 = pynvml.nvmlDeviceGetBAR1MemoryInfo(handle)
+        assert g.value("gpu_memory_bar1_total_bytes") == bar1.bar1Total  # H200: 256 GiB
+        assert g.value("gpu_memory_bar1_total_bytes") >= total
+        used = g.value("gpu_memory_bar1_used_bytes")
+        assert used is not None
+        assert 0 < used <= bar1.bar1Total
         print(g)
 
 
