@@ -25,15 +25,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import percentile
-from exporter.sources.base import CollectOptions
-from exporter.sources.nvml import NvmlSource
+from exporter.metrics import Group, default_groups
+from exporter.sources.nvml.source import NvmlSource
 from tests.sources.fake_nvml import FakeNvml, FakeProcess, FakeSample, h200
 from tests.sources.slow_nvml import SlowNvml
 
-CASES: dict[str, CollectOptions] = {
-    "default": CollectOptions(),
-    "+energy": CollectOptions(energy=True),
-    "+energy+pcie": CollectOptions(energy=True, pcie=True),
+CASES: dict[str, frozenset[Group]] = {
+    "default": default_groups(),
+    "+energy": default_groups() | {Group.ENERGY},
+    "+energy+pcie": default_groups() | {Group.ENERGY, Group.PCIE},
 }
 #: Delayed calls a collection makes per busy GPU, by case (what "serial" adds up).
 SLOW_CALLS: dict[str, tuple[str, ...]] = {
@@ -82,12 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * len(header))
     for count in counts:
         row = f"{count:>4}"
-        for case, options in CASES.items():
+        for case, groups in CASES.items():
             nvml = busy_node(count)
             source = NvmlSource(hostname="bench", nvml=nvml)
             source.start()
             try:
-                samples = timed(lambda s=source, o=options: s.collect(o), args.rounds)
+                samples = timed(lambda s=source, g=groups: s.collect(g), args.rounds)
             finally:
                 source.close()
             serial = count * sum(nvml.latency_of(name) for name in SLOW_CALLS[case]) * 1e3

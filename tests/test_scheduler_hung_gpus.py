@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
+from exporter.metrics import Group, default_groups
 from exporter.scheduler import Scheduler
 from exporter.snapshot import Snapshot
-from exporter.sources.base import CollectOptions
 from tests.scheduler_fakes import FakeSource, make_snapshot
 
 
@@ -19,8 +19,8 @@ class HangReportingSource(FakeSource):
         self.gpus = gpus
         self.hung: dict[int, float] = {}
 
-    def collect(self, options: CollectOptions) -> Snapshot:
-        super().collect(options)  # counts the call; blocks while the gate is closed
+    def collect(self, groups: frozenset[Group]) -> Snapshot:
+        super().collect(groups)  # counts the call; blocks while the gate is closed
         return make_snapshot(self.collect_calls, gpus=self.gpus)
 
     def hung_gpus(self) -> Mapping[int, float]:
@@ -29,7 +29,7 @@ class HangReportingSource(FakeSource):
 
 def scheduler(source: FakeSource, **kwargs: float) -> Scheduler:
     args = {"min_interval": 0.0, "timeout": 0.2, "stale_after": 30.0, **kwargs}
-    return Scheduler(source, None, options=CollectOptions(), jitter=0.0, **args)
+    return Scheduler(source, None, groups=default_groups(), jitter=0.0, **args)
 
 
 def test_one_gpu_read_inline_and_hung_is_served_down_not_up() -> None:
@@ -43,7 +43,7 @@ def test_one_gpu_read_inline_and_hung_is_served_down_not_up() -> None:
     assert state.stale
     gpu = state.snapshot.gpus[0]
     assert not gpu.up
-    assert gpu.memory_used_bytes is None  # no stale reading shown as current
+    assert gpu.values == {}  # no stale reading shown as current
     assert "has not returned for 0.3s" in (gpu.error or "")
     assert not sched.ready()  # every GPU is hung
     assert "every GPU's NVML calls are hung: GPU 0 for 0.3s" in sched.stats.reason(30.0)

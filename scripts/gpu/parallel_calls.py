@@ -2,7 +2,7 @@
 
 Usage (repository root): ``python3 scripts/gpu/parallel_calls.py [--threads 4] [--rounds 50]``
 
-The exporter reads different GPUs on different threads (``exporter/sources/gpu_workers.py``),
+The exporter reads different GPUs on different threads (``exporter/sources/nvml/workers.py``),
 counting on NVML being thread-safe and on ctypes releasing the GIL during each call. With one
 lent GPU the closest check is the same GPU from several threads: for each slow call
 (total energy, per-process utilisation, PCIe throughput) it times ``--threads`` calls made one
@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 import pynvml  # noqa: E402
 
-from exporter.sources.gpu_workers import Done, GpuWorkers  # noqa: E402
+from exporter.sources.nvml.workers import Done, GpuWorkers  # noqa: E402
 
 
 def calls(handle: Any) -> dict[str, Callable[[], Any]]:

@@ -193,13 +193,13 @@ def raw_collector() -> Callable[[], object]:
 
 def gpu_exporter_collector() -> Callable[[], object]:
     """gpu-exporter's NVML source reading its default fields."""
-    from exporter.sources.base import CollectOptions  # noqa: PLC0415
-    from exporter.sources.nvml import NvmlSource  # noqa: PLC0415
+    from exporter.metrics import default_groups  # noqa: PLC0415
+    from exporter.sources.nvml.source import NvmlSource  # noqa: PLC0415
 
     source = NvmlSource(hostname="side-by-side")
     source.start()
-    options = CollectOptions()
-    return lambda: source.collect(options)
+    groups = default_groups()
+    return lambda: source.collect(groups)
 
 
 def nvitop_collector() -> Callable[[], object]:

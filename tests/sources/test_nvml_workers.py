@@ -8,11 +8,20 @@ from collections.abc import Callable
 
 import pytest
 
-from exporter.sources.gpu_workers import Done, Failed, GpuWorkers, Hung
+from exporter.sources.nvml.workers import Done, Failed, GpuWorkers, Hung
+
+_EARLIER: set[threading.Thread] = set()
 
 
 def reader_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.endswith("-reader")]
+    """Reader threads started by this test (other tests' idle sources may have their own)."""
+    return [t for t in threading.enumerate() if t.name.endswith("-reader") and t not in _EARLIER]
+
+
+@pytest.fixture(autouse=True)
+def _note_earlier_threads() -> None:
+    _EARLIER.clear()
+    _EARLIER.update(threading.enumerate())
 
 
 @pytest.fixture

@@ -5,8 +5,11 @@ enabled field groups of every GPU. One GPU that is lost or refuses a handle is r
 ``up=False`` with its error and retried next collection; the others are unaffected. Fields a
 GPU does not support are asked for once and then left ``None``. Only when NVML as a whole stops
 answering (uninitialised, driver unloaded or upgraded) does ``collect`` raise
-``SourceUnavailable`` so that the scheduler re-initialises. Hung calls are the scheduler's
-business (it runs ``collect`` in a worker with a deadline).
+``SourceUnavailable`` so that the scheduler re-initialises.
+
+Each GPU is read on its own thread (``workers``; inline when there is one GPU), so the slow
+calls of different GPUs overlap and a GPU whose call hangs is answered ``up=False`` after
+``gpu_timeout`` while the others are served fresh; ``hung_gpus`` tells the scheduler which.
 """
 
 from __future__ import annotations
@@ -21,10 +24,10 @@ import time
 from types import ModuleType
 from typing import Any
 
-from exporter.snapshot import GpuReading, Snapshot, ThrottleReasons
-from exporter.sources.base import CollectOptions, SourceUnavailable
-from exporter.sources.gpu_workers import Failed, GpuWorkers, Hung
-from exporter.sources.nvml_errors import (
+from exporter.metrics import Group
+from exporter.snapshot import GpuReading, Snapshot
+from exporter.sources.base import SourceUnavailable
+from exporter.sources.nvml.errors import (
     FATAL_CODES,
     GPU_DOWN_KINDS,
     LIBRARY_NOT_FOUND,
@@ -32,13 +35,14 @@ from exporter.sources.nvml_errors import (
     NvmlFatal,
     describe,
 )
-from exporter.sources.nvml_fields import (
+from exporter.sources.nvml.reader import (
     GpuReader,
     GpuState,
     NvmlCalls,
     placeholder_identity,
     read_identity,
 )
+from exporter.sources.nvml.workers import Failed, GpuWorkers, Hung
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +91,7 @@ class NvmlSource:
         self._nvml: ModuleType | None = None
         self._calls: NvmlCalls | None = None
         self._gpus: list[GpuState] = []
-        self._throttle_cache: dict[int, ThrottleReasons] = {}
+        self._throttle_cache: dict[int, dict[str, float]] = {}
         self._started = False
         self._workers: GpuWorkers[_GpuResult] = GpuWorkers(gpu_timeout)
         self._lock = threading.Lock()  # start/close may come from another thread than collect
@@ -168,8 +172,8 @@ class NvmlSource:
                           else f"{g.index}=({g.error})" for g in self._gpus),
             )
 
-    def collect(self, options: CollectOptions) -> Snapshot:
-        """Read every GPU once.
+    def collect(self, groups: frozenset[Group]) -> Snapshot:
+        """Read the rows of ``groups`` from every GPU once.
 
         Raises:
             SourceUnavailable: not started, or every GPU answered that NVML itself is gone
@@ -182,7 +186,7 @@ class NvmlSource:
         began = time.perf_counter()
         errors: dict[str, int] = {}
         # One thread per GPU (inline for one GPU): slow calls overlap, a hung GPU hangs alone.
-        reads = {gpu.index: functools.partial(self._read_gpu, calls, gpu, options)
+        reads = {gpu.index: functools.partial(self._read_gpu, calls, gpu, groups)
                  for gpu in self._gpus}
         readings: list[GpuReading] = []
         fatal: list[str] = []
@@ -223,7 +227,7 @@ class NvmlSource:
             errors=errors,
         )
 
-    def _read_gpu(self, calls: NvmlCalls, gpu: GpuState, options: CollectOptions) -> _GpuResult:
+    def _read_gpu(self, calls: NvmlCalls, gpu: GpuState, groups: frozenset[Group]) -> _GpuResult:
         """One GPU's reading (never raises: every failure is a down reading)."""
         errors: dict[str, int] = {}  # per GPU: reads of different GPUs run concurrently
         reader = GpuReader(calls, errors, self._throttle_cache)
@@ -234,7 +238,7 @@ class NvmlSource:
                 return (GpuReading(identity=gpu.identity, up=False, error=gpu.error), errors,
                         (gpu.error or "") if code in FATAL_CODES else None)
         try:
-            return reader.read(gpu, options), errors, None
+            return reader.read(gpu, groups), errors, None
         except GpuDown as down:
             log.warning("GPU %d down: %s", gpu.index, down.message)
             reader.count(down.kind)
