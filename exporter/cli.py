@@ -22,7 +22,6 @@ import uvicorn
 
 from exporter import __version__
 from exporter.attribution.enrich import Enricher, ProcessEnricher
-from exporter.attribution.kubernetes import PodResolver
 from exporter.attribution.owners import OwnerResolver, ProcfsError, check_procfs
 from exporter.attribution.passwd import PasswdFileError, check_passwd_file
 from exporter.config import (
@@ -37,6 +36,7 @@ from exporter.logs import setup_logging
 from exporter.memory import tune_malloc
 from exporter.scheduler import Scheduler
 from exporter.sources.base import Source
+from exporter.sources.simulated import list_presets
 from exporter.web.app import create_app
 
 __all__ = ["build_enricher", "build_source", "main", "parse_config"]
@@ -51,8 +51,6 @@ SHUTDOWN_GRACE_SECONDS = 3
 
 def _presets() -> list[str]:
     try:
-        from exporter.sources.simulated.scenario import list_presets  # noqa: PLC0415
-
         return list_presets()
     except Exception:  # a broken install must not break --help
         return []
@@ -133,9 +131,13 @@ def build_enricher(config: Config) -> Enricher | None:
         procfs=config.procfs, passwd_file=config.passwd_file,
         include_cmdline=config.cmdline, cgroups=config.kubernetes,
     )
+    if not config.kubernetes:
+        return ProcessEnricher(owners)
+    from exporter.attribution.kubernetes import PodResolver  # noqa: PLC0415 (only when on)
+
     pods = PodResolver(
         pod_logs_dir=config.pod_logs_dir, container_logs_dir=config.container_logs_dir,
-    ) if config.kubernetes else None
+    )
     return ProcessEnricher(owners, pods)
 
 

@@ -26,7 +26,6 @@ from exporter.exposition.json_model import SnapshotResponse
 from exporter.exposition.render import MetricsRenderer
 from exporter.scheduler import Scheduler
 from exporter.state import ExporterState
-from exporter.web.page import render_landing
 
 __all__ = ["SCRAPE_TIMEOUT_HEADER", "create_app", "scrape_timeout"]
 
@@ -172,6 +171,8 @@ def create_app(
         refresh: int = Query(0, ge=0, le=3600, description="Reload every N seconds (0: never)."),
     ) -> HTMLResponse:
         """Landing page: links and a live table of GPUs and top processes by memory."""
+        from exporter.web.page import render_landing  # noqa: PLC0415 (a scrape never needs it)
+
         state: ExporterState = await run_in_threadpool(scheduler.state)
         page = render_landing(
             state, version=__version__, metrics_path=config.telemetry_path,
