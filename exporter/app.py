@@ -63,23 +63,6 @@ def scrape_timeout(header: str | None, offset: float) -> float | None:
     return value - offset if value > 2 * offset else value / 2
 
 
-class _Gate:
-    """Counts in-flight scrapes; touched only from the event loop, so no lock is needed."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.in_flight = 0
-
-    def enter(self) -> bool:
-        if self.limit and self.in_flight >= self.limit:
-            return False
-        self.in_flight += 1
-        return True
-
-    def leave(self) -> None:
-        self.in_flight -= 1
-
-
 def create_app(
     config: Config,
     scheduler: Scheduler,
@@ -90,14 +73,17 @@ def create_app(
     options = config.exposition_options()
     # gzip level 1: ~1 ms less per fresh 8-GPU body than level 6 for ~15 % more bytes.
     metrics_renderer = renderer if renderer is not None else MetricsRenderer(gzip_level=1)
-    gate = _Gate(config.max_requests)
+    docs = config.api_docs
     app = FastAPI(
         title="gpu-exporter",
         version=__version__,
         description="Prometheus exporter for NVIDIA GPUs: who and what is using GPU memory.",
         redirect_slashes=False,  # exact paths: /metrics/ is a 404, never a redirect
+        # Off by default: /docs and /redoc load their scripts from a CDN (--web.api-docs).
+        docs_url="/docs" if docs else None,
+        redoc_url="/redoc" if docs else None,
+        openapi_url="/openapi.json" if docs else None,
     )
-    app.state.metrics_gate = gate  # in-flight scrape count, for tests and debugging
 
     def scrape(
         timeout: float | None, accept: str | None, encoding: str | None
@@ -110,21 +96,12 @@ def create_app(
 
     async def metrics(request: Request) -> Response:
         start = time.perf_counter()
-        if not gate.enter():
-            return PlainTextResponse(
-                f"too many concurrent scrapes (--web.max-requests={gate.limit}); retry later\n",
-                status_code=503,
-                headers={**_NO_STORE, "Retry-After": "1"},
-            )
-        try:
-            timeout = scrape_timeout(request.headers.get(SCRAPE_TIMEOUT_HEADER),
-                                     config.timeout_offset)
-            body, headers, state_s, render_s = await run_in_threadpool(
-                scrape, timeout, request.headers.get("accept"),
-                request.headers.get("accept-encoding"),
-            )
-        finally:
-            gate.leave()
+        timeout = scrape_timeout(request.headers.get(SCRAPE_TIMEOUT_HEADER),
+                                 config.timeout_offset)
+        body, headers, state_s, render_s = await run_in_threadpool(
+            scrape, timeout, request.headers.get("accept"),
+            request.headers.get("accept-encoding"),
+        )
         total = time.perf_counter() - start
         headers.update(_NO_STORE)
         headers["Server-Timing"] = (
@@ -173,7 +150,7 @@ def create_app(
         state: ExporterState = await run_in_threadpool(scheduler.state)
         page = render_landing(
             state, version=__version__, metrics_path=config.telemetry_path,
-            refresh_seconds=refresh,
+            refresh_seconds=refresh, api_docs=docs,
         )
         return HTMLResponse(page, headers=_PAGE_HEADERS)
 

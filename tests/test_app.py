@@ -19,6 +19,8 @@ from exporter.config import Config
 from exporter.scheduler import Scheduler
 from exporter.snapshot import GpuProcess, ProcessOwner, ProcessType, Snapshot
 from exporter.sources.base import CollectOptions
+from exporter.web.access import AccessMiddleware, RequestLimits
+from exporter.web.webconfig import WebConfig
 from tests.scheduler_fakes import FakeSource
 
 with warnings.catch_warnings():  # starlette suggests httpx2; httpx is what the project pins
@@ -50,7 +52,13 @@ def _client(
     timeout = float(config.pop("timeout", 2.0))  # type: ignore[arg-type]
     sched = Scheduler(source, None, options=CollectOptions(), min_interval=1.0,
                       timeout=timeout, stale_after=30.0, jitter=0.0)
-    app = create_app(Config(timeout=timeout, **config), sched)  # type: ignore[arg-type]
+    full = Config(timeout=timeout, **config)  # type: ignore[arg-type]
+    app = AccessMiddleware(  # as served: admission in front of every route
+        create_app(full, sched),
+        limits=RequestLimits(metrics_path=full.telemetry_path, metrics=full.max_requests,
+                             other=full.max_other_requests),
+        web_config=WebConfig,
+    )
     return TestClient(app), sched, source
 
 
@@ -164,10 +172,20 @@ def test_snapshot_api_and_openapi(client: TestClient) -> None:
     assert body["source_up"] is True
     assert [g["index"] for g in body["gpus"]] == [0]
     assert body["gpus"][0]["processes"][0]["pid"] == 4242
-    schema = client.get("/openapi.json").json()
-    assert "/api/v1/snapshot" in schema["paths"]
-    assert "SnapshotResponse" in schema["components"]["schemas"]
-    assert client.get("/docs").status_code == 200
+    for path in ("/openapi.json", "/docs", "/redoc"):  # off unless --web.api-docs
+        assert client.get(path).status_code == 404
+    assert 'href="/docs"' not in client.get("/").text
+
+
+def test_api_docs_behind_the_flag() -> None:
+    test_client, sched, _ = _client(api_docs=True)
+    with test_client:
+        schema = test_client.get("/openapi.json").json()
+        assert "/api/v1/snapshot" in schema["paths"]
+        assert "SnapshotResponse" in schema["components"]["schemas"]
+        assert test_client.get("/docs").status_code == 200
+        assert 'href="/docs"' in test_client.get("/").text
+    sched.close()
 
 
 def test_landing_page_escapes_and_links(client: TestClient) -> None:
@@ -176,7 +194,7 @@ def test_landing_page_escapes_and_links(client: TestClient) -> None:
     assert response.headers["content-type"].startswith("text/html")
     assert "default-src 'none'" in response.headers["content-security-policy"]
     page = response.text
-    for link in ('href="/metrics"', 'href="/api/v1/snapshot"', 'href="/docs"'):
+    for link in ('href="/metrics"', 'href="/api/v1/snapshot"'):
         assert link in page
     assert "Fake GPU" in page
     assert EVIL not in page
@@ -255,11 +273,11 @@ def test_max_requests_answers_503_beyond_the_limit() -> None:
         for worker in workers:
             worker.start()
         assert source.entered.wait(5)
-        gate = test_client.app.state.metrics_gate  # type: ignore[attr-defined]
+        in_flight = test_client.app.in_flight  # type: ignore[attr-defined]
         deadline = time.monotonic() + 5
-        while gate.in_flight < 2 and time.monotonic() < deadline:
+        while in_flight["metrics"] < 2 and time.monotonic() < deadline:
             time.sleep(0.01)  # both scrapes are inside the handler, waiting on the collection
-        assert gate.in_flight == 2
+        assert in_flight["metrics"] == 2
         over = test_client.get("/metrics")
         assert over.status_code == 503
         assert "--web.max-requests=2" in over.text

@@ -50,6 +50,9 @@ BCRYPT_QUEUE = 8
 CACHE_SIZE = 64
 PROBE_PATHS = frozenset({"/healthz", "/readyz"})
 PROBE_LIMIT = 8
+#: What sets each class's limit, for the 503's text.
+_LIMIT_SOURCE = {"metrics": "--web.max-requests", "other": "--web.max-other-requests",
+                 "probes": "probe limit"}
 REALM = 'Basic realm="gpu-exporter", charset="UTF-8"'
 
 
@@ -204,8 +207,9 @@ class AccessMiddleware:
         name = self.limits.classify(path)
         limit = self.limits.limit(name)
         if limit and self.in_flight[name] >= limit:
-            await self._refuse(send, 503, f"too many concurrent requests ({name} limit {limit});"
-                               " retry later\n", (b"retry-after", b"1"))
+            await self._refuse(send, 503, f"too many concurrent requests "
+                               f"({_LIMIT_SOURCE[name]}={limit}); retry later\n",
+                               (b"retry-after", b"1"))
             return
         self.in_flight[name] += 1
         try:
