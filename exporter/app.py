@@ -94,14 +94,28 @@ def create_app(
         body, headers = metrics_renderer.render(state, options, accept, encoding)
         return body, headers, mid - start, time.perf_counter() - mid
 
+    waiting = [0]  # scrapes in the threadpool; only touched on the event loop
+
     async def metrics(request: Request) -> Response:
         start = time.perf_counter()
-        timeout = scrape_timeout(request.headers.get(SCRAPE_TIMEOUT_HEADER),
-                                 config.timeout_offset)
-        body, headers, state_s, render_s = await run_in_threadpool(
-            scrape, timeout, request.headers.get("accept"),
-            request.headers.get("accept-encoding"),
-        )
+        accept, encoding = request.headers.get("accept"), request.headers.get("accept-encoding")
+        if config.max_requests and waiting[0] >= config.max_requests:
+            # Beyond --web.max-requests: the last collected data, at once, rendered here
+            # (its families are cached per snapshot): no thread, no wait, no 503, so a flood
+            # of scrapes cannot crowd a well-behaved scraper out.
+            state = scheduler.latest()
+            mid = time.perf_counter()
+            body, headers = metrics_renderer.render(state, options, accept, encoding)
+            state_s, render_s = mid - start, time.perf_counter() - mid
+        else:
+            timeout = scrape_timeout(request.headers.get(SCRAPE_TIMEOUT_HEADER),
+                                     config.timeout_offset)
+            waiting[0] += 1
+            try:
+                body, headers, state_s, render_s = await run_in_threadpool(
+                    scrape, timeout, accept, encoding)
+            finally:
+                waiting[0] -= 1
         total = time.perf_counter() - start
         headers.update(_NO_STORE)
         headers["Server-Timing"] = (
@@ -110,6 +124,7 @@ def create_app(
         )
         return Response(content=body, headers=headers)
 
+    app.state.metrics_waiting = waiting  # for tests and debugging
     app.add_api_route(
         config.telemetry_path, metrics, methods=["GET"], response_class=PlainTextResponse,
         summary="Prometheus metrics", tags=["metrics"],

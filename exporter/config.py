@@ -213,8 +213,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("web.config.file", "web_config_file", "exporter-toolkit web config file: TLS, client "
          "certificates, basic auth, headers (docs/security.md). Re-read when it or a "
          "certificate changes.", None, _parse_path, "FILE"),
-    Flag("web.max-requests", "max_requests", "Most concurrent metric scrapes; more get 503 at "
-         "once (0 = no limit).", 40, _parse_int(0), "N"),
+    Flag("web.max-requests", "max_requests", "Most concurrent metric scrapes waiting for a "
+         "collection; more get the last collected data at once (0 = no limit).", 40,
+         _parse_int(0), "N"),
     Flag("web.max-other-requests", "max_other_requests", "Most concurrent requests to the JSON "
          "API, the page and the docs; more get 503 at once (0 = no limit).", 4, _parse_int(0),
          "N"),

@@ -55,7 +55,7 @@ def _client(
     full = Config(timeout=timeout, **config)  # type: ignore[arg-type]
     app = AccessMiddleware(  # as served: admission in front of every route
         create_app(full, sched),
-        limits=RequestLimits(metrics_path=full.telemetry_path, metrics=full.max_requests,
+        limits=RequestLimits(metrics_path=full.telemetry_path, metrics=0,
                              other=full.max_other_requests),
         web_config=WebConfig,
     )
@@ -275,7 +275,7 @@ def test_collection_overrunning_the_collector_timeout_counts_once() -> None:
     sched.close()
 
 
-def test_max_requests_answers_503_beyond_the_limit() -> None:
+def test_beyond_max_requests_the_last_data_is_served_at_once() -> None:
     source = ProcessSource()
     test_client, sched, _ = _client(source, max_requests=2, timeout=10.0)
     results: list[int] = []
@@ -287,25 +287,31 @@ def test_max_requests_answers_503_beyond_the_limit() -> None:
             results.append(code)
 
     with test_client:
-        source.gate.clear()  # the first collection hangs until released
+        assert test_client.get("/metrics").status_code == 200  # one good collection
+        source.gate.clear()  # the next collection hangs until released
+        source.entered.clear()
+        time.sleep(1.05)  # older than min_interval (1 s): the next scrape collects
         workers = [threading.Thread(target=scrape) for _ in range(2)]
         for worker in workers:
             worker.start()
         assert source.entered.wait(5)
-        in_flight = test_client.app.in_flight  # type: ignore[attr-defined]
+        waiting = test_client.app.app.state.metrics_waiting  # type: ignore[attr-defined]
         deadline = time.monotonic() + 5
-        while in_flight["metrics"] < 2 and time.monotonic() < deadline:
+        while waiting[0] < 2 and time.monotonic() < deadline:
             time.sleep(0.01)  # both scrapes are inside the handler, waiting on the collection
-        assert in_flight["metrics"] == 2
-        over = test_client.get("/metrics")
-        assert over.status_code == 503
-        assert "--web.max-requests=2" in over.text
-        assert over.headers["retry-after"] == "1"
+        assert waiting[0] == 2
+        begin = time.monotonic()
+        over = test_client.get("/metrics", headers={"Accept-Encoding": "identity"})
+        assert time.monotonic() - begin < 1.0  # not queued behind the hung collection
+        assert over.status_code == 200
+        samples = _samples(over.text)
+        assert cat.MEMORY_USED.name in samples  # the last collected data
+        assert "collection_timeout" not in {
+            labels["kind"] for labels, _ in samples.get(cat.ERRORS.name, [])}
         source.gate.set()
         for worker in workers:
             worker.join(10)
         assert results == [200, 200]
-        assert test_client.get("/metrics").status_code == 200  # the slots are free again
     sched.close()
 
 

@@ -9,8 +9,8 @@ are open: ~1,100 of them exhausted file descriptors and stopped every scrape. He
   loop) registers each connection in a ``ConnectionTable`` and closes it again at once when
   the table is full and no connection can be evicted;
 - the table bounds open connections: at the limit, the connection that has waited longest
-  without a request in progress (idle, still handshaking, or still sending its head) is
-  shut down to make room, so a well-behaved client always gets in;
+  without ever completing a request head (still handshaking or sending it) is shut down to
+  make room, else the longest-idle keep-alive one, so a well-behaved client always gets in;
 - a sweep every ``SWEEP_SECONDS`` shuts down connections past their deadline: the request
   head must be complete within ``header_timeout`` of the connection (or of the first byte
   after an idle spell), and an idle keep-alive connection lasts ``idle_timeout``;
@@ -132,13 +132,16 @@ class ConnectionTable:
             entry.sock.shutdown(socket.SHUT_RDWR)
 
     def _evict_one(self, now: float) -> bool:
-        candidates = [e for e in self._entries.values()
-                      if e.state in (State.NEW, State.READING, State.IDLE)]
-        if not candidates:
-            return False
-        self._shut(min(candidates, key=lambda e: e.since))
-        self.evicted += 1
-        return True
+        # Connections that never finished a request head (idle from the start, slowloris,
+        # stalled handshakes) go before idle keep-alive ones, which have served a request:
+        # a flood of the former cannot push a working scraper's connection out.
+        for states in ((State.NEW, State.READING), (State.IDLE,)):
+            candidates = [e for e in self._entries.values() if e.state in states]
+            if candidates:
+                self._shut(min(candidates, key=lambda e: e.since))
+                self.evicted += 1
+                return True
+        return False
 
     def sweep(self) -> int:
         """Shut down every overdue connection; returns how many."""

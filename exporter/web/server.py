@@ -86,7 +86,9 @@ def build_server(
 
     admission = AccessMiddleware(
         app,
-        limits=RequestLimits(metrics_path=metrics_path, metrics=limits.max_requests,
+        # The telemetry path bounds its own waiting scrapes (beyond the limit: the last data
+        # at once, see app.py); the gate here bounds the other classes.
+        limits=RequestLimits(metrics_path=metrics_path, metrics=0,
                              other=limits.max_other_requests),
         web_config=current_config,
     )

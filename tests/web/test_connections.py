@@ -106,6 +106,12 @@ def test_table_state_machine() -> None:
     assert table.evicted == 1
     table.release(b.fileno())
     table.mark(a.fileno(), State.IDLE)
+    d = socket.socketpair()
+    now[0] = 0.6
+    assert table.admit(d[0])  # c (NEW) goes before a (IDLE, older, but it served a request)
+    assert table.counts() == {"new": 1, "reading": 0, "busy": 0, "idle": 1, "closing": 1}
+    table.release(c.fileno())
+    c, pair = d[0], [*pair, d]
     now[0] = 2.0
     assert table.sweep() == 1  # c: no request head within 1 s
     now[0] = 7.1
