@@ -220,7 +220,7 @@ FLAGS: tuple[Flag, ...] = (
          "API, the page and the docs; more get 503 at once (0 = no limit).", 4, _parse_int(0),
          "N"),
     Flag("web.max-connections", "max_connections", "Most open client connections; at the limit "
-         "the one waiting longest without a request is closed to make room.", 512,
+         "the one waiting longest without a request is closed to make room.", 1024,
          _parse_int(1), "N"),
     Flag("web.read-header-timeout", "read_header_timeout", "Time a client has to send a "
          "request's headers (TLS handshake included) before its connection is closed.", "10s",
@@ -282,7 +282,7 @@ class Config:
     web_config_file: str | None = None
     max_requests: int = 40
     max_other_requests: int = 4
-    max_connections: int = 512
+    max_connections: int = 1024
     read_header_timeout: float = 10.0
     idle_timeout: float = 60.0
     api_docs: bool = False

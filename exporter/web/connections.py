@@ -9,8 +9,10 @@ are open: ~1,100 of them exhausted file descriptors and stopped every scrape. He
   loop) registers each connection in a ``ConnectionTable`` and closes it again at once when
   the table is full and no connection can be evicted;
 - the table bounds open connections: at the limit, the connection that has waited longest
-  without ever completing a request head (still handshaking or sending it) is shut down to
-  make room, else the longest-idle keep-alive one, so a well-behaved client always gets in;
+  (at least a second) without ever completing a request head (still handshaking or sending
+  it) is shut down to make room; only when there are none, the longest-idle keep-alive one;
+  otherwise the newcomer is closed. A flood of idle or half-sent connections cannot push
+  out a scraper's keep-alive connection;
 - a sweep every ``SWEEP_SECONDS`` shuts down connections past their deadline: the request
   head must be complete within ``header_timeout`` of the connection (or of the first byte
   after an idle spell), and an idle keep-alive connection lasts ``idle_timeout``;
@@ -69,6 +71,7 @@ class ConnectionTable:
         self.limit = limit
         self.header_timeout = header_timeout
         self.idle_timeout = idle_timeout
+        self.grace = min(1.0, header_timeout / 2)
         self._clock = clock
         self._entries: dict[int, _Entry] = {}
         self._sweep: asyncio.TimerHandle | None = None
@@ -95,8 +98,8 @@ class ConnectionTable:
         active = sum(1 for e in self._entries.values() if e.state is not State.CLOSING)
         if active >= self.limit and not self._evict_one(now):
             self.refused += 1
-            log.warning("connection limit reached (%d open, all busy); refusing a connection",
-                        len(self._entries))
+            log.warning("connection limit reached (%d open, none evictable); refusing "
+                        "connections", len(self._entries))
             return False
         self._entries[sock.fileno()] = _Entry(sock, State.NEW, now, now + self.header_timeout)
         self.accepted += 1
@@ -133,15 +136,25 @@ class ConnectionTable:
 
     def _evict_one(self, now: float) -> bool:
         # Connections that never finished a request head (idle from the start, slowloris,
-        # stalled handshakes) go before idle keep-alive ones, which have served a request:
-        # a flood of the former cannot push a working scraper's connection out.
-        for states in ((State.NEW, State.READING), (State.IDLE,)):
-            candidates = [e for e in self._entries.values() if e.state in states]
-            if candidates:
-                self._shut(min(candidates, key=lambda e: e.since))
-                self.evicted += 1
-                return True
-        return False
+        # stalled handshakes) go first, oldest first, once older than ``grace`` (in a burst of
+        # accepts the newest would otherwise push out those accepted just before, whose data
+        # is not read yet). Keep-alive connections, which have served a request, go only when
+        # there are no such connections at all: a flood of new connections is refused rather
+        # than allowed to push a working scraper's connection out.
+        fresh = [e for e in self._entries.values() if e.state is State.NEW]
+        if fresh:
+            oldest = min(fresh, key=lambda e: e.since)
+            if oldest.since > now - self.grace:
+                return False
+        else:
+            proven = [e for e in self._entries.values()
+                      if e.state in (State.IDLE, State.READING)]
+            if not proven:
+                return False
+            oldest = min(proven, key=lambda e: e.since)
+        self._shut(oldest)
+        self.evicted += 1
+        return True
 
     def sweep(self) -> int:
         """Shut down every overdue connection; returns how many."""

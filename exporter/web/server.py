@@ -33,7 +33,7 @@ FD_RESERVE = 128
 class ServerLimits:
     """Connection and request bounds (see the ``--web.*`` flags)."""
 
-    max_connections: int = 512
+    max_connections: int = 1024
     read_header_timeout: float = 10.0
     idle_timeout: float = 60.0
     max_requests: int = 40  # in flight on the telemetry path
