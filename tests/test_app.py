@@ -13,13 +13,13 @@ from dataclasses import replace
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import catalogue as cat
-from exporter.app import create_app, scrape_timeout
+from exporter import metrics as cat
 from exporter.config import Config
+from exporter.metrics import Group, default_groups
 from exporter.scheduler import Scheduler
 from exporter.snapshot import GpuProcess, ProcessOwner, ProcessType, Snapshot
-from exporter.sources.base import CollectOptions
 from exporter.web.access import AccessMiddleware, RequestLimits
+from exporter.web.app import create_app, scrape_timeout
 from exporter.web.webconfig import WebConfig
 from tests.scheduler_fakes import FakeSource
 
@@ -34,8 +34,8 @@ EVIL = "<script>alert(1)</script>"
 class ProcessSource(FakeSource):
     """A fake source whose GPU holds one process with a hostile user name."""
 
-    def collect(self, options: CollectOptions) -> Snapshot:
-        snap = super().collect(options)
+    def collect(self, groups: frozenset[Group]) -> Snapshot:
+        snap = super().collect(groups)
         gpu = snap.gpus[0]
         proc = GpuProcess(
             pid=4242, type=ProcessType.COMPUTE, used_memory_bytes=3 << 30,
@@ -50,7 +50,7 @@ def _client(
 ) -> tuple[TestClient, Scheduler, FakeSource]:
     source = source or ProcessSource()
     timeout = float(config.pop("timeout", 2.0))  # type: ignore[arg-type]
-    sched = Scheduler(source, None, options=CollectOptions(), min_interval=1.0,
+    sched = Scheduler(source, None, groups=default_groups(), min_interval=1.0,
                       timeout=timeout, stale_after=30.0, jitter=0.0)
     full = Config(timeout=timeout, **config)  # type: ignore[arg-type]
     app = AccessMiddleware(  # as served: admission in front of every route
