@@ -18,8 +18,6 @@ import sys
 from collections.abc import Mapping, Sequence
 from types import FrameType
 
-import uvicorn
-
 from exporter import __version__
 from exporter.attribution.enrich import Enricher, ProcessEnricher
 from exporter.attribution.owners import OwnerResolver, ProcfsError, check_procfs
@@ -38,6 +36,8 @@ from exporter.scheduler import Scheduler
 from exporter.sources.base import Source
 from exporter.sources.simulated import list_presets
 from exporter.web.app import create_app
+from exporter.web.server import ServerLimits, build_server
+from exporter.web.webconfig import WebConfigError, WebConfigWatcher
 
 __all__ = ["build_enricher", "build_source", "main", "parse_config"]
 
@@ -188,24 +188,41 @@ def _ignore_signal(signum: int, frame: FrameType | None) -> None:
     log.debug("signal %d after shutdown ignored", signum)
 
 
-def serve(config: Config, scheduler: Scheduler, sock: socket.socket) -> bool:
+class _Stop:
+    """SIGTERM/SIGINT before the server runs: remembered, then a clean exit 0 (not 143)."""
+
+    requested = False
+
+    @classmethod
+    def handler(cls, signum: int, frame: FrameType | None) -> None:
+        cls.requested = True
+
+
+def serve(config: Config, scheduler: Scheduler, sock: socket.socket,
+          watcher: WebConfigWatcher) -> bool:
     """Run uvicorn on ``sock`` until SIGTERM/SIGINT; False if the server never started."""
     app = create_app(config, scheduler)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            log_config=None,  # our logging setup applies to uvicorn's loggers too
-            access_log=config.access_log,
-            lifespan="off",
-            workers=1,
-            server_header=False,
-            timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
-        )
+    limits = ServerLimits(
+        max_connections=config.max_connections,
+        read_header_timeout=config.read_header_timeout,
+        idle_timeout=config.idle_timeout,
+        max_requests=config.max_requests,
+        max_other_requests=config.max_other_requests,
+        graceful_shutdown_seconds=SHUTDOWN_GRACE_SECONDS,
     )
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, _ignore_signal)
-    server.run(sockets=[sock])
-    return server.started
+    server, guarded, _ = build_server(
+        app, sock, watcher=watcher, limits=limits, metrics_path=config.telemetry_path,
+        access_log=config.access_log,
+    )
+    try:
+        if _Stop.requested:  # stopped while starting: nothing to serve
+            return True
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, _ignore_signal)
+        server.run(sockets=[guarded])
+        return server.started
+    finally:
+        guarded.close()
 
 
 def _fail(message: str) -> int:
@@ -215,14 +232,19 @@ def _fail(message: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the exporter; returns the exit status (see the module docstring)."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _Stop.handler)
     try:
         config = parse_config(argv, os.environ)
         check_files(config)
+        watcher = WebConfigWatcher(config.web_config_file)
         source = build_source(config)
     except SystemExit as exc:  # argparse: --help, --version, malformed command line
         return exc.code if isinstance(exc.code, int) else 2
     except ConfigError as exc:
         return _fail(str(exc))
+    except WebConfigError as exc:
+        return _fail(f"--web.config.file: {exc}")
     setup_logging(config.log_level, config.log_format)
     tune_malloc(os.environ)  # before any thread starts
     for name in unknown_env(os.environ):
@@ -248,14 +270,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         stale_after=config.stale_after,
     )
     host, port = sock.getsockname()[:2]
+    web = watcher.current
     log.info(
-        "gpu-exporter %s listening on %s (port %d), source %s, metrics at %s",
+        "gpu-exporter %s listening on %s (port %d), source %s, metrics at %s, %s%s",
         __version__, config.listen_address, port, config.source, config.telemetry_path,
+        "TLS" if web.tls else "plain HTTP", ", basic auth" if web.users else "",
         extra={"address": f"{host}:{port}"},
     )
     scheduler.trigger()  # initialise the source now, not on the first scrape
     try:
-        started = serve(config, scheduler, sock)
+        started = serve(config, scheduler, sock, watcher)
     finally:
         scheduler.close()
         sock.close()

@@ -198,12 +198,17 @@ class Scheduler:
             now = self._clock()
             if self._generation != generation:
                 return self._build(now, timed_out=False)
-            if not self._timeout_counted:  # once per collection, however many scrapes wait
-                self._timeout_counted = True
-                self._count({TIMEOUT_ERROR: 1})
-                log.warning("collection still running after %.1fs; serving the last good data",
-                            now - self._in_flight_since, extra={"source": self._source.name})
+            self._count_overrun(now)
             return self._build(now, timed_out=True)
+
+    def latest(self) -> ExporterState:
+        """The last collected state at once: never starts or waits for a collection.
+
+        For scrapes beyond ``--web.max-requests``: they get what the waiting ones will get
+        at most one collection later, instead of a 503.
+        """
+        with self._lock:
+            return self._build(self._clock(), timed_out=False)
 
     def trigger(self) -> None:
         """Start a collection in the background if one is due (never blocks)."""
@@ -273,6 +278,21 @@ class Scheduler:
 
     # --- internals (called with the lock held) -------------------------------------------
 
+    def _count_overrun(self, now: float) -> None:
+        """Count a timeout once per collection, and only past the scheduler's own timeout.
+
+        A scrape whose shorter X-Prometheus-Scrape-Timeout-Seconds ran out gets stale data
+        but counts nothing: any client can send that header, and must not be able to raise
+        errors_total (and so fire the errors alert) with it.
+        """
+        since = self._in_flight_since
+        if self._timeout_counted or since is None or now - since < self._timeout:
+            return
+        self._timeout_counted = True
+        self._count({TIMEOUT_ERROR: 1})
+        log.warning("collection still running after %.1fs; serving the last good data",
+                    now - since, extra={"source": self._source.name})
+
     def _ready_locked(self) -> bool:
         good_at = self._good_at
         if not (self._initialised and good_at is not None
@@ -341,6 +361,7 @@ class Scheduler:
 
     def _apply(self, out: _Outcome) -> None:
         self._last_duration = out.finished - out.started
+        self._count_overrun(out.finished)  # overran with no scrape waiting to see it
         if out.errors:
             self._count(out.errors)
         if out.init_error is not None or out.lost_error is not None:
