@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from exporter.cli import parse_config
 from exporter.exposition import MetricsRenderer
-from exporter.sources.scenario import synthetic_fleet
-from exporter.sources.simulated import SimulatedSource
+from exporter.sources.simulated.scenario import synthetic_fleet
+from exporter.sources.simulated.source import SimulatedSource
 from exporter.state import ExporterState
 
 JOB = "gpu-exporter"
@@ -80,10 +80,10 @@ def node_bodies(spec: FleetSpec, node: int) -> Iterator[tuple[float, str]]:
     )
     # The simulation starts (t = 0) at the first scrape; processes already have ages then.
     renderer = MetricsRenderer(process_metrics=False)
-    collect_options, exposition_options = config.collect_options(), config.exposition_options()
+    groups, exposition_options = config.collect_groups(), config.exposition_options()
     for at in spec.times():
         now[0] = at
-        snapshot = source.collect(collect_options)
+        snapshot = source.collect(groups)
         state = ExporterState(snapshot, 0.05, False, snapshot.taken_at)
         body, _ = renderer.render(state, exposition_options)
         yield at, body.decode("utf-8")

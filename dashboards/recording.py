@@ -11,7 +11,7 @@ without these.
 from __future__ import annotations
 
 from dashboards.rules import RecordingRule, RuleGroup
-from exporter import catalogue as c
+from exporter import metrics as c
 
 _GPU = ", ".join(c.GPU_LABELS)
 used, total = c.MEMORY_USED.name, c.MEMORY_TOTAL.name

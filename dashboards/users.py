@@ -28,7 +28,7 @@ from dashboards.promql import (
     with_host_of_instance,
     with_hostname,
 )
-from exporter import catalogue as c
+from exporter import metrics as c
 
 UID = "gpu-exporter-users"
 H = v.HOST

@@ -14,12 +14,12 @@ import pytest
 
 from dashboards import alerts, recording
 from dashboards.promql import PROCESS_ONLY_LABELS
-from exporter import catalogue
+from exporter import metrics
 from tests.dashboards.grafana import GRAFANA_DIR, Json, load, targets, variables
 
 #: Metrics with one series per process (a ``process`` label): the fleet's largest families.
-PER_PROCESS = tuple(m.name for m in catalogue.CATALOGUE if "process" in m.labels)
-RAW = tuple(m.name for m in catalogue.CATALOGUE)
+PER_PROCESS = tuple(m.name for m in metrics.PROCESS_ROWS)
+RAW = tuple(m.name for m in metrics.CATALOGUE)
 RECORDS = {r.record for r in (*recording.all_records(), *alerts.all_records())}
 
 
@@ -76,7 +76,7 @@ def test_fleet_panels_read_recording_rules_only() -> None:
     for panel, target in targets(_board("gpu-fleet-overview.json")):
         expr = target["expr"]
         # gpu_info only lends its hostname label (one series per GPU, constant).
-        assert _reads(expr, RAW) <= {catalogue.GPU_INFO.name}, panel["title"]
+        assert _reads(expr, RAW) <= {metrics.GPU_INFO.name}, panel["title"]
         read = set(re.findall(r"\b[a-z_]+:[a-z_0-9:]+", expr))
         assert read, panel["title"]
         assert read <= RECORDS, panel["title"]

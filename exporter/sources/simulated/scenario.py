@@ -1,0 +1,353 @@
+"""Scenarios for the simulated source: a small YAML format, strict validation, bundled presets.
+
+A scenario describes one host: its GPUs and the processes that come and go on them. Times are
+seconds of *simulated* time relative to the moment the source starts (negative = already
+running); they also accept ``30s``, ``15m``, ``2h``, ``3d``. Sizes are bytes or strings such as
+``512MiB``, ``1.5GiB``, ``40GB``. Top level keys::
+
+    name: str                  # optional, defaults to the file name
+    description: str           # optional
+    hostname: str              # optional, the hostname the snapshot reports
+    driver_version: str        # optional, default "580.95.05"
+    cuda_driver_version: str   # optional, default "13.0"
+    gpus:                      # required, at least one
+      - model: NVIDIA H100 80GB HBM3     # required, one of GPU_MODELS
+        count: 1                         # repeat this entry (default 1)
+        idle_celsius: 32                 # temperature with no load
+        full_load_celsius: 72            # steady temperature at 100 % load (bad cooling: higher)
+        thermal_time_constant: 60s       # thermal lag (first-order)
+        power_limit_watts: 700           # enforced limit (default: the model's default limit)
+        ecc_corrected_per_hour: 0        # corrected ECC errors per hour of simulated time
+        ecc_uncorrected: [{at: 2m, count: 1}]   # injected uncorrected errors
+        lost_at: 5m                      # from then on the GPU is lost (up=0, "GPU is lost")
+    processes:
+      - gpu: 0                 # GPU index, or a list: one rank per GPU, pids pid, pid+1, ...
+        pid: 4242              # optional (default derived from the position)
+        user: alice            # required
+        uid: 1001              # optional (root -> 0, else derived from the name)
+        name: python3          # process name (comm)
+        type: compute          # compute | graphics | compute+graphics
+        start: -3d             # when it starts (default 0)
+        stop: 1h               # when it exits (default: never)
+        memory: 20GiB          # memory after the ramp (includes the ~500 MiB CUDA context)
+        ramp: 30s              # time to grow from the context to ``memory`` (default 0)
+        leak_per_second: 0     # growth after the ramp; at the GPU's total it "OOMs", exits
+        utilization: 0.9       # mean SM busy ratio (0..1); 0 = idle (memory held, no kernels)
+        utilization_jitter: 0.05
+        memory_utilization: 0.4   # memory-bandwidth busy ratio at full utilisation
+        restart_after: 1m      # after exiting (stop or OOM) it starts again with pid + 101
+        pod: {namespace: ml, pod: trainer-0, container: pytorch}   # optional Kubernetes pod
+
+Any mistake (unknown key, wrong type, negative size, unknown model, a process on a GPU that does
+not exist) raises ``ScenarioError`` with one line naming the file and the field.
+
+``load_scenario`` also accepts ``synthetic:GxP`` (``synthetic_fleet(G, P)``: a generated fleet of
+G GPUs x P processes for benchmarks and load tests).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from exporter.snapshot import ProcessType
+from exporter.sources.simulated import list_presets
+from exporter.sources.simulated.gpu_models import GPU_MODELS, GpuModel
+from exporter.sources.simulated.scenario_fields import Reader, ScenarioError, items, kind
+
+__all__ = [
+    "GPU_MODELS",
+    "EccInjection",
+    "GpuModel",
+    "GpuSpec",
+    "PodSpec",
+    "ProcessSpec",
+    "Scenario",
+    "ScenarioError",
+    "list_presets",
+    "load_scenario",
+    "parse_scenario",
+    "synthetic_fleet",
+]
+
+MiB = 1 << 20
+GiB = 1 << 30
+CONTEXT_BYTES = 512 * MiB  # what a CUDA context alone costs (research: ~520-590 MiB)
+
+
+@dataclass(frozen=True, slots=True)
+class EccInjection:
+    at: float  # simulated seconds
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    index: int
+    model: GpuModel
+    idle_celsius: float = 32.0
+    full_load_celsius: float = 72.0
+    thermal_time_constant: float = 60.0
+    power_limit_watts: float | None = None  # None: the model's default limit
+    ecc_corrected_per_hour: float = 0.0
+    ecc_uncorrected: tuple[EccInjection, ...] = ()
+    lost_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PodSpec:
+    namespace: str
+    pod: str
+    container: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSpec:
+    gpu: int
+    pid: int
+    user: str
+    uid: int
+    name: str = "python3"
+    type: ProcessType = ProcessType.COMPUTE
+    start: float = 0.0
+    stop: float | None = None
+    memory_bytes: int = 2 * GiB
+    ramp: float = 0.0
+    leak_per_second: float = 0.0
+    utilization: float = 0.0
+    utilization_jitter: float = 0.0
+    memory_utilization: float = 0.4
+    restart_after: float | None = None
+    pod: PodSpec | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    gpus: tuple[GpuSpec, ...]
+    processes: tuple[ProcessSpec, ...] = ()
+    description: str = ""
+    hostname: str | None = None
+    driver_version: str = "580.95.05"
+    cuda_driver_version: str = "13.0"
+    origin: str = "<code>"  # file path or "preset NAME": used in messages
+
+
+# --- parsing -----------------------------------------------------------------------------------
+_TOP = ("name", "description", "hostname", "driver_version", "cuda_driver_version", "gpus",
+        "processes")
+_GPU = ("model", "count", "idle_celsius", "full_load_celsius", "thermal_time_constant",
+        "power_limit_watts", "ecc_corrected_per_hour", "ecc_uncorrected", "lost_at")
+_PROC = ("gpu", "pid", "user", "uid", "name", "type", "start", "stop", "memory", "ramp",
+         "leak_per_second", "utilization", "utilization_jitter", "memory_utilization",
+         "restart_after", "pod")
+_POD = ("namespace", "pod", "container")
+
+
+def parse_scenario(data: object, origin: str, default_name: str = "scenario") -> Scenario:
+    """Validate already-parsed YAML data and build a ``Scenario``.
+
+    Raises:
+        ScenarioError: any invalid field; the message names ``origin`` and the field.
+    """
+    top = Reader(data, origin, "", _TOP)
+    gpus: list[GpuSpec] = []
+    entries = items(top.raw("gpus", required=True), top, "gpus")
+    if not entries:
+        top.fail("needs at least one GPU", "gpus")
+    for i, entry in enumerate(entries):
+        gpus.extend(_parse_gpu(Reader(entry, origin, f"gpus[{i}]", _GPU), len(gpus)))
+    processes: list[ProcessSpec] = []
+    for i, entry in enumerate(items(top.raw("processes"), top, "processes")):
+        processes.extend(_parse_process(Reader(entry, origin, f"processes[{i}]", _PROC), i, gpus))
+    seen: set[tuple[int, int]] = set()
+    for proc in processes:
+        if (proc.gpu, proc.pid) in seen:
+            top.fail(f"pid {proc.pid} appears twice on GPU {proc.gpu}", "processes")
+        seen.add((proc.gpu, proc.pid))
+    scenario = Scenario(
+        name=top.text("name", default_name) or default_name,
+        description=top.text("description", "") or "",
+        hostname=top.text("hostname"),
+        driver_version=top.text("driver_version", "580.95.05") or "",
+        cuda_driver_version=top.text("cuda_driver_version", "13.0") or "",
+        gpus=tuple(gpus), processes=tuple(processes), origin=origin,
+    )
+    _check_fits(scenario, top)
+    return scenario
+
+
+def _parse_gpu(r: Reader, first_index: int) -> list[GpuSpec]:
+    model_name = r.text("model", required=True) or ""
+    model = GPU_MODELS.get(model_name)
+    if model is None:
+        r.fail(f"unknown GPU model {model_name!r} (known: {', '.join(GPU_MODELS)})", "model")
+    count = r.integer("count", 1, low=1)
+    if first_index + count > 64:
+        r.fail("a scenario holds at most 64 GPUs", "count")
+    idle = r.number("idle_celsius", 32.0, low=-20.0, high=110.0)
+    injections = []
+    for j, item in enumerate(items(r.raw("ecc_uncorrected"), r, "ecc_uncorrected")):
+        sub = Reader(item, r.origin, f"{r.path}.ecc_uncorrected[{j}]", ("at", "count"))
+        injections.append(EccInjection(at=sub.seconds("at", 0.0) or 0.0,
+                                       count=sub.integer("count", 1, low=1)))
+    spec = GpuSpec(
+        index=first_index, model=model, idle_celsius=idle,
+        full_load_celsius=r.number("full_load_celsius", 72.0, low=idle, high=130.0),
+        thermal_time_constant=r.seconds("thermal_time_constant", 60.0) or 1.0,
+        power_limit_watts=(r.number("power_limit_watts", model.power_limit_watts, low=1.0,
+                                    high=model.power_limit_watts)
+                           if r.has("power_limit_watts") else None),
+        ecc_corrected_per_hour=r.number("ecc_corrected_per_hour", 0.0),
+        ecc_uncorrected=tuple(sorted(injections, key=lambda e: e.at)),
+        lost_at=r.seconds("lost_at", None),
+    )
+    return [replace(spec, index=first_index + k) for k in range(count)]
+
+
+def _parse_process(r: Reader, position: int, gpus: list[GpuSpec]) -> list[ProcessSpec]:
+    raw_gpu = r.raw("gpu", required=True)
+    targets = raw_gpu if isinstance(raw_gpu, list) else [raw_gpu]
+    if not targets:
+        r.fail("needs at least one GPU index", "gpu")
+    for target in targets:
+        if isinstance(target, bool) or not isinstance(target, int):
+            r.fail(f"expected a GPU index or a list of them, got {kind(target)}", "gpu")
+        if not 0 <= target < len(gpus):
+            have = "GPU 0" if len(gpus) == 1 else f"GPUs 0-{len(gpus) - 1}"
+            r.fail(f"GPU {target} does not exist (the scenario has {have})", "gpu")
+    user = r.text("user", required=True) or ""
+    default_uid = 0 if user == "root" else 1000 + sum(map(ord, user)) % 8000
+    type_text = r.text("type", "compute") or "compute"
+    try:
+        ptype = ProcessType(type_text)
+    except ValueError:
+        r.fail(f"unknown type {type_text!r} (allowed: compute, graphics, compute+graphics)", "type")
+    start = r.seconds("start", 0.0, negative=True) or 0.0
+    stop = r.seconds("stop", None, negative=True)
+    if stop is not None and stop <= start:
+        r.fail(f"must be after start ({start:g} s), got {stop:g} s", "stop")
+    pod = None
+    if r.has("pod"):
+        sub = Reader(r.raw("pod"), r.origin, f"{r.path}.pod", _POD)
+        pod = PodSpec(*(sub.text(k, required=True) or "" for k in _POD))
+    memory = r.size("memory", 2 * GiB)
+    base_pid = r.integer("pid", 4000 + 211 * position, low=1)
+    common: dict[str, Any] = {
+        "user": user, "uid": r.integer("uid", default_uid),
+        "name": r.text("name", "python3") or "python3", "type": ptype,
+        "start": start, "stop": stop, "memory_bytes": memory,
+        "ramp": r.seconds("ramp", 0.0) or 0.0,
+        "leak_per_second": float(r.size("leak_per_second", 0)),
+        "utilization": r.number("utilization", 0.0, high=1.0),
+        "utilization_jitter": r.number("utilization_jitter", 0.0, high=1.0),
+        "memory_utilization": r.number("memory_utilization", 0.4, high=1.0),
+        "restart_after": r.seconds("restart_after", None), "pod": pod,
+    }
+    for target in targets:
+        if memory > gpus[target].model.memory_bytes:
+            total = gpus[target].model.memory_bytes
+            r.fail(f"{memory / GiB:.1f} GiB do not fit GPU {target} ({total / GiB:.1f} GiB)",
+                   "memory")
+    return [ProcessSpec(gpu=g, pid=base_pid + rank, **common) for rank, g in enumerate(targets)]
+
+
+def _check_fits(scenario: Scenario, top: Reader) -> None:
+    """Steady processes alive at the same time must fit their GPU (a leak may not share one)."""
+    for gpu in scenario.gpus:
+        procs = [p for p in scenario.processes if p.gpu == gpu.index]
+        if sum(1 for p in procs if p.leak_per_second > 0) > 1:
+            top.fail(f"GPU {gpu.index} has more than one leaking process", "processes")
+        for probe in procs:
+            alive = [p for p in procs if p.start <= probe.start and
+                     (p.stop is None or p.stop > probe.start or p.restart_after is not None)]
+            need = sum(p.memory_bytes for p in alive) + gpu.model.reserved_bytes
+            if need > gpu.model.memory_bytes:
+                top.fail(f"processes on GPU {gpu.index} need {need / GiB:.1f} GiB at "
+                         f"t={probe.start:g} s, more than its {gpu.model.memory_bytes / GiB:.1f} "
+                         "GiB", "processes")
+
+
+# --- loading ---------------------------------------------------------------------------------
+def _preset_dir() -> Any:
+    return resources.files("exporter.sources.simulated").joinpath("scenarios")
+
+
+_SYNTHETIC_RE = re.compile(r"^synthetic:(\d+)x(\d+)$")
+
+
+def load_scenario(name_or_path: str) -> Scenario:
+    """Load a bundled preset by name, ``synthetic:GxP`` (``synthetic_fleet(G, P)``), or a file.
+
+    Raises:
+        ScenarioError: unknown preset and no such file, unreadable file, bad YAML, bad field.
+    """
+    synthetic = _SYNTHETIC_RE.match(name_or_path)
+    if synthetic:
+        return synthetic_fleet(int(synthetic.group(1)), int(synthetic.group(2)))
+    if name_or_path in list_presets():
+        text = _preset_dir().joinpath(f"{name_or_path}.yaml").read_text(encoding="utf-8")
+        origin, stem = f"preset {name_or_path}", name_or_path
+    else:
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise ScenarioError(f"{name_or_path}: no such scenario: neither a bundled preset "
+                                f"({', '.join(list_presets())}) nor a file")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ScenarioError(f"{path}: cannot read: {exc}") from exc
+        origin, stem = str(path), path.stem
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ScenarioError(f"{origin}: {where}invalid YAML: {problem}") from exc
+    return parse_scenario(data, origin, stem)
+
+
+def synthetic_fleet(gpus: int = 8, processes_per_gpu: int = 32, seed: int = 0,
+                    model: str = "NVIDIA H100 80GB HBM3") -> Scenario:
+    """A large, busy, churning fleet for benchmarks and load tests (no YAML involved).
+
+    Each GPU holds ``processes_per_gpu`` processes of 8 users; memory stays under ~75 %; one in
+    eight processes exits and restarts every few minutes so PIDs churn.
+
+    Raises:
+        ScenarioError: unknown model or counts out of range (gpus 1..64, processes 0..1024).
+    """
+    if model not in GPU_MODELS:
+        raise ScenarioError(f"synthetic_fleet: model: unknown GPU model {model!r}")
+    if not 1 <= gpus <= 64 or not 0 <= processes_per_gpu <= 1024:
+        raise ScenarioError("synthetic_fleet: gpus must be 1..64 and processes_per_gpu 0..1024")
+    spec = GPU_MODELS[model]
+    rng = random.Random(f"synthetic-fleet/{seed}")
+    budget = int(spec.memory_bytes * 0.72) // max(1, processes_per_gpu)
+    procs: list[ProcessSpec] = []
+    for g in range(gpus):
+        for k in range(processes_per_gpu):
+            user = f"user{(g + k) % 8}"
+            churn = k % 8 == 7
+            procs.append(ProcessSpec(
+                gpu=g, pid=10000 + g * 2000 + k * 3, user=user, uid=2000 + (g + k) % 8,
+                name=("python3", "torchrun", "jupyter-kernel", "vllm")[k % 4],
+                start=-rng.uniform(60, 86400), memory_bytes=int(budget * rng.uniform(0.5, 1.0)),
+                stop=rng.uniform(30, 300) if churn else None,
+                restart_after=rng.uniform(5, 30) if churn else None,
+                utilization=rng.uniform(0.0, 1.6 / max(1, processes_per_gpu)),
+                utilization_jitter=0.3 / max(1, processes_per_gpu),
+            ))
+    return Scenario(
+        name=f"synthetic-{gpus}x{processes_per_gpu}",
+        description="programmatic fleet for benchmarks", hostname="sim-fleet",
+        gpus=tuple(GpuSpec(index=i, model=spec) for i in range(gpus)),
+        processes=tuple(procs), origin="synthetic_fleet",
+    )

@@ -1,0 +1,385 @@
+"""The simulated source: a realistic, changing fleet from a ``Scenario``, for hosts without GPUs.
+
+Simulated time is ``t = (clock() - start) * speed`` seconds, ``start`` being ``clock()`` at the
+first ``start()``. Everything is a function of (scenario, seed, t):
+
+- processes live from ``start`` to ``stop``; a leaking one exits ("OOM") when the GPU would run
+  out of memory; with ``restart_after`` the life repeats (pid + 101 per restart);
+- GPU memory used = the processes' memory + a few MiB of driver bookkeeping; the firmware
+  reserve is reported separately (NVML memory info v2 semantics: used + free + reserved = total);
+- utilisation = sum of the busy processes' utilisation (capped at 1), with smooth noise that is
+  a pure function of (seed, entity, 5 s bucket of t), so results do not depend on how often
+  ``collect`` runs;
+- temperature follows the noise-free load with first-order thermal lag toward
+  ``idle + (full_load - idle) * load``; power lies between idle and the limit following load;
+  the energy counter integrates that power exactly (piecewise-constant load between process
+  start/stop events);
+- clocks, P-state and throttle reasons follow load, temperature and the power limit;
+- ECC counts, GPU loss and OOMs happen when the scenario says.
+
+Stamps are wall-clock: ``taken_at`` is the ``clock()`` reading; a simulated moment ``t`` maps
+to wall time ``start + t / speed`` (process start times too), so ages read in Prometheus are
+compressed by ``speed``. ``duration_seconds`` is a modelled NVML cost (from measurements on an
+H200: ~0.12 ms per GPU, +1.8 ms per GPU for process utilisation, +2.8 ms energy, +21 ms PCIe),
+not the Python time, so equal inputs give equal snapshots.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import socket
+import time
+import uuid
+from collections.abc import Callable
+
+from exporter.metrics import GPU_ROWS, Group
+from exporter.snapshot import (
+    GpuIdentity,
+    GpuProcess,
+    GpuReading,
+    PodRef,
+    ProcessOwner,
+    Snapshot,
+    Value,
+)
+from exporter.sources.simulated.physics import SimulatedGpu
+from exporter.sources.simulated.scenario import CONTEXT_BYTES, GpuSpec, ProcessSpec, Scenario
+
+_M64 = (1 << 64) - 1
+_BUCKET = 5.0  # seconds of simulated time between independent noise values
+_DRIVER_BYTES = 4 << 20  # driver bookkeeping counted as used (v2 "used" on an idle GPU: ~8 MB)
+_RESTART_PID_STEP = 101
+_BUS_IDS = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)  # a typical 8-GPU HGX board
+_INF = math.inf
+
+
+def _mix(x: int) -> int:
+    """splitmix64 finaliser: a fast, well-spread integer hash."""
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+def _unit(key: int, bucket: int) -> float:
+    """Uniform in [-1, 1), a pure function of (key, bucket)."""
+    return _mix((key + bucket * 0x9E3779B97F4A7C15) & _M64) / 9223372036854775808.0 - 1.0
+
+
+class _Noise:
+    """Smooth value noise: linear interpolation between per-bucket values; caches one bucket."""
+
+    __slots__ = ("_a", "_b", "_bucket", "_key")
+
+    def __init__(self, key: int) -> None:
+        self._key, self._bucket, self._a, self._b = key, -(1 << 62), 0.0, 0.0
+
+    def at(self, t: float) -> float:
+        pos = t / _BUCKET
+        bucket = math.floor(pos)
+        if bucket != self._bucket:
+            self._bucket = bucket
+            self._a, self._b = _unit(self._key, bucket), _unit(self._key, bucket + 1)
+        return self._a + (self._b - self._a) * (pos - bucket)
+
+
+class _Proc:
+    """Precomputed timeline of one scenario process."""
+
+    __slots__ = ("context", "grow", "jitter", "last", "leak", "life", "mem_util", "noise", "owner",
+                 "period", "pod", "ramp", "spec", "steady", "t0", "util")
+
+    def __init__(self, spec: ProcessSpec, life: float | None, key: int) -> None:
+        self.spec, self.t0, self.life = spec, spec.start, life
+        self.period = (life + spec.restart_after
+                       if life is not None and spec.restart_after is not None else None)
+        self.context = min(CONTEXT_BYTES, spec.memory_bytes)
+        self.grow, self.ramp, self.leak = spec.memory_bytes - self.context, spec.ramp, \
+            spec.leak_per_second
+        self.util, self.jitter, self.mem_util = spec.utilization, spec.utilization_jitter, \
+            spec.memory_utilization
+        self.noise = _Noise(key)
+        self.steady = spec.memory_bytes
+        self.owner: tuple[int, ProcessOwner] | None = None
+        # the last GpuProcess built, reused while nothing in it changed (it is immutable)
+        self.last: tuple[int, int, float, GpuProcess] | None = None
+        self.pod = None if spec.pod is None else PodRef(
+            pod_uid=str(uuid.UUID(int=(_mix(key) << 64) | _mix(key ^ 5), version=4)),
+            container_id=f"{_mix(key ^ 1):016x}{_mix(key ^ 2):016x}{_mix(key ^ 3):016x}"
+                         f"{_mix(key ^ 4):016x}",
+            namespace=spec.pod.namespace, pod=spec.pod.pod, container=spec.pod.container)
+
+    def cycle(self, t: float) -> tuple[int, float] | None:
+        """(restart number, age) when alive at ``t``, else None."""
+        age = t - self.t0
+        if age < 0:
+            return None
+        if self.period is not None:
+            k = int(age // self.period)
+            age -= k * self.period
+            return (k, age) if age < self.life else None  # type: ignore[operator]
+        return (0, age) if self.life is None or age < self.life else None
+
+    def next_boundary(self, x: float) -> float:
+        """The first start or exit strictly after ``x``."""
+        if x < self.t0:
+            return self.t0
+        if self.life is None:
+            return _INF
+        if self.period is None:
+            end = self.t0 + self.life
+            return end if x < end else _INF
+        base = self.t0 + ((x - self.t0) // self.period) * self.period
+        for candidate in (base + self.life, base + self.period, base + self.period + self.life):
+            if candidate > x:
+                return candidate
+        return base + 2 * self.period  # only reached through rounding
+
+
+def _oom_life(spec: ProcessSpec, others: list[ProcessSpec], gpu: GpuSpec) -> float | None:
+    """How long ``spec`` lives: until ``stop`` or until its leak exhausts the GPU's memory."""
+    life = None if spec.stop is None else spec.stop - spec.start
+    if spec.leak_per_second <= 0:
+        return life
+    overlapping = [o for o in others if o.restart_after is not None or o.stop is None
+                   or o.stop > spec.start]
+    capacity = (gpu.model.memory_bytes - gpu.model.reserved_bytes - _DRIVER_BYTES
+                - sum(o.memory_bytes for o in overlapping))
+    oom = spec.ramp + max(0.0, capacity - spec.memory_bytes) / spec.leak_per_second
+    return max(1.0, oom if life is None else min(life, oom))  # >= 1 s keeps restarts periodic
+
+
+class _Gpu:
+    """One GPU's precomputed facts plus its thermal/energy integrator (cached per event)."""
+
+    __slots__ = ("e_evt", "identity", "key", "limit", "next_b", "noise", "procs", "seg_busy",
+                 "seg_load", "spec", "t_evt", "temp_evt", "tnoise")
+
+    def __init__(self, spec: GpuSpec, identity: GpuIdentity, procs: list[_Proc], key: int) -> None:
+        self.spec, self.identity, self.procs, self.key = spec, identity, procs, key
+        self.limit = spec.power_limit_watts or spec.model.power_limit_watts
+        self.noise, self.tnoise = _Noise(key ^ 0x5EED), _Noise(key ^ 0x7E47)
+        self.reset()
+
+    def reset(self) -> None:
+        """Start the integrator in steady state 10 time constants before t=0 (earlier history
+        has decayed by e^-10 by then; starting there keeps the first collect cheap)."""
+        self.t_evt = -10.0 * self.spec.thermal_time_constant
+        self.seg_load, self.seg_busy = self.base_load(self.t_evt)
+        self.temp_evt = self.target(self.seg_load, self.seg_busy)
+        self.e_evt = float(3.0e8 + self.key % 100_000_000)  # energy since driver load
+        self.next_b = min([_INF] + [p.next_boundary(self.t_evt) for p in self.procs])
+
+    def base_load(self, t: float) -> tuple[float, bool]:
+        alive = [p for p in self.procs if p.cycle(t) is not None]
+        return min(1.0, sum(p.util for p in alive)), bool(alive)
+
+    def target(self, load: float, busy: bool) -> float:
+        """Steady temperature at ``load``; a lowered power limit also lowers the heat."""
+        idle = self.spec.idle_celsius
+        share = min(1.0, self.limit / self.demand(load, busy))
+        return idle + (self.spec.full_load_celsius - idle) * load * share
+
+    def demand(self, load: float, busy: bool) -> float:
+        """Power the board would draw at ``load`` without a limit."""
+        model = self.spec.model
+        floor = model.idle_watts * (1.25 if busy else 1.0)  # a context keeps it out of deep idle
+        return floor + (model.power_limit_watts - floor) * 0.9 * load
+
+    def thermal(self, t: float) -> tuple[float, float]:
+        """(temperature, energy joules) at ``t``; advances the cache over passed events."""
+        if t < self.t_evt:
+            self.reset()
+        while self.next_b <= t:
+            self._advance(self.next_b)
+        return self._state_at(t)
+
+    def _state_at(self, t: float) -> tuple[float, float]:
+        dt = t - self.t_evt
+        goal = self.target(self.seg_load, self.seg_busy)
+        temp = goal + (self.temp_evt - goal) * math.exp(-dt / self.spec.thermal_time_constant)
+        power = min(self.limit, self.demand(self.seg_load, self.seg_busy))
+        return temp, self.e_evt + power * dt
+
+    def _advance(self, boundary: float) -> None:
+        self.temp_evt, self.e_evt = self._state_at(boundary)
+        self.t_evt = boundary
+        self.next_b = min([_INF] + [p.next_boundary(boundary) for p in self.procs])
+        # load is constant until the next boundary: sample it inside the segment
+        probe = boundary + (min(self.next_b, boundary + 1.0) - boundary) / 2
+        self.seg_load, self.seg_busy = self.base_load(probe)
+
+
+class SimulatedSource:
+    """A ``Source`` playing a ``Scenario``; deterministic for (scenario, seed, clock readings)."""
+
+    name = "simulated"
+
+    def __init__(self, scenario: Scenario, *, seed: int = 0,
+                 clock: Callable[[], float] = time.time, speed: float = 1.0,
+                 hostname: str | None = None) -> None:
+        """Precompute everything that does not depend on time.
+
+        Raises:
+            ValueError: ``speed`` is not a positive finite number.
+        """
+        if not (isinstance(speed, (int, float)) and math.isfinite(speed) and speed > 0):
+            raise ValueError(f"speed must be a positive number, got {speed!r}")
+        self.scenario, self.seed, self._clock, self.speed = scenario, seed, clock, float(speed)
+        self.hostname = hostname or scenario.hostname or socket.gethostname()
+        self._start: float | None = None
+        self._gpus = [self._build_gpu(g) for g in scenario.gpus]
+
+    def _key(self, entity: str) -> int:
+        return random.Random(f"{self.seed}/{self.scenario.name}/{entity}").getrandbits(64)
+
+    def _build_gpu(self, spec: GpuSpec) -> _Gpu:
+        specs = [p for p in self.scenario.processes if p.gpu == spec.index]
+        procs = [_Proc(p, _oom_life(p, [o for o in specs if o is not p], spec),
+                       self._key(f"proc/{spec.index}/{p.pid}")) for p in specs]
+        key = self._key(f"gpu/{spec.index}")
+        bus = _BUS_IDS[spec.index] if spec.index < len(_BUS_IDS) else 0x100 + spec.index
+        identity = GpuIdentity(
+            index=spec.index,
+            uuid="GPU-" + str(uuid.UUID(int=random.Random(f"uuid/{self.seed}/{spec.index}")
+                                        .getrandbits(128), version=4)),
+            name=spec.model.name,
+            pci_bus_id=f"00000000:{bus & 0xFF:02X}:{bus >> 8:02X}.0",
+            memory_total_bytes=spec.model.memory_bytes,
+            serial=str(1650000000000 + key % 1_000_000_000),
+            vbios_version="96.00.99.00.01",
+            power_limit_default_watts=spec.model.power_limit_watts,
+        )
+        return _Gpu(spec, identity, procs, key)
+
+    # --- Source protocol ---------------------------------------------------------------------
+    def start(self) -> None:
+        """Fix the simulation's origin on the first call (idempotent; never raises)."""
+        if self._start is None:
+            self._start = self._clock()
+
+    def close(self) -> None:
+        """Nothing to release; the origin is kept so a restart continues the same timeline."""
+
+    def collect(self, groups: frozenset[Group]) -> Snapshot:
+        """The fleet at the current simulated time (starts the source if needed; never raises)."""
+        self.start()
+        now = self._clock()
+        start = self._start if self._start is not None else now
+        t = max(0.0, (now - start) * self.speed)
+        readings = []
+        lost = 0
+        for gpu in self._gpus:
+            lost_at = gpu.spec.lost_at
+            if lost_at is not None and t >= lost_at:
+                lost += 1
+                readings.append(GpuReading(identity=gpu.identity, up=False, error="GPU is lost"))
+            else:
+                readings.append(self._read(gpu, t, start, groups))
+        cost = len(self._gpus) * (0.00012 + 0.0018 * (Group.PROCESS_UTILIZATION in groups)
+                                  + 0.0028 * (Group.ENERGY in groups)
+                                  + 0.021 * (Group.PCIE in groups))
+        return Snapshot(
+            source=self.name, hostname=self.hostname, taken_at=now,
+            duration_seconds=cost + 2e-6 * sum(len(r.processes) for r in readings),
+            driver_version=self.scenario.driver_version,
+            cuda_driver_version=self.scenario.cuda_driver_version,
+            nvml_version=f"13.{self.scenario.driver_version}",
+            gpus=tuple(readings), errors={"gpu_lost": lost} if lost else {},
+        )
+
+    # --- one GPU -----------------------------------------------------------------------------
+    def _read(self, gpu: _Gpu, t: float, start: float, groups: frozenset[Group]) -> GpuReading:
+        model, spec = gpu.spec.model, gpu.spec
+        used, util, mem_util = _DRIVER_BYTES, 0.0, 0.0
+        procs: list[GpuProcess] = []
+        want_procs = Group.PROCESSES in groups
+        want_putil = want_procs and Group.PROCESS_UTILIZATION in groups
+        for p in gpu.procs:
+            # the hot loop (8 GPUs x 32 processes per collect): _Proc.cycle/memory inlined
+            age = t - p.t0
+            if age < 0.0:
+                continue
+            k = 0
+            if p.period is not None:
+                k = int(age // p.period)
+                age -= k * p.period
+            if p.life is not None and age >= p.life:
+                continue
+            if age < p.ramp:
+                memory = int(p.context + p.grow * (age / p.ramp))
+            else:
+                memory = p.steady + (int(p.leak * (age - p.ramp)) if p.leak else 0)
+            used += memory
+            u = p.util
+            if u > 0.0 and p.jitter > 0.0:
+                u = round(min(1.0, max(0.0, u + p.jitter * p.noise.at(t))), 2)  # NVML: whole %
+            util += u
+            mem_util += u * p.mem_util
+            if want_procs:
+                last = p.last
+                if last is None or last[0] != k or last[1] != memory or last[2] != u \
+                        or (last[3].sm_utilization_ratio is None) == want_putil:
+                    last = p.last = (k, memory, u, GpuProcess(
+                        pid=p.spec.pid + _RESTART_PID_STEP * k, type=p.spec.type,
+                        used_memory_bytes=memory, sm_utilization_ratio=u if want_putil else None,
+                        owner=self._owner(p, k, start), pod=p.pod))
+                procs.append(last[3])
+        util, mem_util = round(min(1.0, util), 2), round(min(1.0, mem_util), 2)  # whole %
+        busy = used > _DRIVER_BYTES
+        free = max(0, model.memory_bytes - model.reserved_bytes - used)
+        temp_exact, energy = gpu.thermal(t)
+        temp = float(round(temp_exact + 0.6 * gpu.tnoise.at(t)))
+        demand = gpu.demand(util, busy) * (1.0 + 0.015 * gpu.noise.at(t))
+        capped = demand >= 0.98 * gpu.limit
+        power = min(demand, gpu.limit * (0.985 + 0.01 * abs(gpu.noise.at(t))))
+        idle = util < 0.02  # the driver reports gpu_idle when (almost) no kernel runs
+        sw_hot, hw_hot = temp >= model.slowdown_celsius, temp >= model.hw_slowdown_celsius
+        if idle:
+            sm_clock, mem_clock = model.sm_clock_idle_hertz, model.memory_clock_idle_hertz
+        else:
+            factor = min(1.0, math.sqrt(gpu.limit / demand)) if capped else 1.0
+            if sw_hot:
+                factor *= max(0.5, 1.0 - 0.04 * (temp - model.slowdown_celsius + 1.0))
+            sm_clock = round(model.sm_clock_max_hertz * factor / 15e6) * 15e6  # 15 MHz steps
+            mem_clock = model.memory_clock_max_hertz
+        state = SimulatedGpu(
+            model=model,
+            memory_total_bytes=model.memory_bytes,
+            memory_used_bytes=used,
+            memory_free_bytes=free,
+            memory_reserved_bytes=model.reserved_bytes,
+            utilization_ratio=util,
+            memory_utilization_ratio=mem_util,
+            temperature_celsius=temp,
+            power_usage_watts=round(power, 3),
+            power_limit_watts=gpu.limit,
+            energy_joules=round(energy, 3),
+            pcie_bytes_per_second=util * model.pcie_bytes_per_second,
+            sm_clock_hertz=sm_clock,
+            memory_clock_hertz=mem_clock,
+            performance_state=model.busy_pstate if busy else 8,
+            busy=busy,
+            idle=idle,
+            power_capped=capped,
+            thermal_slowdown=sw_hot,
+            hardware_slowdown=hw_hot,
+            ecc_corrected=int(spec.ecc_corrected_per_hour * t / 3600.0),
+            ecc_uncorrected=sum(e.count for e in spec.ecc_uncorrected if e.at <= t),
+            processes=len(procs),
+        )
+        values: dict[str, Value] = {}
+        for row in GPU_ROWS:
+            if row.simulate is not None and row.group in groups:
+                value = row.simulate(state)
+                if value is not None:
+                    values[row.name] = value
+        return GpuReading(identity=gpu.identity, values=values, processes=tuple(procs))
+
+    def _owner(self, p: _Proc, k: int, start: float) -> ProcessOwner:
+        """The owner of restart ``k`` of ``p`` (cached: it only changes on a restart)."""
+        if p.owner is None or p.owner[0] != k:
+            begin = p.t0 + (p.period or 0.0) * k
+            p.owner = (k, ProcessOwner(uid=p.spec.uid, user=p.spec.user, name=p.spec.name,
+                                       start_time_seconds=start + begin / self.speed))
+        return p.owner[1]

@@ -1,0 +1,175 @@
+"""The HTTP app (FastAPI on one uvicorn worker).
+
+Routes: ``<telemetry path>`` (exact, default ``/metrics``), ``/healthz``, ``/readyz``,
+``/api/v1/snapshot`` (typed JSON, in ``/openapi.json`` and ``/docs``) and ``/`` (landing page).
+Scheduler waits and rendering run in the threadpool so the event loop never blocks; a hung
+collection therefore costs a pool thread for at most the collection timeout.
+
+``/metrics`` answers ``Server-Timing: state;dur=..,render;dur=..,total;dur=..`` (milliseconds,
+measured in the handler) so that benchmarks can read server-side latency.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any
+
+from fastapi import FastAPI, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from exporter import __version__
+from exporter.config import Config
+from exporter.exposition.json_model import SnapshotResponse
+from exporter.exposition.render import MetricsRenderer
+from exporter.scheduler import Scheduler
+from exporter.state import ExporterState
+
+__all__ = ["SCRAPE_TIMEOUT_HEADER", "create_app", "scrape_timeout"]
+
+log = logging.getLogger(__name__)
+
+SCRAPE_TIMEOUT_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
+#: Longest /readyz waits for a collection (kubelet probes time out after 1 s by default).
+READY_WAIT_SECONDS = 0.8
+_NO_STORE = {"Cache-Control": "no-store"}
+_PAGE_HEADERS = {
+    **_NO_STORE,
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
+    "frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+def scrape_timeout(header: str | None, offset: float) -> float | None:
+    """How long a scrape may wait for a collection, from Prometheus' timeout header.
+
+    ``header`` minus ``offset``; when the offset would eat more than half the scrape timeout,
+    half of it. None for a missing or unusable header (the scheduler's own timeout applies):
+    an odd header from a proxy must not fail the scrape.
+    """
+    if header is None:
+        return None
+    try:
+        value = float(header)
+    except ValueError:
+        return None
+    if not math.isfinite(value) or value <= 0:
+        return None
+    return value - offset if value > 2 * offset else value / 2
+
+
+def create_app(
+    config: Config,
+    scheduler: Scheduler,
+    *,
+    renderer: MetricsRenderer | None = None,
+) -> FastAPI:
+    """Build the app serving ``scheduler``'s state under ``config``."""
+    options = config.exposition_options()
+    # gzip level 1: ~1 ms less per fresh 8-GPU body than level 6 for ~15 % more bytes.
+    metrics_renderer = renderer if renderer is not None else MetricsRenderer(gzip_level=1)
+    docs = config.api_docs
+    app = FastAPI(
+        title="gpu-exporter",
+        version=__version__,
+        description="Prometheus exporter for NVIDIA GPUs: who and what is using GPU memory.",
+        redirect_slashes=False,  # exact paths: /metrics/ is a 404, never a redirect
+        # Off by default: /docs and /redoc load their scripts from a CDN (--web.api-docs).
+        docs_url="/docs" if docs else None,
+        redoc_url="/redoc" if docs else None,
+        openapi_url="/openapi.json" if docs else None,
+    )
+
+    def scrape(
+        timeout: float | None, accept: str | None, encoding: str | None
+    ) -> tuple[bytes, dict[str, str], float, float]:
+        start = time.perf_counter()
+        state = scheduler.state(timeout)
+        mid = time.perf_counter()
+        body, headers = metrics_renderer.render(state, options, accept, encoding)
+        return body, headers, mid - start, time.perf_counter() - mid
+
+    waiting = [0]  # scrapes in the threadpool; only touched on the event loop
+
+    async def metrics(request: Request) -> Response:
+        start = time.perf_counter()
+        accept, encoding = request.headers.get("accept"), request.headers.get("accept-encoding")
+        if config.max_requests and waiting[0] >= config.max_requests:
+            # Beyond --web.max-requests: the last collected data, at once, rendered here
+            # (its families are cached per snapshot): no thread, no wait, no 503, so a flood
+            # of scrapes cannot crowd a well-behaved scraper out.
+            state = scheduler.latest()
+            mid = time.perf_counter()
+            body, headers = metrics_renderer.render(state, options, accept, encoding)
+            state_s, render_s = mid - start, time.perf_counter() - mid
+        else:
+            timeout = scrape_timeout(request.headers.get(SCRAPE_TIMEOUT_HEADER),
+                                     config.timeout_offset)
+            waiting[0] += 1
+            try:
+                body, headers, state_s, render_s = await run_in_threadpool(
+                    scrape, timeout, accept, encoding)
+            finally:
+                waiting[0] -= 1
+        total = time.perf_counter() - start
+        headers.update(_NO_STORE)
+        headers["Server-Timing"] = (
+            f"state;dur={state_s * 1e3:.3f}, render;dur={render_s * 1e3:.3f}, "
+            f"total;dur={total * 1e3:.3f}"
+        )
+        return Response(content=body, headers=headers)
+
+    app.state.metrics_waiting = waiting  # for tests and debugging
+    app.add_api_route(
+        config.telemetry_path, metrics, methods=["GET"], response_class=PlainTextResponse,
+        summary="Prometheus metrics", tags=["metrics"],
+        description="Text 0.0.4 or OpenMetrics by Accept header; gzip by Accept-Encoding.",
+    )
+
+    @app.get("/healthz", response_class=PlainTextResponse, tags=["health"])
+    async def healthz() -> PlainTextResponse:
+        """200 while the process is alive (liveness)."""
+        return PlainTextResponse("ok\n", headers=_NO_STORE)
+
+    @app.get("/readyz", tags=["health"], responses={503: {"description": "Not ready"}})
+    async def readyz() -> JSONResponse:
+        """200 when the source is initialised, the data fresh and some GPU answers; else 503."""
+        ready = await run_in_threadpool(scheduler.await_ready, READY_WAIT_SECONDS)
+        stats = scheduler.stats
+        body: dict[str, Any] = {
+            "status": "ready" if ready else "not ready",
+            "reason": "ready" if ready else stats.reason(scheduler.stale_after),
+            "source_initialised": stats.initialised,
+            "data_age_seconds": stats.data_age_seconds,
+            "collections": stats.collections,
+            "last_collection_seconds": stats.last_duration_seconds,
+            # GPUs whose NVML read has not returned (served gpu_up 0): index -> seconds
+            "hung_gpus": {str(i): round(s, 3) for i, s in sorted(stats.hung_gpus.items())},
+        }
+        return JSONResponse(body, status_code=200 if ready else 503, headers=_NO_STORE)
+
+    @app.get("/api/v1/snapshot", response_model=SnapshotResponse, tags=["api"])
+    async def snapshot() -> SnapshotResponse:
+        """The snapshot a scrape would serve now, as typed JSON."""
+        state: ExporterState = await run_in_threadpool(scheduler.state)
+        return SnapshotResponse.from_state(state, options)
+
+    @app.get("/", response_class=HTMLResponse, tags=["page"])
+    async def landing(
+        refresh: int = Query(0, ge=0, le=3600, description="Reload every N seconds (0: never)."),
+    ) -> HTMLResponse:
+        """Landing page: links and a live table of GPUs and top processes by memory."""
+        from exporter.web.page import render_landing  # noqa: PLC0415 (a scrape never needs it)
+
+        state: ExporterState = await run_in_threadpool(scheduler.state)
+        page = render_landing(
+            state, version=__version__, metrics_path=config.telemetry_path,
+            refresh_seconds=refresh, api_docs=docs,
+        )
+        return HTMLResponse(page, headers=_PAGE_HEADERS)
+
+    return app
