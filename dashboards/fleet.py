@@ -23,7 +23,7 @@ from dashboards.panels import (
     table_panel,
     timeseries_panel,
 )
-from dashboards.promql import count_or_zero, num, sel_record, with_host_of_instance
+from dashboards.promql import count_or_zero, num, sel_record, with_hostname
 
 UID = "gpu-exporter-fleet"
 H = v.HOST
@@ -47,7 +47,7 @@ def _rec(record: str) -> str:
 
 def _by_node(record: str) -> str:
     """A per-instance recording rule's series, labelled with the node's host name."""
-    return with_host_of_instance(_rec(record), H)
+    return with_hostname(_rec(record), H)
 
 
 def _idle_gpus() -> str:

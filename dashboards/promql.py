@@ -58,18 +58,16 @@ def seconds(duration: str) -> int:
     return int(number) * units[unit]
 
 
-def with_hostname(expr: str, info_matchers: str) -> str:
-    """Adds ``gpu_info``'s ``hostname`` label to a per-GPU expression (joined on uuid)."""
-    info = sel(c.GPU_INFO, info_matchers)
-    return f"({expr}) * on (job, instance, uuid) group_left (hostname) {info}"
+#: Recorded by dashboards.recording: one series per scrape target carrying gpu_info's hostname.
+HOSTNAME_RECORD = "instance_hostname:gpu_info:max"
 
 
-def with_host_of_instance(expr: str, info_matchers: str) -> str:
-    """Adds ``hostname`` to a per-target expression (one hostname per scrape target)."""
-    info = sel(c.GPU_INFO, info_matchers)
+def with_hostname(expr: str, matchers: str) -> str:
+    """Adds the target's ``hostname`` (from gpu_info, recorded once per target) to a per-GPU or
+    per-target expression: the join reads one series per node, not one per GPU."""
     return (
         f"({expr}) * on (job, instance) group_left (hostname) "
-        f"max by (job, instance, hostname) ({info})"
+        f"{HOSTNAME_RECORD}{{{matchers}}}"
     )
 
 

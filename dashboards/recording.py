@@ -10,6 +10,7 @@ without these.
 
 from __future__ import annotations
 
+from dashboards.promql import HOSTNAME_RECORD
 from dashboards.rules import RecordingRule, RuleGroup
 from exporter import metrics as c
 
@@ -56,6 +57,9 @@ def instance_group() -> RuleGroup:
         RecordingRule(INSTANCE_GPUS_UP, f"sum without ({_GPU}) ({c.GPU_UP.name})"),
         RecordingRule(INSTANCE_GPUS, f"count without ({_GPU}) ({c.GPU_UP.name})"),
         RecordingRule(INSTANCE_USER_MEMORY, f"sum without ({_GPU}) ({c.USER_MEMORY.name})"),
+        # gpu_info's hostname per scrape target: the dashboards' label join reads one series
+        # per node instead of one per GPU.
+        RecordingRule(HOSTNAME_RECORD, f"max by (job, instance, hostname) ({c.GPU_INFO.name})"),
     )
     return RuleGroup("gpu-exporter-recording-instance", rules)
 

@@ -20,12 +20,10 @@ from dashboards.panels import (
     timeseries_panel,
 )
 from dashboards.promql import (
-    NOT_OVERFLOW,
     count_or_zero,
     num,
     sel,
     sel_record,
-    with_host_of_instance,
     with_hostname,
 )
 from exporter import metrics as c
@@ -36,8 +34,6 @@ U = f"{H}, {v.USER}"
 USER_MEM = sel(c.USER_MEMORY, U)
 USED, TOTAL = sel(c.MEMORY_USED, H), sel(c.MEMORY_TOTAL, H)
 PROCESS_HIDDEN = ("Time", "__name__", "job", "uuid", "uid")
-#: Rows of the long-lived processes table (the query reads every process series once).
-LONG_LIVED_ROWS = 20
 COMPLETE = (
     "Per-user numbers are complete only where the exporter sees every user's processes (host "
     "PID namespace, readable /proc); 'unknown' is memory whose owner could not be read."
@@ -85,13 +81,15 @@ def _idle(grid: Layout) -> None:
         f"{t.IDLE_UTILIZATION_RATIO:.0%} for {t.IDLE_AVG_WINDOW} (forgotten notebooks, hung "
         "jobs, debuggers stopped at a breakpoint), the user's memory there and their busiest "
         f"process now. After {t.IDLE_FOR} GpuProcessIdle fires, once per user and node. Which "
-        "processes: the node dashboard's Idle processes table.",
+        "processes: the node dashboard's Idle processes and Processes (sort by age) tables, or "
+        "gpu-exporter report for the history; per-process tables across the whole fleet are "
+        "left out on purpose (docs/scale.md).",
         [
-            Column("Idle memory", with_host_of_instance(held_idle, H), "bytes"),
-            Column("User's memory", with_host_of_instance(
+            Column("Idle memory", with_hostname(held_idle, H), "bytes"),
+            Column("User's memory", with_hostname(
                 f"{sel_record(recording.INSTANCE_USER_MEMORY, U)} and on (job, instance, user) "
                 f"({held_idle})", H), "bytes"),
-            Column("Busiest process", with_host_of_instance(
+            Column("Busiest process", with_hostname(
                 f"{sel_record(alerts.USER_UTILIZATION_MAX, U)} and on (job, instance, user) "
                 f"({held_idle})", H), "percentunit"),
         ],
@@ -101,22 +99,6 @@ def _idle(grid: Layout) -> None:
         "Memory held idle, by user", "GPU memory in idle processes (as in the table above) per "
         "user, over time.", "bytes",
         [query(f"sum by (user) ({idle})", "{{user}}")], stacked=True, min_val=0,
-    ), 12)
-    # Per process, but instant (one sample per series) and capped at the TOP oldest.
-    age = f"time() - {sel(c.PROCESS_START_TIME, U, NOT_OVERFLOW)}"
-    oldest = f"topk({LONG_LIVED_ROWS}, {age} > {num(t.LONG_LIVED_PROCESS_SECONDS)})"
-    grid.add(table_panel(
-        "Long-lived processes", f"The {LONG_LIVED_ROWS} oldest GPU processes running for more "
-        f"than {t.LONG_LIVED_PROCESS_SECONDS // 3600} h; with low utilisation they are usually "
-        "forgotten.",
-        [
-            Column("Age", oldest, "s"),
-            Column("Memory", f"sum without () ({sel(c.PROCESS_MEMORY, U, NOT_OVERFLOW)})"
-                   f" and ({oldest})", "bytes"),
-            Column("Utilisation", f"{sel(c.PROCESS_UTILIZATION, U, NOT_OVERFLOW)} and ({oldest})",
-                   "percentunit"),
-        ],
-        hidden=PROCESS_HIDDEN, sort_by="Age",
     ), 12)
 
 
