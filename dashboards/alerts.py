@@ -92,8 +92,9 @@ def idle_records() -> tuple[RecordingRule, ...]:
     (``*_over_time``) runs on per-user or per-GPU series. A process counts as idle at an
     evaluation when it holds more than ``IDLE_PROCESS_MEMORY_BYTES`` and its utilisation is
     under ``IDLE_UTILIZATION_RATIO``; the window's minimum of that per-user sum is memory that
-    stayed idle for the whole window. Users with processes always get a series (0 when nothing
-    is idle), so the minimum sees the busy moments too.
+    stayed idle for the whole window. A user with a process over the floor gets a series even
+    when nothing is idle (0), so the minimum sees the busy moments too. Each process series is
+    selected once and matched once (the group's only per-process work).
     """
     proc_mem = sel(c.PROCESS_MEMORY, NOT_OVERFLOW)
     proc_util = sel(c.PROCESS_UTILIZATION, NOT_OVERFLOW)
@@ -102,8 +103,7 @@ def idle_records() -> tuple[RecordingRule, ...]:
         RecordingRule(
             IDLE_MEMORY_NOW,
             f"sum without ({_PER_USER}) (\n"
-            f"  {proc_mem}\n"
-            f"  * ({proc_mem} > bool {num(t.IDLE_PROCESS_MEMORY_BYTES)})\n"
+            f"  ({proc_mem} > {num(t.IDLE_PROCESS_MEMORY_BYTES)})\n"
             f"  * ({proc_util} < bool {num(t.IDLE_UTILIZATION_RATIO)})\n"
             ")\n",
         ),
