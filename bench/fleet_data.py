@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import signal
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -123,6 +124,8 @@ def write_nodes(spec: FleetSpec, nodes: Sequence[int], out: Path) -> tuple[int, 
 
 
 def _write_part(args: tuple[FleetSpec, list[int], Path]) -> tuple[int, dict[int, str]]:
+    # A pool worker ends on SIGTERM quietly (the parent may turn SIGTERM into an exception).
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     return write_nodes(*args)
 
 
