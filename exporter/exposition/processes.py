@@ -150,6 +150,36 @@ def _user_totals(gpus: Iterable[GpuReading]) -> tuple[FamilyData, FamilyData]:
     return memory, count
 
 
+def _user_idle(gpus: Iterable[GpuReading]) -> tuple[FamilyData, FamilyData]:
+    """Per GPU and user: memory of idle holders, and the busiest process's utilisation.
+
+    Processes without a utilisation sample (NVML has none for them) count for neither, so a
+    GPU that cannot report process utilisation never looks idle.
+    """
+    idle = family(cat.USER_IDLE_MEMORY)
+    busiest = family(cat.USER_UTILIZATION_MAX)
+    unknown = cat.UNKNOWN_VALUE
+    floor, ratio = cat.IDLE_PROCESS_MEMORY_BYTES, cat.IDLE_UTILIZATION_RATIO
+    for gpu in gpus:
+        labels = gpu_label_values(gpu.identity)
+        idle_bytes: dict[str, int] = {}
+        top: dict[str, float] = {}
+        for proc in gpu.processes:
+            utilization = proc.sm_utilization_ratio
+            if utilization is None:
+                continue
+            user = proc.owner.user if proc.owner is not None else unknown
+            top[user] = max(utilization, top.get(user, 0.0))
+            used = proc.used_memory_bytes
+            held = used if used is not None and used > floor and utilization < ratio else 0
+            idle_bytes[user] = idle_bytes.get(user, 0) + held
+        for user in sorted(top):
+            key = (*labels, user)
+            idle.rows.append((key, idle_bytes[user]))
+            busiest.rows.append((key, top[user]))
+    return idle, busiest
+
+
 def _add_unmerged(gpu: GpuReading, options: ExpositionOptions,
                   families: list[FamilyData]) -> bool:
     """Write one series per process when no two share labels and the cap is not reached.
@@ -223,5 +253,7 @@ def process_families(snapshot: Snapshot, options: ExpositionOptions) -> Iterator
                    *_user_totals(healthy)]
     chosen += [f for f in per_process if f.metric.group is not Group.PROCESSES
                and f.metric.group in groups]
+    if Group.PROCESS_UTILIZATION in groups:
+        chosen += _user_idle(healthy)
     chosen.append(overflow)
     yield from (result for result in chosen if result.rows)
