@@ -18,7 +18,6 @@ from collections.abc import Mapping, Sequence
 
 from exporter import __version__
 from exporter.attribution.enrich import Enricher, ProcessEnricher
-from exporter.attribution.kubernetes import PodResolver
 from exporter.attribution.owners import OwnerResolver, ProcfsError, check_procfs
 from exporter.attribution.passwd import PasswdFileError, check_passwd_file
 from exporter.config import (
@@ -31,8 +30,10 @@ from exporter.config import (
 )
 from exporter.entry import StopRequest, install_stop_handler
 from exporter.logs import setup_logging
+from exporter.memory import tune_malloc
 from exporter.scheduler import Scheduler
 from exporter.sources.base import Source
+from exporter.sources.simulated import list_presets
 from exporter.web.app import create_app
 from exporter.web.server import ServerLimits, build_server
 from exporter.web.webconfig import WebConfigError, WebConfigWatcher
@@ -49,8 +50,6 @@ SHUTDOWN_GRACE_SECONDS = 3
 
 def _presets() -> list[str]:
     try:
-        from exporter.sources.simulated.scenario import list_presets  # noqa: PLC0415
-
         return list_presets()
     except Exception:  # a broken install must not break --help
         return []
@@ -98,7 +97,8 @@ def build_source(config: Config) -> Source:
     if config.source == "nvml":
         from exporter.sources.nvml.source import NvmlSource  # noqa: PLC0415 (pynvml loads lazily)
 
-        return NvmlSource(hostname=config.hostname)
+        # Half the collection timeout: a hung GPU is answered down while scrapes still wait.
+        return NvmlSource(hostname=config.hostname, gpu_timeout=config.timeout / 2)
     from exporter.sources.simulated.scenario import (  # noqa: PLC0415
         ScenarioError,
         load_scenario,
@@ -130,9 +130,13 @@ def build_enricher(config: Config) -> Enricher | None:
         procfs=config.procfs, passwd_file=config.passwd_file,
         include_cmdline=config.cmdline, cgroups=config.kubernetes,
     )
+    if not config.kubernetes:
+        return ProcessEnricher(owners)
+    from exporter.attribution.kubernetes import PodResolver  # noqa: PLC0415 (only when on)
+
     pods = PodResolver(
         pod_logs_dir=config.pod_logs_dir, container_logs_dir=config.container_logs_dir,
-    ) if config.kubernetes else None
+    )
     return ProcessEnricher(owners, pods)
 
 
@@ -226,6 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except WebConfigError as exc:
         return _fail(f"--web.config.file: {exc}")
     setup_logging(config.log_level, config.log_format)
+    tune_malloc(os.environ)  # before any thread starts
     for name in unknown_env(os.environ):
         log.warning("environment variable %s matches no flag; ignored", name)
     if config.kubernetes and config.source == "nvml":

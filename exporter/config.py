@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 
 from exporter import __version__
 from exporter.metrics import OPT_IN_GROUPS, SWITCHABLE_GROUPS, Group
-from exporter.sources.simulated.scenario import list_presets
+from exporter.sources.simulated import list_presets  # not .scenario: YAML loads lazily
 from exporter.state import ExpositionOptions
 
 ENV_PREFIX = "GPU_EXPORTER_"

@@ -22,11 +22,9 @@ from starlette.concurrency import run_in_threadpool
 
 from exporter import __version__
 from exporter.config import Config
-from exporter.exposition.json_model import SnapshotResponse
 from exporter.exposition.render import MetricsRenderer
 from exporter.scheduler import Scheduler
 from exporter.state import ExporterState
-from exporter.web.page import render_landing
 
 __all__ = ["SCRAPE_TIMEOUT_HEADER", "create_app", "scrape_timeout"]
 
@@ -61,6 +59,12 @@ def scrape_timeout(header: str | None, offset: float) -> float | None:
     if not math.isfinite(value) or value <= 0:
         return None
     return value - offset if value > 2 * offset else value / 2
+
+
+def _snapshot_model() -> type[Any]:
+    from exporter.exposition.json_model import SnapshotResponse  # noqa: PLC0415
+
+    return SnapshotResponse
 
 
 def create_app(
@@ -138,7 +142,7 @@ def create_app(
 
     @app.get("/readyz", tags=["health"], responses={503: {"description": "Not ready"}})
     async def readyz() -> JSONResponse:
-        """200 when the source is initialised and the data is fresh, else 503 with a reason."""
+        """200 when the source is initialised, the data fresh and some GPU answers; else 503."""
         ready = await run_in_threadpool(scheduler.await_ready, READY_WAIT_SECONDS)
         stats = scheduler.stats
         body: dict[str, Any] = {
@@ -148,20 +152,31 @@ def create_app(
             "data_age_seconds": stats.data_age_seconds,
             "collections": stats.collections,
             "last_collection_seconds": stats.last_duration_seconds,
+            # GPUs whose NVML read has not returned (served gpu_up 0): index -> seconds
+            "hung_gpus": {str(i): round(s, 3) for i, s in sorted(stats.hung_gpus.items())},
         }
         return JSONResponse(body, status_code=200 if ready else 503, headers=_NO_STORE)
 
-    @app.get("/api/v1/snapshot", response_model=SnapshotResponse, tags=["api"])
-    async def snapshot() -> SnapshotResponse:
+    async def snapshot() -> JSONResponse:
         """The snapshot a scrape would serve now, as typed JSON."""
+        from exporter.exposition.json_model import SnapshotResponse  # noqa: PLC0415 (lazy)
+
         state: ExporterState = await run_in_threadpool(scheduler.state)
-        return SnapshotResponse.from_state(state, options)
+        model = SnapshotResponse.from_state(state, options)
+        return JSONResponse(model.model_dump(mode="json", by_alias=True))
+
+    # The pydantic models (~1.5 MB resident) load on the first JSON request; with the API docs
+    # on they load at start so that /openapi.json describes the response.
+    app.add_api_route("/api/v1/snapshot", snapshot, methods=["GET"], tags=["api"],
+                      response_model=_snapshot_model() if docs else None)
 
     @app.get("/", response_class=HTMLResponse, tags=["page"])
     async def landing(
         refresh: int = Query(0, ge=0, le=3600, description="Reload every N seconds (0: never)."),
     ) -> HTMLResponse:
         """Landing page: links and a live table of GPUs and top processes by memory."""
+        from exporter.web.page import render_landing  # noqa: PLC0415 (a scrape never needs it)
+
         state: ExporterState = await run_in_threadpool(scheduler.state)
         page = render_landing(
             state, version=__version__, metrics_path=config.telemetry_path,
