@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
+from dashboards import recording
 from dashboards import thresholds as t
 from dashboards import variables as v
 from dashboards.fleet import COUNT_BAD, COUNT_WARN
@@ -17,7 +18,7 @@ from dashboards.panels import (
     table_panel,
     timeseries_panel,
 )
-from dashboards.promql import count_or_zero, sel
+from dashboards.promql import count_or_zero, sel, sel_record
 from exporter import metrics as c
 
 UID = "gpu-exporter-health"
@@ -97,7 +98,8 @@ def _collections(grid: Layout) -> None:
     grid.add(timeseries_panel(
         "Process series folded into overflow", "Processes per GPU beyond the exporter's "
         "--process.max-series-per-gpu cap, summed into one overflow series.", "short",
-        [query(f"sum by (instance) ({sel(c.PROCESS_SERIES_OVERFLOW, T)})", "{{instance}}")],
+        [query(f"sum by (instance) ({sel_record(recording.INSTANCE_OVERFLOW, T)})",
+               "{{instance}}")],
         min_val=0,
     ), 12)
     grid.add(table_panel(
