@@ -9,7 +9,8 @@ Derived files, all from the metric rows (``exporter.metrics``), the flags
 (``exporter.config``) and the thresholds (``dashboards.thresholds``):
 
 - ``README.md``: the metric and flag tables between their ``BEGIN``/``END`` markers;
-- ``dashboards/grafana/*.json`` and ``dashboards/rules/*.yaml``;
+- ``dashboards/grafana/*.json`` and ``dashboards/rules/*.yaml`` (plus
+  ``dashboards/rules/tests/rules/``: the alerts without annotations, for the behaviour tests);
 - ``helm/gpu-exporter/files/{dashboards,rules}/``: the chart's byte-identical copies (Helm
   cannot read files outside the chart); a copy without an original is stale and removed.
 
@@ -42,6 +43,8 @@ DASHBOARDS: dict[str, Callable[[], dashboard.Dashboard]] = {
 ALERTS_FILE = "gpu-exporter-alerts.yaml"
 RECORDING_FILE = "gpu-exporter-recording.yaml"
 README = "README.md"
+#: The alert rules without annotations, which the behaviour rule tests load (``rule_files``).
+BEHAVIOUR_RULES = f"dashboards/rules/tests/rules/{ALERTS_FILE}"
 #: Where the chart keeps its copies: generated folder -> chart folder.
 CHART_COPIES = {
     "dashboards/grafana": "helm/gpu-exporter/files/dashboards",
@@ -71,8 +74,9 @@ def outputs(root: Path) -> dict[str, str]:
     files[f"dashboards/rules/{RECORDING_FILE}"] = rules.render(recording.groups(), "recording.py")
     for source, copy in CHART_COPIES.items():
         for rel, text in list(files.items()):
-            if rel.startswith(source + "/"):
+            if rel.startswith(source + "/") and "/" not in rel.removeprefix(source + "/"):
                 files[copy + rel.removeprefix(source)] = text
+    files[BEHAVIOUR_RULES] = rules.render(alerts.groups(), "alerts.py", annotations=False)
     files[README] = render_readme((root / README).read_text(encoding="utf-8"))
     return files
 
