@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
-from dashboards import thresholds as t
 from dashboards import variables as v
 from dashboards.panels import (
     Column,
@@ -19,6 +18,7 @@ from dashboards.panels import (
 )
 from dashboards.promql import count_or_zero, num, sel, with_hostname
 from exporter import metrics as c
+from exporter import thresholds as t
 
 UID = "gpu-exporter-fleet"
 H = v.HOST

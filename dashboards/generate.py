@@ -6,7 +6,7 @@ Usage (from the repository root)::
     python -m dashboards.generate --check    # exit 1 if a committed file differs (CI runs it)
 
 Derived files, all from the metric rows (``exporter.metrics``), the flags
-(``exporter.config``) and the thresholds (``dashboards.thresholds``):
+(``exporter.config``) and the thresholds (``exporter.thresholds``):
 
 - ``README.md``: the metric and flag tables between their ``BEGIN``/``END`` markers;
 - ``dashboards/grafana/*.json`` and ``dashboards/rules/*.yaml`` (plus

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
-from dashboards import thresholds as t
 from dashboards import variables as v
 from dashboards.fleet import COUNT_BAD, COUNT_WARN
 from dashboards.panels import (
@@ -19,6 +18,7 @@ from dashboards.panels import (
 )
 from dashboards.promql import count_or_zero, sel
 from exporter import metrics as c
+from exporter import thresholds as t
 
 UID = "gpu-exporter-health"
 T = f"{v.JOB}, {v.INSTANCE}"

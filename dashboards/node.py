@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
-from dashboards import thresholds as t
 from dashboards import variables as v
 from dashboards.fleet import MEMORY_STEPS, TEMPERATURE_STEPS
 from dashboards.panels import (
@@ -19,6 +18,7 @@ from dashboards.panels import (
 )
 from dashboards.promql import NOT_OVERFLOW, sel
 from exporter import metrics as c
+from exporter import thresholds as t
 
 UID = "gpu-exporter-node"
 M = f"{v.HOST}, {v.GPU}"

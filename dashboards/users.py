@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
-from dashboards import thresholds as t
 from dashboards import variables as v
 from dashboards.fleet import COUNT_BAD, LEGEND, MEMORY_STEPS
 from dashboards.panels import (
@@ -27,6 +26,7 @@ from dashboards.promql import (
     with_hostname,
 )
 from exporter import metrics as c
+from exporter import thresholds as t
 
 UID = "gpu-exporter-users"
 H = v.HOST

@@ -14,9 +14,9 @@ from grafana_foundation_sdk.cog.plugins import register_default_plugins
 from grafana_foundation_sdk.models import dashboard as dm
 
 from dashboards import generate
-from dashboards import thresholds as t
 from dashboards.panels import UNITS
 from exporter import metrics as catalogue
+from exporter import thresholds as t
 from tests.dashboards.grafana import (
     BUILTIN_VARIABLES,
     DASHBOARD_FILES,

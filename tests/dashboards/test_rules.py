@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from dashboards import alerts, recording, rules
-from dashboards import thresholds as t
 from dashboards.promql import num
+from exporter import thresholds as t
 from tests.dashboards import promtool
 from tests.dashboards.promtool import RULES_DIR, TESTS_DIR
 
