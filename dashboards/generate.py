@@ -12,7 +12,9 @@ Derived files, all from the metric rows (``exporter.metrics``), the flags
 - ``dashboards/grafana/*.json`` and ``dashboards/rules/*.yaml`` (plus
   ``dashboards/rules/tests/rules/``: the alerts without annotations, for the behaviour tests);
 - ``helm/gpu-exporter/files/{dashboards,rules}/``: the chart's byte-identical copies (Helm
-  cannot read files outside the chart); a copy without an original is stale and removed.
+  cannot read files outside the chart); a copy without an original is stale and removed;
+- ``tests/golden/*.prom``: the golden exposition of every scenario preset
+  (``dashboards/golden.py``; review their diff: it is every change users will scrape).
 
 ``--root`` points at another checkout (tests use a temporary copy).
 """
@@ -29,6 +31,7 @@ from grafana_foundation_sdk.builders import dashboard
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
 from dashboards import alerts, fleet, health, node, recording, rules, users
+from dashboards.golden import golden_files
 from exporter.docs import DocsError, render_readme
 
 REPO = Path(__file__).resolve().parent.parent
@@ -77,6 +80,7 @@ def outputs(root: Path) -> dict[str, str]:
             if rel.startswith(source + "/") and "/" not in rel.removeprefix(source + "/"):
                 files[copy + rel.removeprefix(source)] = text
     files[BEHAVIOUR_RULES] = rules.render(alerts.groups(), "alerts.py", annotations=False)
+    files.update(golden_files())
     files[README] = render_readme((root / README).read_text(encoding="utf-8"))
     return files
 
