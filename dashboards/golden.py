@@ -10,9 +10,10 @@ hold the Python and library versions of the machine that renders them.)
 
 from __future__ import annotations
 
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+
 from exporter.exposition.collector import snapshot_families
-from exporter.exposition.encode import FastEncoder
-from exporter.exposition.render import negotiate
+from exporter.exposition.encode import Encoder
 from exporter.metrics import SWITCHABLE_GROUPS, Group
 from exporter.sources.simulated.scenario import list_presets, load_scenario
 from exporter.sources.simulated.source import SimulatedSource
@@ -33,8 +34,7 @@ def golden_body(preset: str) -> str:
     snapshot = source.collect(frozenset(SWITCHABLE_GROUPS))
     options = ExpositionOptions(groups=frozenset(Group),
                                 kubernetes_labels=preset == "kubernetes-node")
-    encoder, _ = negotiate(None)
-    return FastEncoder(encoder, openmetrics=False).encode(snapshot_families(snapshot, options))
+    return Encoder(CONTENT_TYPE_PLAIN_0_0_4).encode(snapshot_families(snapshot, options))
 
 
 def golden_files() -> dict[str, str]:
