@@ -44,7 +44,6 @@ from exporter.state import ExporterState, ExpositionOptions
 
 __all__ = ["MetricsRenderer", "gzip_accepted", "negotiate"]
 
-_OPENMETRICS = "application/openmetrics-text"
 #: A prometheus_client encoder (``generate_latest`` and friends): anything with collect().
 ClientEncoder = Callable[..., bytes]
 
