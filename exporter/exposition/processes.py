@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from exporter import metrics as cat
+from exporter import thresholds
 from exporter.exposition.families import FamilyData, family, gpu_label_values
 from exporter.metrics import PROCESS_ROWS, Fold, Group, Metric
 from exporter.snapshot import GpuProcess, GpuReading, Snapshot
@@ -25,7 +26,7 @@ __all__ = ["ProcessSeries", "process_families", "process_label_names", "process_
 
 def _fold(fold: Fold, total: float | None, value: float) -> float:
     if total is None:
-        return min(1.0, value + 0.0) if fold is Fold.SUM_RATIO else value + 0
+        return min(1.0, value + 0.0) if fold is Fold.SUM_RATIO else value
     if fold is Fold.SUM:
         return value + total
     if fold is Fold.SUM_RATIO:
@@ -159,7 +160,7 @@ def _user_idle(gpus: Iterable[GpuReading]) -> tuple[FamilyData, FamilyData]:
     idle = family(cat.USER_IDLE_MEMORY)
     busiest = family(cat.USER_UTILIZATION_MAX)
     unknown = cat.UNKNOWN_VALUE
-    floor, ratio = cat.IDLE_PROCESS_MEMORY_BYTES, cat.IDLE_UTILIZATION_RATIO
+    floor, ratio = thresholds.IDLE_PROCESS_MEMORY_BYTES, thresholds.IDLE_UTILIZATION_RATIO
     for gpu in gpus:
         labels = gpu_label_values(gpu.identity)
         idle_bytes: dict[str, int] = {}
@@ -209,12 +210,11 @@ def _add_unmerged(gpu: GpuReading, options: ExpositionOptions,
         read = row.process_value
         if read is None:
             continue
-        rows = target.rows
-        fold = row.fold
-        for key, proc in zip(keys, processes, strict=True):
-            value = read(proc)
-            if value is not None:
-                rows.append((key, _fold(fold, None, value)))  # normalised as a fold would
+        values = [(key, read(proc)) for key, proc in zip(keys, processes, strict=True)]
+        if row.fold is Fold.SUM_RATIO:  # as _fold starts a series
+            target.rows += [(key, min(1.0, v + 0.0)) for key, v in values if v is not None]
+        else:
+            target.rows += [(key, v) for key, v in values if v is not None]
     return True
 
 

@@ -5,8 +5,7 @@ Rows live in ``gpu`` (per GPU), ``process`` (per process and per user) and ``sel
 the families, the JSON model, the README table and the dashboards' names all follow from the
 rows. ``CATALOGUE`` is every row in documentation order; ``GPU_ROWS`` and ``PROCESS_ROWS``
 are the rows the generic code paths walk.
-
-Run ``python -m exporter.metrics`` to print the Markdown table used in the README.
+``markdown_table`` is the README's metric table (written by ``python -m dashboards.generate``).
 """
 
 from __future__ import annotations
@@ -60,8 +59,6 @@ from exporter.metrics.gpu import (
     UTILIZATION,
 )
 from exporter.metrics.process import (
-    IDLE_PROCESS_MEMORY_BYTES,
-    IDLE_UTILIZATION_RATIO,
     PROCESS_MEMORY,
     PROCESS_START_TIME,
     PROCESS_UTILIZATION,
@@ -112,8 +109,7 @@ def markdown_table() -> str:
 __all__ = [
     "BUILD_INFO", "BY_NAME", "CATALOGUE", "COLLECTION_DURATION", "COLLECTION_SUCCESS",
     "DATA_AGE", "ECC_ERRORS", "ENERGY", "ERRORS", "FAN_SPEED", "GPU_INFO", "GPU_LABELS",
-    "GPU_ROWS", "GPU_UP", "GRAPHICS_CLOCK", "IDLE_PROCESS_MEMORY_BYTES", "IDLE_UTILIZATION_RATIO",
-    "KUBERNETES_LABELS", "LAST_SUCCESS", "MEMORY_CLOCK",
+    "GPU_ROWS", "GPU_UP", "GRAPHICS_CLOCK", "KUBERNETES_LABELS", "LAST_SUCCESS", "MEMORY_CLOCK",
     "MEMORY_FREE", "MEMORY_RESERVED", "MEMORY_TOTAL", "MEMORY_USED", "MEMORY_UTILIZATION",
     "OPT_IN_GROUPS", "OVERFLOW_VALUE", "PCIE_THROUGHPUT", "PERFORMANCE_STATE", "POWER_LIMIT",
     "POWER_THROTTLE_REASONS", "POWER_USAGE", "PREFIX", "PROCESSES", "PROCESS_LABELS",

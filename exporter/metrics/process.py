@@ -53,11 +53,6 @@ USER_PROCESSES = Metric(
     labels=(*GPU_LABELS, "user"), scope=Scope.GPU_SUMMARY,
 )
 
-#: A process is an idle holder at a collection when it holds more than this much memory and
-#: used the SMs less than IDLE_UTILIZATION_RATIO of the last sample period. The alerts, the
-#: dashboards (``dashboards/thresholds.py``) and these per-user sums share the two numbers.
-IDLE_UTILIZATION_RATIO = 0.05
-IDLE_PROCESS_MEMORY_BYTES = 1024**3
 USER_IDLE_MEMORY = Metric(
     "gpu_user_idle_memory_bytes", Kind.GAUGE, Group.PROCESS_UTILIZATION,
     "GPU memory held by one user's idle processes on this GPU, in bytes: processes holding more "

@@ -1,7 +1,8 @@
 """Every alert threshold and duration, defined once.
 
-The alert rules (``dashboards/alerts.py``) and the dashboards' colour thresholds both read
-these constants, so a dashboard turns red exactly where an alert starts to fire. To tune them,
+The alert rules (``dashboards/alerts.py``), the dashboards' colour thresholds and the landing
+page's hints (``exporter/web/page.py``) all read these constants, so a dashboard turns red and
+the page says "idle" exactly where an alert starts to fire. To tune them,
 edit this file and run ``python -m dashboards.generate``: the rule YAML and dashboard JSON are
 regenerated (and CI's ``--check`` keeps the committed files in step). The promtool unit tests
 under ``dashboards/rules/tests/`` pin today's values; update them together with a change here.
@@ -12,8 +13,6 @@ Ratios are 0-1 (as the ``*_ratio`` metrics are); durations are Prometheus durati
 from __future__ import annotations
 
 from typing import Final
-
-from exporter import metrics
 
 GIB: Final = 1024**3
 
@@ -38,15 +37,15 @@ LEAK_FOR: Final = "10m"
 #: Utilisation below which a GPU (on average over IDLE_AVG_WINDOW) or a process (at every
 #: collection within IDLE_AVG_WINDOW: a process that computed at all in the window is not idle)
 #: counts as idle. The exporter applies it per process when it sums idle memory per user
-#: (``gpu_user_idle_memory_bytes``), so it is defined with that metric.
-IDLE_UTILIZATION_RATIO: Final = metrics.IDLE_UTILIZATION_RATIO
+#: (``gpu_user_idle_memory_bytes``), with IDLE_PROCESS_MEMORY_BYTES.
+IDLE_UTILIZATION_RATIO: Final = 0.05
 IDLE_AVG_WINDOW: Final = "15m"
 #: A GPU is "held" when at least this share of its memory is used (a bare CUDA context is
 #: a few hundred MiB, well under 10 % of any data-centre GPU).
 IDLE_GPU_MEMORY_RATIO: Final = 0.1
 #: A process or user counts as an idle holder from this much memory on (the process floor is
 #: applied by the exporter, like the ratio above).
-IDLE_PROCESS_MEMORY_BYTES: Final = metrics.IDLE_PROCESS_MEMORY_BYTES
+IDLE_PROCESS_MEMORY_BYTES: Final = 1 * GIB
 IDLE_USER_MEMORY_BYTES: Final = 4 * GIB
 IDLE_FOR: Final = "1h"
 
