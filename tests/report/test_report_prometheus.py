@@ -12,6 +12,8 @@ import csv
 import io
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -29,11 +31,13 @@ from exporter.report import records
 from exporter.report.client import Connection, PrometheusClient
 from exporter.report.collect import build_report
 from exporter.report.formats import csv_text, markdown, text
+from exporter.report.html import COLOURS, TOP_USERS, render_html
 from exporter.report.model import GIB, HOUR, Report
 from exporter.report.timerange import TimeRange
 from tests.processes import free_port
 from tests.report import scenario
 from tests.report.backfill import PROMETHEUS, PROMTOOL, Prometheus, create_blocks
+from tests.report.png import colour_counts
 
 pytestmark = [
     pytest.mark.slow,
@@ -265,3 +269,36 @@ def test_unreachable_prometheus_is_one_line() -> None:
     assert result.stderr.strip() == (
         "gpu-exporter report: error: cannot reach Prometheus at "
         f"{result.args[5]}: Connection refused")
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu",
+                  "--disable-background-networking", "--no-first-run",
+                  "--disable-component-update", "--disable-sync", "--hide-scrollbars")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/test does)")
+def test_html_report_renders_its_charts_in_chromium(week: Week, tmp_path: Path) -> None:
+    report = _report(week, week.t0, week.end)
+    page = render_html(report)
+    assert "<script" not in page.lower()
+    assert re.search(r"""(src|href)=["']?(https?:)?//""", page) is None  # nothing external
+    path = tmp_path / "report.html"
+    path.write_text(page)
+    shot = tmp_path / "report.png"
+    assert CHROMIUM is not None
+    result = subprocess.run(
+        [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
+         "--window-size=1200,900", f"--screenshot={shot}", path.as_uri()],
+        capture_output=True, text=True, timeout=90, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    counts = colour_counts(shot)
+    shown = report.users[:TOP_USERS]
+    used = sum(r.usage.used_gpu_seconds for r in shown)
+    idle = sum(r.usage.idle_gpu_seconds for r in shown)
+    px = {name: counts[colour] for name, colour in COLOURS.items()}
+    # Every chart region drew its bars (legend swatches alone are ~150 pixels each).
+    assert min(px.values()) > 1000, px
+    # The user chart's bars share one scale and one height: idle/used pixel areas follow the
+    # data (legend swatches and anti-aliased edges allow some slack).
+    assert px["idle"] / px["used"] == pytest.approx(idle / used, rel=0.15), (px, idle / used)
