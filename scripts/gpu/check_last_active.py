@@ -1,8 +1,8 @@
 """Check "last active" (newest per-process SM sample) on a real GPU; measure NVML's buffer.
 
-    python3 scripts/gpu/check_last_active.py [--gpu 0] [--idle-seconds 20] [--no-exporter]
+    python3 scripts/gpu/check_last_active.py [--gpu 0] [--idle-seconds 30] [--no-exporter]
 
-Runs about 70 s. Starts two torch processes on one GPU: BUSY runs matmuls all along; BURST runs
+Runs about 60 s. Starts two torch processes on one GPU: BUSY runs matmuls all along; BURST runs
 matmuls for 4 s, prints the time its last kernel finished, then sleeps holding its memory.
 A poller shaped like the exporter (``nvmlDeviceGetProcessUtilization`` with the newest
 timestamp seen, every second, into ``exporter.sources.last_active.LastActive``) must find:
@@ -21,9 +21,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -113,7 +115,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gpu", type=int, default=0)
-    parser.add_argument("--idle-seconds", type=float, default=20.0)
+    parser.add_argument("--idle-seconds", type=float, default=30.0)
     parser.add_argument("--no-exporter", action="store_true")
     args = parser.parse_args()
 
@@ -149,7 +151,9 @@ def main() -> int:
         exporter_seen: dict[int, float] | None = None
         deadline = time.monotonic() + 30 + args.idle_seconds
         next_restart = 0.0
-        os.set_blocking(burst.stdout.fileno(), False)
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(x) for x in burst.stdout],  # type: ignore[union-attr]
+                         daemon=True).start()
         while time.monotonic() < deadline:
             now = time.time()
             got = samples(last_seen)
@@ -157,7 +161,7 @@ def main() -> int:
                 last_seen = max(last_seen, int(sample.timeStamp))
             state = tracker.update(got, live_pids(), now)
             if idle_at is None:
-                line = burst.stdout.readline()
+                line = "" if lines.empty() else lines.get()
                 if line.startswith("idle "):
                     idle_at = float(line.split()[1])
                     deadline = time.monotonic() + args.idle_seconds
