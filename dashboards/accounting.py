@@ -75,9 +75,14 @@ class IntervalGroup:
                 "rules": [rule.to_dict() for rule in self.rules]}
 
 
+#: Memory held by all processes of a GPU, from the per-user series (one per user and GPU:
+#: far fewer than the process series; a GPU's user sums add up to its process sum).
+PER_GPU_MEMORY = f"sum without (user) ({c.USER_MEMORY.name}) > 0"
+
+
 def _process_rules() -> list[RecordingRule]:
     mem, util = c.PROCESS_MEMORY.name, c.PROCESS_UTILIZATION.name
-    per_gpu_memory = f"sum without ({_csv(PROCESS_ONLY)}) ({mem}) > 0"
+    not_user = _csv([x for x in PROCESS_ONLY if x != "user"])
     return [
         RecordingRule(
             r.PROCESS_IDLE_MEMORY,
@@ -86,9 +91,13 @@ def _process_rules() -> list[RecordingRule]:
         RecordingRule(
             r.PROCESS_IDLE_GPUS,
             f"{r.PROCESS_IDLE_MEMORY}\n"
-            f"/ ignoring ({_csv(PROCESS_ONLY)}) group_left () ({per_gpu_memory})\n"
+            f"/ ignoring ({_csv(PROCESS_ONLY)}) group_left () ({PER_GPU_MEMORY})\n"
             f"and ignoring ({_csv(PROCESS_ONLY)})\n"
             f"avg_over_time({c.UTILIZATION.name}{_WINDOW}) < {_IDLE}\n",
+        ),
+        RecordingRule(
+            r.GPU_USER_USED,
+            f"sum without ({not_user}) (avg_over_time({util}{_WINDOW}))",
         ),
     ]
 
@@ -97,7 +106,6 @@ def _level_rules(level: r.Level) -> list[RecordingRule]:
     only = _only(level)
     drop = _drop(level)
     mem, util = c.PROCESS_MEMORY.name, c.PROCESS_UTILIZATION.name
-    per_gpu_memory = f"sum without ({_csv(PROCESS_ONLY)}) ({mem}) > 0"
     exprs = {
         r.IDLE_MEMORY: f"sum without ({drop}) ({_sel(r.PROCESS_IDLE_MEMORY, only)})",
         r.IDLE_GPUS: f"sum without ({drop}) ({_sel(r.PROCESS_IDLE_GPUS, only)})",
@@ -105,7 +113,7 @@ def _level_rules(level: r.Level) -> list[RecordingRule]:
         r.HELD_GPUS: (
             f"sum without ({drop}) (\n"
             f"  {_sel(mem, only)}\n"
-            f"  / ignoring ({_csv(PROCESS_ONLY)}) group_left () ({per_gpu_memory})\n)"
+            f"  / ignoring ({_csv(PROCESS_ONLY)}) group_left () ({PER_GPU_MEMORY})\n)"
         ),
         r.USED_GPUS: f"sum without ({drop}) (avg_over_time({_sel(util, only)}{_WINDOW}))",
     }
@@ -119,6 +127,7 @@ def _level_rules(level: r.Level) -> list[RecordingRule]:
             f"  {user_mem}\n"
             f"  / ignoring (user) group_left () (sum without (user) ({user_mem}) > 0)\n)"
         )
+        exprs[r.USED_GPUS] = f"sum without ({gpus}) ({r.GPU_USER_USED})"
         exprs[r.POWER] = _power_rule()
     return [RecordingRule(level.record(q), exprs[q]) for q in r.level_quantities(level)]
 
@@ -126,8 +135,7 @@ def _level_rules(level: r.Level) -> list[RecordingRule]:
 def _power_rule() -> str:
     """Per user: each GPU's average power, split by SM-utilisation share (memory share if idle)."""
     gpus = _csv(c.GPU_LABELS)
-    by_user = _csv([x for x in PROCESS_ONLY if x != "user"])
-    util = f"sum without ({by_user}) (avg_over_time({c.PROCESS_UTILIZATION.name}{_WINDOW}))"
+    util = r.GPU_USER_USED
     user_mem = c.USER_MEMORY.name
     watts = (
         f"rate({c.ENERGY.name}[{2 * r.INTERVAL_SECONDS}s])\n"

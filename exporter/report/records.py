@@ -41,6 +41,8 @@ LEVELS: Final = (USER, POD, JOB)
 #: Per process, recorded only while idle: the bytes it holds, and its share of an idle GPU.
 PROCESS_IDLE_MEMORY: Final = "process:gpu_idle_memory_bytes:1m"
 PROCESS_IDLE_GPUS: Final = "process:gpu_idle_gpus:1m"
+#: Per user and GPU: the user's processes' SM utilisation (feeds used GPUs and power shares).
+GPU_USER_USED: Final = "instance_gpu_user:gpu_used_gpus:sum1m"
 
 #: Quantities recorded at every level (unit of the sample, unit of its range total).
 IDLE_MEMORY = "idle_memory_bytes"  # bytes held by idle processes -> byte-seconds
@@ -59,5 +61,5 @@ def level_quantities(level: Level) -> tuple[str, ...]:
 
 def all_records() -> tuple[str, ...]:
     """Every record name, in rule-file order."""
-    return (PROCESS_IDLE_MEMORY, PROCESS_IDLE_GPUS,
+    return (PROCESS_IDLE_MEMORY, PROCESS_IDLE_GPUS, GPU_USER_USED,
             *(lv.record(q) for lv in LEVELS for q in level_quantities(lv)))
