@@ -5,7 +5,7 @@
 Runs about 60 s. Starts two torch processes on one GPU: BUSY runs matmuls all along; BURST runs
 matmuls for 4 s, prints the time its last kernel finished, then sleeps holding its memory.
 A poller shaped like the exporter (``nvmlDeviceGetProcessUtilization`` with the newest
-timestamp seen, every second, into ``exporter.sources.last_active.LastActive``) must find:
+timestamp seen, every second, into ``exporter.sources.nvml.last_active.LastActive``) must find:
 BUSY last active within 3 s of now; BURST last active within 1.5 s of its last kernel and not
 moving while it sleeps. Restart recovery: every 2 s during the sleep a fresh tracker asks with
 ``lastSeenTimeStamp`` 0 (what a restarted exporter does): it must give BURST's true time or
@@ -34,7 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from exporter.sources.last_active import LastActive  # noqa: E402
+from exporter.sources.nvml.last_active import LastActive  # noqa: E402
 
 METRIC = "gpu_process_last_active_timestamp_seconds"
 RESULTS: list[tuple[str, str, str]] = []

@@ -37,11 +37,12 @@ BOARDS = {path.name: load(path) for path in DASHBOARD_FILES}
 NAMES = sorted(BOARDS)
 
 
-def test_the_four_dashboards_exist_with_stable_uids() -> None:
+def test_the_dashboards_exist_with_stable_uids() -> None:
     assert sorted(generate.DASHBOARDS) == NAMES
     uids = {name: board["uid"] for name, board in BOARDS.items()}
     assert uids == {
         "gpu-exporter-health.json": "gpu-exporter-health",
+        "gpu-efficiency.json": "gpu-exporter-efficiency",
         "gpu-fleet-overview.json": "gpu-exporter-fleet",
         "gpu-node-device.json": "gpu-exporter-node",
         "gpu-users-processes.json": "gpu-exporter-users",

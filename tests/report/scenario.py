@@ -119,6 +119,19 @@ def _energy(host: str, gpu: str) -> dict[int, float]:
     return table
 
 
+@functools.lru_cache(maxsize=16)
+def _last_busy(pid: str) -> dict[int, int]:
+    """Scrape step -> the latest step at or before it in which the process computed."""
+    proc = next(p for p in PROCESSES if p.pid == pid)
+    table, last = {}, None
+    for step in range(0, WEEK + DAY, SCRAPE):
+        if proc.alive(step) and proc.util(step) > 0:
+            last = step
+        if last is not None:
+            table[step] = last
+    return table
+
+
 def openmetrics(t0: float, begin: int, end: int) -> Iterator[str]:
     """OpenMetrics text of every series for the scrapes in ``[begin, end)`` seconds from the
     start (``# EOF`` last). promtool re-reads its whole input once per 2-hour block, so the
@@ -152,6 +165,10 @@ def openmetrics(t0: float, begin: int, end: int) -> Iterator[str]:
          per_process(lambda p, t: t0 + p.start)),
         ("gpu_user_memory_used_bytes", "gauge", per_user),
     ]
+    # The exporter's last-active time: present once the process's kernels were seen.
+    families.append(("gpu_process_last_active_timestamp_seconds", "gauge", lambda t: [
+        (_process_labels(p), t0 + _last_busy(p.pid)[int(t)]) for p in PROCESSES
+        if p.alive(t) and visible(p.host, t) and int(t) in _last_busy(p.pid)]))
     for name, kind, fn in families:
         yield f"# TYPE {name} {kind}\n"
         for step in steps:

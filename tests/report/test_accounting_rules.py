@@ -9,30 +9,25 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dashboards import accounting
+from dashboards import accounting, rules
 from dashboards import thresholds as t
 from exporter.report import records
 from tests.dashboards import promtool
+from tests.dashboards.promtool import RULES_DIR, TESTS_DIR
 
-TEST_FILE = Path(__file__).resolve().parent / "rules" / "accounting.test.yaml"
-
-
-def stage(tmp_path: Path) -> Path:
-    """The rendered rule file next to a copy of the unit tests; returns the test file."""
-    (tmp_path / records.RULE_FILE).write_text(accounting.render())
-    return Path(shutil.copy(TEST_FILE, tmp_path / TEST_FILE.name))
+RULE_FILE = RULES_DIR / records.RULE_FILE
+TEST_FILE = TESTS_DIR / "accounting.test.yaml"
 
 
-def test_promtool_lint_is_clean(tmp_path: Path) -> None:
-    stage(tmp_path)
-    result = promtool.run("check", "rules", "--lint=all", "--lint-fatal",
-                          tmp_path / records.RULE_FILE)
+def test_promtool_lint_is_clean() -> None:
+    result = promtool.run("check", "rules", "--lint=all", "--lint-fatal", RULE_FILE)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"SUCCESS: {len(records.all_records())} rules found" in result.stdout
 
 
-def test_promtool_unit_tests_pass(tmp_path: Path) -> None:
-    result = promtool.run("test", "rules", stage(tmp_path))
+def test_promtool_unit_tests_pass_as_documented() -> None:
+    """``promtool test rules dashboards/rules/tests/accounting.test.yaml``, as a user runs it."""
+    result = promtool.run("test", "rules", TEST_FILE)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -42,13 +37,15 @@ def test_a_shifted_idle_threshold_is_caught(
 ) -> None:
     """0.04 makes the 4 % process busy; 0.81 makes bob's 80 % job idle: promtool must fail."""
     monkeypatch.setattr(accounting, "_IDLE", repr(value))
-    result = promtool.run("test", "rules", stage(tmp_path))
+    (tmp_path / "tests").mkdir()
+    (tmp_path / records.RULE_FILE).write_text(rules.render(accounting.groups(), "accounting.py"))
+    staged = Path(shutil.copy(TEST_FILE, tmp_path / "tests" / TEST_FILE.name))
+    result = promtool.run("test", "rules", staged)
     assert result.returncode != 0, result.stdout
 
 
 def test_every_record_is_unit_tested_and_named_in_records() -> None:
-    text = accounting.render()
-    doc = yaml.safe_load(text)
+    doc = yaml.safe_load(RULE_FILE.read_text())
     (group,) = doc["groups"]
     assert group["name"] == records.GROUP
     assert group["interval"] == records.INTERVAL
@@ -64,4 +61,4 @@ def test_every_record_is_unit_tested_and_named_in_records() -> None:
 
 
 def test_idle_threshold_comes_from_the_thresholds_module() -> None:
-    assert f"< {t.IDLE_UTILIZATION_RATIO}" in accounting.render()
+    assert f"< {t.IDLE_UTILIZATION_RATIO}" in RULE_FILE.read_text()

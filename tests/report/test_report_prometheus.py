@@ -25,7 +25,6 @@ from typing import Any
 import pytest
 import yaml
 
-from dashboards import accounting
 from dashboards import thresholds as t
 from exporter.report import records
 from exporter.report.client import Connection, PrometheusClient
@@ -96,7 +95,7 @@ def week(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Week]:
         missing = report_cli(prom.url, "--start", str(t0), "--end", str(t0 + scenario.WEEK))
         mark = time.monotonic()
         rule_file = tmp / records.RULE_FILE
-        rule_file.write_text(accounting.render())
+        shutil.copy(ROOT / "dashboards" / "rules" / records.RULE_FILE, rule_file)
         rules = yaml.safe_load(rule_file.read_text())["groups"][0]["rules"]
         # Evaluations half an interval after each scrape, as a live group would run.
         prom.evaluate_rules(rules, t0 + 30, t0 + scenario.WEEK, records.INTERVAL_SECONDS, tmp)
@@ -201,6 +200,15 @@ def test_forgotten_processes_are_ranked_with_their_idle_time(week: Week) -> None
     assert alice.peak_idle_bytes == 30 * GIB
     assert alice.started_at == week.t0 + 2 * 3600
     assert alice.running_at_end is True  # still there when the range ends
+    assert alice.last_active_at is None  # its kernels were never seen
+    dave = report.processes[0]
+    assert dave.running_at_end is True
+    # dave's job computes from midnight: at the week's last instant it has just started again.
+    assert dave.last_active_at == week.t0 + scenario.WEEK
+    earlier = _report(week, week.t0, week.end - 3600)
+    dave = next(p for p in earlier.processes if p.labels["user"] == "dave")
+    # An hour before, it had idled since its 6-hour window of the last day ended.
+    assert dave.last_active_at == week.t0 + 6 * scenario.DAY + 6 * 3600 - scenario.SCRAPE
     carol = next(p for p in report.processes if p.labels["user"] == "carol")
     assert carol.labels["pod"] == "leaky-0"
     assert 45 * GIB < carol.peak_idle_bytes <= 50 * GIB  # the leak, at its largest

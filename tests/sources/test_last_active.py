@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from exporter.sources.last_active import MICROSECONDS, LastActive, sample_seconds
+from exporter.sources.nvml.last_active import MICROSECONDS, LastActive, sample_seconds
 
 NOW = 1_764_700_000.0  # 2025-12-02
 
