@@ -259,8 +259,10 @@ class GpuReader:
                                 gpu.last_seen_timestamp)
             if samples is not None:
                 samples = list(samples)
-                utilization, gpu.last_seen_timestamp = newest_samples(
+                utilization, gpu.last_seen_timestamp, unreadable = newest_samples(
                     samples, gpu.last_seen_timestamp)
+                if unreadable:
+                    self.count("process_utilization_sample", unreadable)
                 # The first call asks with timestamp 0: NVML's buffer is all a restart recovers.
                 active = gpu.last_active.update(samples, compute.keys() | graphics.keys(),
                                                 time.time())
