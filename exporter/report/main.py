@@ -7,6 +7,7 @@ for bad flags, an unreachable or refusing Prometheus, an empty range, or missing
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -97,6 +98,9 @@ def _fail(message: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the report; returns the exit status."""
+    # Ctrl-C and SIGTERM stop a report at once (the exporter's entry point only records them).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
