@@ -28,10 +28,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dashboards import thresholds as t
 from dashboards.promql import num
 from dashboards.rules import RecordingRule, RuleGroup
 from exporter import metrics as c
+from exporter import thresholds as t
 from exporter.report import records as r
 
 #: Labels that tell processes on one GPU apart (everything a process series has beyond the

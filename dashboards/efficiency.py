@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
-from dashboards import thresholds as t
 from dashboards import variables as v
 from dashboards.panels import (
     Column,
@@ -24,6 +23,7 @@ from dashboards.panels import (
 )
 from dashboards.promql import NOT_OVERFLOW, num, seconds, sel
 from exporter import metrics as c
+from exporter import thresholds as t
 from exporter.report import records as r
 
 UID = "gpu-exporter-efficiency"

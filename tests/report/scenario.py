@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 GIB = 1024**3
 DAY = 86400
 SCRAPE = 60
-IDLE_RATIO = 0.05  # dashboards.thresholds.IDLE_UTILIZATION_RATIO (asserted by the test)
+IDLE_RATIO = 0.05  # exporter.thresholds.IDLE_UTILIZATION_RATIO (asserted by the test)
 GPU_TOTAL = 80 * GIB
 BUSY_WATTS, IDLE_WATTS = 300.0, 70.0
 RESTART = (3 * DAY + 7200, 3 * DAY + 7200 + 600)  # h2 gives no samples in [a, b)

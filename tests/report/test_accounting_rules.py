@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from dashboards import accounting, rules
-from dashboards import thresholds as t
+from exporter import thresholds as t
 from exporter.report import records
 from tests.dashboards import promtool
 from tests.dashboards.promtool import RULES_DIR, TESTS_DIR

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dashboards import thresholds as t
+from exporter import thresholds as t
 from exporter.report import records
 from exporter.report.client import Connection, PrometheusClient
 from exporter.report.collect import build_report

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from exporter import thresholds
 from exporter.metrics import PROCESS_LAST_ACTIVE
 from exporter.snapshot import GpuProcess, PodRef, ProcessOwner, ProcessType, Snapshot
 from exporter.state import ExporterState
@@ -106,3 +107,14 @@ def test_idle_for_shows_time_since_the_last_kernel() -> None:
     assert '<td class="num idle">active</td>' in rows["bob"]
     assert '<td class="num idle">3h2m</td>' in rows["alice"]
     assert '<td class="num idle">no kernel seen</td>' in rows["carol"]
+def test_idle_hint_uses_the_alert_thresholds() -> None:
+    total = 80 * GIB  # make_snapshot's GPU
+    held = thresholds.IDLE_GPU_MEMORY_RATIO * 1.5
+    idle = _gpu(make_snapshot(), memory_used_bytes=int(total * held), utilization_ratio=0.0)
+    assert "memory held but GPU idle" in _render(idle)
+    edge = _gpu(make_snapshot(), memory_used_bytes=int(total * thresholds.IDLE_GPU_MEMORY_RATIO),
+                utilization_ratio=0.0)
+    assert "memory held but GPU idle" not in _render(edge)  # the alert needs more than that
+    busy = _gpu(make_snapshot(), memory_used_bytes=int(total * held),
+                utilization_ratio=thresholds.IDLE_UTILIZATION_RATIO)
+    assert "memory held but GPU idle" not in _render(busy)
