@@ -43,7 +43,10 @@ def process(
     utilization: float | None = 0.25,
     pod: PodRef | None = None,
     start: float = 1_700_000_000.0,
+    last_active: float | None = 60.0,
 ) -> GpuProcess:
+    """A process; ``last_active`` is seconds after its start that its kernels last ran (None:
+    never seen; also None when per-process utilisation is off)."""
     owner = None
     if user is not None:
         uid = 1000 + USERS.index(user) if user in USERS else 2000
@@ -55,6 +58,8 @@ def process(
         sm_utilization_ratio=utilization,
         owner=owner,
         pod=pod,
+        values={} if last_active is None or utilization is None else {
+            metrics.PROCESS_LAST_ACTIVE.name: start + pid + last_active},
     )
 
 

@@ -218,3 +218,17 @@ def test_idle_sums_need_process_utilization() -> None:
     assert series(without, cat.USER_IDLE_MEMORY.name) == []
     assert series(without, cat.USER_UTILIZATION_MAX.name) == []
     assert value(_text(proc), cat.USER_IDLE_MEMORY.name, user="alice") == 2048 * MIB
+
+
+def test_last_active_series_merged_newest_and_stale_pids_dropped() -> None:
+    last = cat.PROCESS_LAST_ACTIVE.name
+    text = _text(f.process(7, MIB, last_active=100.0), f.process(8, MIB, last_active=None))
+    assert value(text, last, pid="7") == 1_700_000_007.0 + 100.0
+    assert value(text, last, pid="8") is None  # no kernel seen: no series
+    # Without pid labels, two processes of one name and user share a series: the newest wins.
+    merged = _text(f.process(7, MIB, last_active=100.0), f.process(9, MIB, last_active=50.0),
+                   pid_label=False)
+    assert value(merged, last, process="python") == 1_700_000_007.0 + 100.0
+    # A time before the process started belongs to an earlier process with the same pid.
+    reused = _text(f.process(7, MIB, last_active=-3600.0))
+    assert value(reused, last, pid="7") is None
