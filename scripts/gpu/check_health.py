@@ -1,0 +1,318 @@
+"""GPU health paths on real GPUs: the XID event waiter, memory-health reads, MIG mode. Read-only.
+
+Usage (on the GPU machine, from the repository root; no extra packages needed):
+    python3 scripts/gpu/check_health.py [--iterations 2000] [--wait-ms 500] [--json OUT.json]
+
+Never changes a GPU mode (MIG, ECC, persistence, clocks) and never provokes an XID: what it
+proves about XID delivery is that the waiter registers and waits on the real driver; counting
+delivered XIDs is proven against the fake NVML (tests/sources/test_nvml_events.py).
+
+Checks, each printed as a PASS/FAIL line:
+1. events: per GPU the supported event mask; the waiter registers XID (and the other health
+   events) on every GPU that supports them, one thread per GPU, no error.
+2. scrape cost: ``NvmlSource.collect`` timed in alternating blocks with the waiter running and
+   stopped (p50/p95 per collection); PASS when the waiter adds less than 5 % + 5 us to the p50.
+   Also the cost of ``EventWaiter.counts()`` (what a scrape adds) and of the memory-health reads.
+3. SIGTERM: a child process runs the waiter and stops it from its SIGTERM handler; PASS when
+   the child exits 0 within one wait timeout + 1 s of the signal (time printed).
+4. memory health: remapped rows, retired pages, lifetime (aggregate) ECC per GPU; PASS when the
+   remap and ECC fields read (Ampere+ with ECC on; retired pages are expected NOT_SUPPORTED on
+   Hopper and only printed).
+5. MIG: the reader's view agrees with ``nvmlDeviceGetMigMode``; on a MIG-off GPU it reads no
+   instances.
+Results go to ``--json`` and, when ``$OUT`` is set, to ``$OUT/check_health.json``.
+Exit status 1 on any FAIL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from exporter.sources.nvml_events import EventWaiter  # noqa: E402
+from exporter.sources.nvml_health import HealthCalls, read_memory_health  # noqa: E402
+from exporter.sources.nvml_mig import MigReader  # noqa: E402
+
+RESULTS: list[dict[str, Any]] = []
+
+
+def check(name: str, ok: bool, detail: str = "") -> bool:
+    RESULTS.append({"check": name, "ok": ok, "detail": detail})
+    print(f"[{'PASS' if ok else 'FAIL'}] {name}  {detail}", flush=True)
+    return ok
+
+
+def load_nvml(fake: bool) -> ModuleType:
+    """pynvml, or (``--fake``, for testing this script without a GPU) the test fake."""
+    if not fake:
+        import pynvml  # noqa: PLC0415 - only where it is installed
+
+        return pynvml
+    from tests.sources.fake_nvml_health import FakeHealthNvml, h200_health  # noqa: PLC0415
+
+    return FakeHealthNvml([h200_health(0)])
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    return {"p50_us": statistics.median(ordered) * 1e6,
+            "p95_us": ordered[int(0.95 * (len(ordered) - 1))] * 1e6}
+
+
+# --- 1. events ----------------------------------------------------------------------------------
+def check_events(nvml: ModuleType, wait_ms: int) -> dict[str, Any]:
+    nvml.nvmlInit()
+    try:
+        masks = {}
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            try:
+                masks[index] = int(nvml.nvmlDeviceGetSupportedEventTypes(handle))
+            except nvml.NVMLError as exc:
+                masks[index] = -1
+                print(f"  GPU {index}: nvmlDeviceGetSupportedEventTypes: {exc}")
+    finally:
+        nvml.nvmlShutdown()
+    waiter = EventWaiter(nvml, wait_ms=wait_ms)
+    began = time.perf_counter()
+    waiter.start()
+    start_s = time.perf_counter() - began
+    time.sleep(2 * wait_ms / 1000)  # a couple of wait timeouts: the threads must survive them
+    counts = waiter.counts()
+    gpus = {}
+    for index, gpu in sorted(counts.gpus.items()):
+        supported = masks.get(index, -1)
+        gpus[index] = {"uuid": gpu.uuid, "supported_mask": hex(supported) if supported >= 0
+                       else None, "registered": gpu.registered, "watched": list(gpu.watched),
+                       "error": gpu.error, "xids": {str(k.xid): s.count
+                                                    for k, s in gpu.xids.items()},
+                       "events": dict(gpu.events)}
+        print(f"  GPU {index} {gpu.uuid}: supported {gpus[index]['supported_mask']}, "
+              f"registered={gpu.registered}, watching {', '.join(gpu.watched) or '-'}"
+              f"{'' if gpu.error is None else ', error ' + gpu.error}")
+    threads = sorted(t.name for t in __import__("threading").enumerate()
+                     if t.name.startswith("xid-waiter-"))
+    stop_s = waiter.stop()
+    ok = bool(gpus) and all(g["registered"] and g["error"] is None for g in gpus.values())
+    check("events: XID waiter registered on every GPU", ok,
+          f"{len(gpus)} GPU(s), threads {threads}, start {start_s * 1e3:.1f} ms, "
+          f"stop {stop_s * 1e3:.1f} ms")
+    check("events: one waiter thread per registered GPU",
+          len(threads) == sum(1 for g in gpus.values() if g["registered"]), str(threads))
+    return {"gpus": gpus, "start_ms": start_s * 1e3, "stop_ms": stop_s * 1e3,
+            "threads": threads}
+
+
+# --- 2. scrape cost -----------------------------------------------------------------------------
+def collection_timer(nvml: ModuleType) -> tuple[Any, Any]:
+    from exporter.sources.base import CollectOptions  # noqa: PLC0415
+    from exporter.sources.nvml import NvmlSource  # noqa: PLC0415
+
+    source = NvmlSource(hostname="check", nvml=nvml)
+    source.start()
+    options = CollectOptions()
+    return source, lambda: source.collect(options)
+
+
+def check_scrape_cost(nvml: ModuleType, iterations: int, wait_ms: int) -> dict[str, Any]:
+    source, collect = collection_timer(nvml)
+    blocks = 10
+    per_block = max(1, iterations // blocks)
+    off: list[float] = []
+    on: list[float] = []
+    counts_cost: list[float] = []
+    try:
+        for _ in range(20):  # warm-up
+            collect()
+        for block in range(blocks):
+            waiter = EventWaiter(nvml, wait_ms=wait_ms) if block % 2 else None
+            if waiter is not None:
+                waiter.start()
+                time.sleep(0.05)
+            samples = on if waiter is not None else off
+            for _ in range(per_block):
+                t0 = time.perf_counter()
+                collect()
+                if waiter is not None:
+                    t1 = time.perf_counter()
+                    waiter.counts()
+                    counts_cost.append(time.perf_counter() - t1)
+                samples.append(time.perf_counter() - t0)
+            if waiter is not None:
+                waiter.stop()
+        health_cost = time_memory_health(nvml, iterations)
+    finally:
+        source.close()
+    result = {"waiter_off": percentiles(off), "waiter_on": percentiles(on),
+              "counts_read": percentiles(counts_cost), "memory_health_read": health_cost,
+              "collections_each": len(off)}
+    p50_off, p50_on = result["waiter_off"]["p50_us"], result["waiter_on"]["p50_us"]
+    check("scrape cost: waiter adds nothing measurable to a collection",
+          p50_on <= p50_off * 1.05 + 5.0,
+          f"collect p50 off {p50_off:.1f} us / on {p50_on:.1f} us (p95 "
+          f"{result['waiter_off']['p95_us']:.1f} / {result['waiter_on']['p95_us']:.1f}); "
+          f"counts() p50 {result['counts_read']['p50_us']:.2f} us; memory-health reads p50 "
+          f"{health_cost['p50_us']:.1f} us per GPU; {len(off)} collections each")
+    return result
+
+
+def _guarded_call(nvml: ModuleType, handle: Any, failures: dict[str, str]) -> Any:
+    def call(name: str, fn: Any, *args: Any) -> Any:
+        if fn is None or name in failures:
+            failures.setdefault(name, "not in this binding")
+            return None
+        try:
+            return fn(handle, *args)
+        except nvml.NVMLError as exc:
+            failures[name] = str(exc)
+            return None
+    return call
+
+
+def time_memory_health(nvml: ModuleType, iterations: int) -> dict[str, float]:
+    calls = HealthCalls(nvml)
+    handle = nvml.nvmlDeviceGetHandleByIndex(0)
+    failures: dict[str, str] = {}
+    call = _guarded_call(nvml, handle, failures)
+    read_memory_health(call, calls)  # the first read finds what is unsupported
+    samples = []
+    for _ in range(max(100, iterations // 4)):
+        t0 = time.perf_counter()
+        read_memory_health(call, calls)
+        samples.append(time.perf_counter() - t0)
+    return percentiles(samples)
+
+
+# --- 3. SIGTERM ---------------------------------------------------------------------------------
+def child(nvml: ModuleType, wait_ms: int) -> int:
+    """Run the waiter until SIGTERM; then stop it and print how long that took."""
+    waiter = EventWaiter(nvml, wait_ms=wait_ms)
+
+    def on_term(signum: int, frame: Any) -> None:
+        took = waiter.stop()
+        print(json.dumps({"stop_seconds": took,
+                          "registered": [g.registered for g in waiter.counts().gpus.values()]}),
+              flush=True)
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
+    waiter.start()
+    print("READY", flush=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+    waiter.stop()
+    return 3  # nobody sent SIGTERM
+
+
+def check_sigterm(wait_ms: int, fake: bool) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--child", "--wait-ms", str(wait_ms)]
+    if fake:
+        cmd.append("--fake")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.stdout is not None
+    ready = proc.stdout.readline().strip()
+    time.sleep(1.5 * wait_ms / 1000)  # let the threads sit in nvmlEventSetWait
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        rc = proc.wait(timeout=wait_ms / 1000 + 10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        rc = proc.wait()
+    exit_s = time.monotonic() - sent
+    report: dict[str, Any] = {}
+    for line in proc.stdout.read().splitlines():
+        if line.startswith("{"):
+            report = json.loads(line)
+    stop_s = report.get("stop_seconds")
+    check("SIGTERM: waiter stops and the process exits promptly",
+          ready == "READY" and rc == 0 and exit_s < wait_ms / 1000 + 1.0,
+          f"ready={ready!r} rc={rc} exit {exit_s * 1e3:.0f} ms after SIGTERM, "
+          f"stop() {'?' if stop_s is None else f'{stop_s * 1e3:.0f}'} ms "
+          f"(wait timeout {wait_ms} ms)")
+    return {"rc": rc, "exit_ms": exit_s * 1e3,
+            "stop_ms": None if stop_s is None else stop_s * 1e3, "wait_ms": wait_ms}
+
+
+# --- 4. memory health, 5. MIG -----------------------------------------------------------------
+def check_memory_and_mig(nvml: ModuleType) -> dict[str, Any]:
+    nvml.nvmlInit()
+    out: dict[str, Any] = {}
+    try:
+        calls = HealthCalls(nvml)
+        mig = MigReader(nvml)
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            failures: dict[str, str] = {}
+            health = read_memory_health(_guarded_call(nvml, handle, failures), calls)
+            print(f"  GPU {index}: {health}; not read: {failures or '-'}")
+            check(f"memory health GPU {index}: remapped rows and lifetime ECC read",
+                  health.remapped_rows is not None and health.ecc_lifetime is not None,
+                  f"remapped_rows={health.remapped_rows} ecc_lifetime={health.ecc_lifetime} "
+                  f"retired_pages={health.retired_pages}")
+            try:
+                mode = list(nvml.nvmlDeviceGetMigMode(handle))
+            except nvml.NVMLError as exc:
+                mode = [f"error: {exc}"]
+            errors: dict[str, int] = {}
+            devices = mig.read(index, handle, errors, None)
+            enabled = mode[:1] == [1]
+            check(f"MIG GPU {index}: reader agrees with nvmlDeviceGetMigMode (mode untouched)",
+                  (devices is not None) == enabled and not errors,
+                  f"mode [current, pending]={mode}, instances read: "
+                  f"{'none (MIG off)' if devices is None else len(devices)}")
+            out[str(index)] = {"remapped_rows": repr(health.remapped_rows),
+                               "retired_pages": repr(health.retired_pages),
+                               "ecc_lifetime": repr(health.ecc_lifetime),
+                               "not_read": failures, "mig_mode": mode,
+                               "mig_instances": None if devices is None else len(devices)}
+    finally:
+        nvml.nvmlShutdown()
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--iterations", type=int, default=2000)
+    parser.add_argument("--wait-ms", type=int, default=500)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--fake", action="store_true", help="use the test fake (no GPU)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    nvml = load_nvml(args.fake)
+    if args.child:
+        return child(nvml, args.wait_ms)
+    summary: dict[str, Any] = {
+        "binding": getattr(nvml, "__file__", "?"),
+        "events": check_events(nvml, args.wait_ms),
+        "scrape_cost": check_scrape_cost(nvml, args.iterations, args.wait_ms),
+        "sigterm": check_sigterm(args.wait_ms, args.fake),
+        "memory_and_mig": check_memory_and_mig(nvml),
+        "results": RESULTS,
+    }
+    failed = [r["check"] for r in RESULTS if not r["ok"]]
+    print(f"{len(RESULTS) - len(failed)}/{len(RESULTS)} PASS" + (f"; FAILED: {failed}"
+                                                                 if failed else ""))
+    text = json.dumps(summary, indent=2, default=str)
+    if args.json:
+        args.json.write_text(text)
+    if os.environ.get("OUT"):
+        (Path(os.environ["OUT"]) / "check_health.json").write_text(text)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
