@@ -37,12 +37,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from enum import Enum
 from types import MappingProxyType, ModuleType
 from typing import Any, Final
 
+from exporter.health import EventCounts, GpuEvents, XidKey, XidStat
 from exporter.sources.nvml_errors import GPU_IS_LOST, NOT_SUPPORTED, describe
 
 log = logging.getLogger(__name__)
@@ -68,44 +69,6 @@ HEALTH_EVENTS: Final = {
 }
 DEFAULT_WAIT_MS: Final = 500
 _BACKOFF_FIRST, _BACKOFF_MAX = 1.0, 30.0
-
-
-@dataclass(frozen=True, slots=True)
-class XidKey:
-    """What one XID counter is kept per: the code and, under MIG, the instance it hit."""
-
-    xid: int
-    gpu_instance: int | None = None  # MIG GPU instance ID, when NVML attributes the XID
-    compute_instance: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class XidStat:
-    """How often one XID was seen since the waiter started, and when last (Unix seconds)."""
-
-    count: int
-    last_seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class GpuEvents:
-    """Events of one GPU since the waiter started."""
-
-    index: int
-    uuid: str
-    registered: bool = False  # True while XID events are registered for this GPU
-    watched: tuple[str, ...] = ()  # names of the registered event types ("xid", HEALTH_EVENTS)
-    error: str | None = None  # why events are not (or no longer) watched
-    xids: Mapping[XidKey, XidStat] = field(default_factory=lambda: MappingProxyType({}))
-    events: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
-
-
-@dataclass(frozen=True, slots=True)
-class EventCounts:
-    """Everything the waiter knows, by GPU index. Immutable: safe to read from any thread."""
-
-    gpus: Mapping[int, GpuEvents] = field(default_factory=lambda: MappingProxyType({}))
-    running: bool = False
 
 
 class _Outcome(Enum):

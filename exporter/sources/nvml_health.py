@@ -23,43 +23,15 @@ asked for once, a lost GPU abandons the reading and other failures leave the val
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from exporter.health import MemoryHealth, RemappedRows, RetiredPages
 from exporter.snapshot import EccCounts
 
 #: ``call(name, fn, *args)``: ``fn(handle, *args)`` on the GPU being read, or None when the
 #: field is unsupported or failed (``GpuReader.call`` bound to one GPU).
 Call = Callable[..., Any]
-
-
-@dataclass(frozen=True, slots=True)
-class RemappedRows:
-    """Row remapping state of one GPU (Ampere and newer)."""
-
-    corrected: int  # rows remapped after correctable errors
-    uncorrected: int  # rows remapped after uncorrectable errors
-    pending: bool  # a remap waits for a GPU reset to take effect
-    failure: bool  # a remap failed at some point: the GPU is out of spare rows (RMA)
-
-
-@dataclass(frozen=True, slots=True)
-class RetiredPages:
-    """Dynamic page retirement (GPUs before Ampere)."""
-
-    single_bit: int  # pages retired after multiple single-bit errors
-    double_bit: int  # pages retired after a double-bit error
-    pending: bool | None  # pages wait for a reboot/reset to be retired (None: unknown)
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryHealth:
-    """What one GPU reports about the health of its memory; None = not reported by this GPU."""
-
-    remapped_rows: RemappedRows | None = None
-    retired_pages: RetiredPages | None = None
-    ecc_lifetime: EccCounts | None = None  # aggregate ECC counts for the life of the device
 
 
 class HealthCalls:

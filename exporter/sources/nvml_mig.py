@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Final
 
+from exporter.health import MigDevice, MigProcess
 from exporter.sources.nvml_errors import (
     GPU_DOWN_KINDS,
     GpuDown,
@@ -55,27 +56,6 @@ NOT_FOUND: Final = 6
 NOT_SUPPORTED: Final = 3
 UNKNOWN_PROFILE: Final = "unknown"
 _PROFILE_INDICES: Final = 0x12  # NVML_GPU_INSTANCE_PROFILE_COUNT in nvidia-ml-py 13.x
-
-
-@dataclass(frozen=True, slots=True)
-class MigProcess:
-    """One process on one MIG device, as NVML lists it on the MIG handle."""
-
-    pid: int
-    used_memory_bytes: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class MigDevice:
-    """One MIG device: a compute instance inside a GPU instance of a parent GPU."""
-
-    gpu_instance: int  # GI id, unique per parent GPU (dcgm-exporter's GPU_I_ID)
-    compute_instance: int  # CI id, unique per GPU instance
-    uuid: str  # MIG-<uuid>
-    profile: str  # GPU instance profile, e.g. "1g.18gb" (dcgm-exporter's GPU_I_PROFILE)
-    memory_used_bytes: int | None = None  # of the GPU instance (shared by its CIs)
-    memory_total_bytes: int | None = None
-    processes: tuple[MigProcess, ...] = ()
 
 
 @dataclass(eq=False)
