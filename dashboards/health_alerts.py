@@ -52,7 +52,8 @@ def xid_group() -> RuleGroup:
         description=(
             f"{_WHERE} reported XID {{{{ $labels.xid }}}}{_MIG} "
             "{{ $value | humanizeDuration }} ago: a hardware fault or lost data (uncorrectable "
-            "memory error, NVLink, fallen off the bus, GPU firmware). Drain the GPU and follow the runbook's XID table. "
+            "memory error, NVLink, fallen off the bus, GPU firmware). Drain the GPU and follow "
+            "the runbook's XID table. "
             f"Stays active {minutes} minutes after the last such XID."
         ),
     )
