@@ -213,7 +213,7 @@ class EventWaiter:
             return _Outcome.UNSUPPORTED
         try:
             watch.event_set = nvml.nvmlEventSetCreate()
-            nvml.nvmlDeviceRegisterEvents(watch.handle, mask, watch.event_set)
+            mask = self._register_mask(watch, mask)
         except nvml.NVMLError as exc:
             self._free(watch)
             if getattr(exc, "value", None) == NOT_SUPPORTED:
@@ -230,6 +230,28 @@ class EventWaiter:
                 "GPU %d (%s): watching NVML events %s", watch.index, watch.uuid,
                 ", ".join(watched))
         return _Outcome.WATCHING
+
+    def _register_mask(self, watch: _Watch, mask: int) -> int:
+        """Register ``mask``; if NVML refuses the combination, XID events alone.
+
+        NOT_SUPPORTED means "None of the requested eventTypes are registered" and the set "can
+        still be used", so one refused extra type must not cost the XID events.
+
+        Raises:
+            NVMLError: registration failed (also for XID events alone).
+        """
+        nvml = self._nvml
+        try:
+            nvml.nvmlDeviceRegisterEvents(watch.handle, mask, watch.event_set)
+            return mask
+        except nvml.NVMLError as exc:
+            xid = next((bit for bit, label in self._wanted.items() if label == "xid"), 0)
+            if getattr(exc, "value", None) != NOT_SUPPORTED or not mask & xid or mask == xid:
+                raise
+            log.info("GPU %d: NVML refused event mask %#x (%s); watching XID events only",
+                     watch.index, mask, describe(exc))
+        nvml.nvmlDeviceRegisterEvents(watch.handle, xid, watch.event_set)
+        return xid
 
     @staticmethod
     def _retry_later(watch: _Watch, exc: BaseException) -> _Outcome:

@@ -88,6 +88,7 @@ class FakeHealthGpu(FakeGpu):
     """A fake GPU with events, MIG and memory-health state."""
 
     supported_events: int = H200_EVENTS
+    refused_events: int = 0  # reported supported, yet registration answers NOT_SUPPORTED
     remapped: tuple[int, int, int, int] | None = (0, 0, 0, 0)
     retired_pages: dict[int, list[int]] | None = None  # cause -> addresses; None: Hopper
     retired_pending: int = 0
@@ -224,7 +225,7 @@ class FakeHealthNvml(FakeNvml):
             self._raise(3)
         if event_set.freed:
             self._raise(2)
-        if types_ & ~gpu.supported_events:
+        if types_ & (~gpu.supported_events | gpu.refused_events):
             self._raise(3)
         with self._events:
             event_set.registered[h.index] = event_set.registered.get(h.index, 0) | types_

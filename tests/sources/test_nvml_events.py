@@ -129,6 +129,21 @@ def test_unsupported_registration_reported_once_and_costs_nothing(
         waiter.stop()
 
 
+def test_a_refused_extra_type_does_not_cost_the_xid_events() -> None:
+    fake = FakeHealthNvml([h200_health(0, refused_events=0x1000)])  # non-fatal poison refused
+    waiter = EventWaiter(fake, wait_ms=WAIT_MS)
+    waiter.start()
+    try:
+        gpu = waiter.counts().gpus[0]
+        assert gpu.registered
+        assert gpu.watched == ("xid",)
+        assert fake.live_sets()[0].registered == {0: fake.nvmlEventTypeXidCriticalError}
+        fake.xid(0, 48)
+        eventually(lambda: xid_total(waiter.counts(), 0, 48) == 1)
+    finally:
+        waiter.stop()
+
+
 def test_lost_gpu_does_not_kill_the_thread_and_others_keep_counting(
         fake: FakeHealthNvml, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("exporter.sources.nvml_events._BACKOFF_FIRST", 0.05)
