@@ -172,7 +172,7 @@ def test_stop_is_fast_frees_sets_and_gives_nvml_back(fake: FakeHealthNvml) -> No
     assert fake.refs == 2
     assert waiter.counts().running
     took = waiter.stop()
-    assert took < 0.2 + 0.15  # at most one wait timeout (plus scheduling)
+    assert took < 0.2 + 1.0  # one wait timeout (generous: shared CI machines)
     assert not fake.live_sets()
     assert fake.event_sets
     assert all(s.freed for s in fake.event_sets)
@@ -199,7 +199,7 @@ def test_hung_wait_bounds_stop_and_frees_nothing_under_it(fake: FakeHealthNvml) 
     try:
         assert entered.wait(5)
         took = waiter.stop(timeout=0.3)
-        assert 0.25 < took < 1.5
+        assert 0.25 < took < 3.0
         assert fake.refs == 1  # NVML not shut down while a wait may still run
     finally:
         fake.release()
