@@ -7,7 +7,15 @@ from __future__ import annotations
 
 from dashboards import xids
 from dashboards.fleet import COUNT_BAD, COUNT_WARN
-from dashboards.panels import Column, Layout, query, stat_panel, steps, table_panel, timeseries_panel
+from dashboards.panels import (
+    Column,
+    Layout,
+    query,
+    stat_panel,
+    steps,
+    table_panel,
+    timeseries_panel,
+)
 from dashboards.promql import count_or_zero
 
 XID_ERRORS = "gpu_xid_errors_total"
