@@ -20,6 +20,9 @@ Checks, each printed as a PASS/FAIL line:
    Hopper and only printed).
 5. MIG: the reader's view agrees with ``nvmlDeviceGetMigMode``; on a MIG-off GPU it reads no
    instances.
+6. ``--exporter``: the real exporter (``python3 -m exporter --source nvml``, fresh collection per
+   scrape) with the ``xid`` group on and off: scrape p50/p95 side by side, the XID series it
+   exposes, and the time from SIGTERM to exit (needs fastapi/uvicorn).
 Results go to ``--json`` and, when ``$OUT`` is set, to ``$OUT/check_health.json``.
 Exit status 1 on any FAIL.
 """
@@ -284,12 +287,90 @@ def check_memory_and_mig(nvml: ModuleType) -> dict[str, Any]:
     return out
 
 
+# --- 6. the real exporter -------------------------------------------------------------------------
+def _scrape_run(extra: list[str], port: int, scrapes: int) -> dict[str, Any]:
+    import urllib.request  # noqa: PLC0415
+
+    cmd = [sys.executable, "-m", "exporter", "--source", "nvml", "--web.listen-address",
+           f"127.0.0.1:{port}", "--collector.min-interval", "0", *extra]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    url = f"http://127.0.0.1:{port}/metrics"
+    body = ""
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(url, timeout=5) as response:
+                    body = response.read().decode()
+                if "gpu_up" in body:
+                    break
+            except OSError:
+                time.sleep(0.2)
+        samples = []
+        for _ in range(scrapes):
+            t0 = time.perf_counter()
+            with urllib.request.urlopen(url, timeout=5) as response:
+                body = response.read().decode()
+            samples.append(time.perf_counter() - t0)
+    finally:
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            rc = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = proc.wait()
+        exit_s = time.monotonic() - sent
+    xid_lines = [line for line in body.splitlines()
+                 if line.startswith(("gpu_xid_", "gpu_remapped_rows", "gpu_ecc_aggregate",
+                                     "gpu_mig_"))]
+    return {"cmd": cmd, "scrape": percentiles(samples) if samples else None, "rc": rc,
+            "exit_ms": exit_s * 1e3, "health_lines": xid_lines,
+            "stderr_tail": (proc.stderr.read() if proc.stderr else "")[-2000:]}
+
+
+def check_exporter(scrapes: int, port: int) -> dict[str, Any]:
+    try:
+        import fastapi  # noqa: F401, PLC0415
+        import uvicorn  # noqa: F401, PLC0415
+    except ImportError as exc:
+        check("exporter: runs (fastapi/uvicorn importable)", False, str(exc))
+        return {}
+    on = _scrape_run([], port, scrapes)
+    off = _scrape_run(["--no-collector.xid"], port + 1, scrapes)
+    for name, run in (("xid on", on), ("xid off", off)):
+        print(f"  exporter {name}: scrape {run['scrape']}, SIGTERM -> exit rc={run['rc']} in "
+              f"{run['exit_ms']:.0f} ms")
+    print("  health series (xid on):\n    " + "\n    ".join(on["health_lines"][:40]))
+    registered = [line for line in on["health_lines"]
+                  if line.startswith("gpu_xid_events_registered")]
+    check("exporter: XID events registered on every GPU (gpu_xid_events_registered 1)",
+          bool(registered) and all(line.rstrip().endswith(" 1.0") or line.rstrip().endswith(" 1")
+                                   for line in registered), "; ".join(registered))
+    ok_scrape = on["scrape"] is not None and off["scrape"] is not None
+    p50_on = on["scrape"]["p50_us"] if ok_scrape else float("nan")
+    p50_off = off["scrape"]["p50_us"] if ok_scrape else float("nan")
+    check("exporter: scrape with the waiter no slower than without (p50 within 5 % + 50 us)",
+          ok_scrape and p50_on <= p50_off * 1.05 + 50,
+          f"p50 on {p50_on:.0f} us / off {p50_off:.0f} us over {scrapes} fresh scrapes each")
+    check("exporter: SIGTERM stops it cleanly and promptly (exit 0 within 2 s)",
+          on["rc"] == 0 and on["exit_ms"] < 2000,
+          f"xid on: rc {on['rc']} after {on['exit_ms']:.0f} ms; xid off: rc {off['rc']} after "
+          f"{off['exit_ms']:.0f} ms")
+    return {"xid_on": on, "xid_off": off}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--iterations", type=int, default=2000)
     parser.add_argument("--wait-ms", type=int, default=500)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--fake", action="store_true", help="use the test fake (no GPU)")
+    parser.add_argument("--exporter", action="store_true",
+                        help="also run the real exporter with the xid group on and off")
+    parser.add_argument("--scrapes", type=int, default=500)
+    parser.add_argument("--port", type=int, default=19477)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     nvml = load_nvml(args.fake)
@@ -301,8 +382,10 @@ def main() -> int:
         "scrape_cost": check_scrape_cost(nvml, args.iterations, args.wait_ms),
         "sigterm": check_sigterm(args.wait_ms, args.fake),
         "memory_and_mig": check_memory_and_mig(nvml),
-        "results": RESULTS,
     }
+    if args.exporter:
+        summary["exporter"] = check_exporter(args.scrapes, args.port)
+    summary["results"] = RESULTS
     failed = [r["check"] for r in RESULTS if not r["ok"]]
     print(f"{len(RESULTS) - len(failed)}/{len(RESULTS)} PASS" + (f"; FAILED: {failed}"
                                                                  if failed else ""))
