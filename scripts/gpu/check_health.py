@@ -288,10 +288,11 @@ def check_memory_and_mig(nvml: ModuleType) -> dict[str, Any]:
 
 
 # --- 6. the real exporter -------------------------------------------------------------------------
-def _scrape_run(extra: list[str], port: int, scrapes: int) -> dict[str, Any]:
+def _scrape_run(extra: list[str], port: int, scrapes: int, fake: bool) -> dict[str, Any]:
     import urllib.request  # noqa: PLC0415
 
-    cmd = [sys.executable, "-m", "exporter", "--source", "nvml", "--web.listen-address",
+    module = "tests.e2e.fake_nvml_health_main" if fake else "exporter"
+    cmd = [sys.executable, "-m", module, "--source", "nvml", "--web.listen-address",
            f"127.0.0.1:{port}", "--collector.min-interval", "0", *extra]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True)
@@ -330,15 +331,15 @@ def _scrape_run(extra: list[str], port: int, scrapes: int) -> dict[str, Any]:
             "stderr_tail": (proc.stderr.read() if proc.stderr else "")[-2000:]}
 
 
-def check_exporter(scrapes: int, port: int) -> dict[str, Any]:
+def check_exporter(scrapes: int, port: int, fake: bool) -> dict[str, Any]:
     try:
         import fastapi  # noqa: F401, PLC0415
         import uvicorn  # noqa: F401, PLC0415
     except ImportError as exc:
         check("exporter: runs (fastapi/uvicorn importable)", False, str(exc))
         return {}
-    on = _scrape_run([], port, scrapes)
-    off = _scrape_run(["--no-collector.xid"], port + 1, scrapes)
+    on = _scrape_run([], port, scrapes, fake)
+    off = _scrape_run(["--no-collector.xid"], port + 1, scrapes, fake)
     for name, run in (("xid on", on), ("xid off", off)):
         print(f"  exporter {name}: scrape {run['scrape']}, SIGTERM -> exit rc={run['rc']} in "
               f"{run['exit_ms']:.0f} ms")
@@ -384,7 +385,7 @@ def main() -> int:
         "memory_and_mig": check_memory_and_mig(nvml),
     }
     if args.exporter:
-        summary["exporter"] = check_exporter(args.scrapes, args.port)
+        summary["exporter"] = check_exporter(args.scrapes, args.port, args.fake)
     summary["results"] = RESULTS
     failed = [r["check"] for r in RESULTS if not r["ok"]]
     print(f"{len(RESULTS) - len(failed)}/{len(RESULTS)} PASS" + (f"; FAILED: {failed}"
