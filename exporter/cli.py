@@ -34,6 +34,7 @@ from exporter.config import (
     unknown_env,
 )
 from exporter.logs import setup_logging
+from exporter.metrics import Group
 from exporter.scheduler import Scheduler
 from exporter.sources.base import Source
 from exporter.web.app import create_app
@@ -99,7 +100,7 @@ def build_source(config: Config) -> Source:
     if config.source == "nvml":
         from exporter.sources.nvml.source import NvmlSource  # noqa: PLC0415 (pynvml loads lazily)
 
-        return NvmlSource(hostname=config.hostname)
+        return NvmlSource(hostname=config.hostname, watch_events=Group.XID in config.groups)
     from exporter.sources.simulated.scenario import (  # noqa: PLC0415
         ScenarioError,
         load_scenario,

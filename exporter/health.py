@@ -8,10 +8,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # annotation only: the snapshot module may import this one
-    from exporter.snapshot import EccCounts
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,12 +86,3 @@ class RetiredPages:
     single_bit: int  # pages retired after multiple single-bit errors
     double_bit: int  # pages retired after a double-bit error
     pending: bool | None  # pages wait for a reboot/reset to be retired (None: unknown)
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryHealth:
-    """What one GPU reports about the health of its memory; None = not reported by this GPU."""
-
-    remapped_rows: RemappedRows | None = None
-    retired_pages: RetiredPages | None = None
-    ecc_lifetime: EccCounts | None = None  # aggregate ECC counts for the life of the device

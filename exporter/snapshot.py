@@ -16,7 +16,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from types import MappingProxyType
 from typing import TypeAlias
+
+from exporter.health import MigDevice, XidKey, XidStat
 
 #: A per-GPU metric's value: a number, or a number per value of the metric's extra label.
 Value: TypeAlias = "float | Mapping[str, float]"
@@ -63,6 +66,8 @@ class GpuProcess:
     owner: ProcessOwner | None = None  # None until enrichment (or if the process vanished)
     pod: PodRef | None = None  # None outside Kubernetes or for host processes
     values: Mapping[str, float] = field(default_factory=dict)  # further per-process metrics
+    gpu_instance: int | None = None  # MIG GPU instance it runs in (None without MIG)
+    compute_instance: int | None = None  # MIG compute instance within that GPU instance
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +93,9 @@ class GpuReading:
     value to a number. A metric that was not read (group off, unsupported, failed) is absent.
     ``up`` is False when the GPU could not be read at all (lost, reset required, hung); then
     ``error`` says why and ``values`` is empty.
+    ``xids``: XIDs counted since the exporter started (group ``xid``), by code and, under MIG,
+    the instance NVML attributed them to. ``mig``: the MIG devices when MIG is on (group
+    ``mig``), None when off or not read; their processes are in ``processes`` too.
     """
 
     identity: GpuIdentity
@@ -95,6 +103,8 @@ class GpuReading:
     error: str | None = None
     values: Mapping[str, Value] = field(default_factory=dict)
     processes: tuple[GpuProcess, ...] = ()  # processes that exited are simply absent
+    xids: Mapping[XidKey, XidStat] = field(default_factory=lambda: MappingProxyType({}))
+    mig: tuple[MigDevice, ...] | None = None
 
     def value(self, name: str) -> float | None:
         """The value of scalar metric ``name``, or None when absent."""

@@ -48,6 +48,9 @@ class Group(str, Enum):
     ECC = "ecc"
     PROCESSES = "processes"
     PROCESS_UTILIZATION = "process_utilization"
+    REMAPPING = "remapping"  # row remapping and page retirement (memory repair)
+    XID = "xid"  # XID errors and health events, counted in the background from NVML events
+    MIG = "mig"  # MIG GPU / compute instances
     EXPORTER = "exporter"  # self-metrics, always on
 
 
@@ -69,6 +72,8 @@ class Scope(str, Enum):
     GPU_STATUS = "gpu_status"  # gpu_info / gpu_up: from the reading's identity and health
     PROCESS = "process"  # one series per process, from ``process_value`` (capped, folded)
     GPU_SUMMARY = "gpu_summary"  # per GPU or per (GPU, user) from its process list
+    XID = "xid"  # per (GPU, XID code) from ``GpuReading.xids`` (exposition/health.py)
+    MIG = "mig"  # per MIG instance from ``GpuReading.mig`` (exposition/health.py)
     EXPORTER = "exporter"  # the exporter's own health
 
 

@@ -44,9 +44,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from exporter.sources.nvml_events import EventWaiter  # noqa: E402
-from exporter.sources.nvml_health import HealthCalls, read_memory_health  # noqa: E402
-from exporter.sources.nvml_mig import MigReader  # noqa: E402
+from exporter.sources.nvml.events import EventWaiter  # noqa: E402
 
 RESULTS: list[dict[str, Any]] = []
 
@@ -119,83 +117,64 @@ def check_events(nvml: ModuleType, wait_ms: int) -> dict[str, Any]:
 
 
 # --- 2. scrape cost -----------------------------------------------------------------------------
-def collection_timer(nvml: ModuleType) -> tuple[Any, Any]:
-    from exporter.sources.base import CollectOptions  # noqa: PLC0415
-    from exporter.sources.nvml import NvmlSource  # noqa: PLC0415
+def _timed_block(nvml: ModuleType, watch_events: bool, groups: frozenset[Any], count: int,
+                 wait_ms: int) -> list[float]:
+    """``count`` collections of a fresh NvmlSource (its waiter on or off), timed each."""
+    from exporter.sources.nvml.source import NvmlSource  # noqa: PLC0415
 
-    source = NvmlSource(hostname="check", nvml=nvml)
+    source = NvmlSource(hostname="check", nvml=nvml, watch_events=watch_events,
+                        event_wait_ms=wait_ms)
     source.start()
-    options = CollectOptions()
-    return source, lambda: source.collect(options)
+    try:
+        for _ in range(10):  # warm-up
+            source.collect(groups)
+        samples = []
+        for _ in range(count):
+            t0 = time.perf_counter()
+            source.collect(groups)
+            samples.append(time.perf_counter() - t0)
+        return samples
+    finally:
+        source.close()
 
 
 def check_scrape_cost(nvml: ModuleType, iterations: int, wait_ms: int) -> dict[str, Any]:
-    source, collect = collection_timer(nvml)
+    from exporter.metrics import Group, default_groups  # noqa: PLC0415
+
+    groups = default_groups()
     blocks = 10
     per_block = max(1, iterations // blocks)
     off: list[float] = []
     on: list[float] = []
-    counts_cost: list[float] = []
+    for block in range(blocks):  # alternating, so drift hits both alike
+        watch = bool(block % 2)
+        (on if watch else off).extend(_timed_block(nvml, watch, groups, per_block, wait_ms))
+    waiter = EventWaiter(nvml, wait_ms=wait_ms)
+    waiter.start()
+    counts_cost = []
     try:
-        for _ in range(20):  # warm-up
-            collect()
-        for block in range(blocks):
-            waiter = EventWaiter(nvml, wait_ms=wait_ms) if block % 2 else None
-            if waiter is not None:
-                waiter.start()
-                time.sleep(0.05)
-            samples = on if waiter is not None else off
-            for _ in range(per_block):
-                t0 = time.perf_counter()
-                collect()
-                if waiter is not None:
-                    t1 = time.perf_counter()
-                    waiter.counts()
-                    counts_cost.append(time.perf_counter() - t1)
-                samples.append(time.perf_counter() - t0)
-            if waiter is not None:
-                waiter.stop()
-        health_cost = time_memory_health(nvml, iterations)
+        for _ in range(iterations):
+            t0 = time.perf_counter()
+            waiter.counts()
+            counts_cost.append(time.perf_counter() - t0)
     finally:
-        source.close()
+        waiter.stop()
+    repair = frozenset({Group.REMAPPING})
+    health_cost = percentiles(_timed_block(nvml, False, repair, per_block, wait_ms))
+    empty_cost = percentiles(_timed_block(nvml, False, frozenset(), per_block, wait_ms))
     result = {"waiter_off": percentiles(off), "waiter_on": percentiles(on),
-              "counts_read": percentiles(counts_cost), "memory_health_read": health_cost,
+              "counts_read": percentiles(counts_cost),
+              "remapping_group_collect": health_cost, "empty_collect": empty_cost,
               "collections_each": len(off)}
     p50_off, p50_on = result["waiter_off"]["p50_us"], result["waiter_on"]["p50_us"]
     check("scrape cost: waiter adds nothing measurable to a collection",
           p50_on <= p50_off * 1.05 + 5.0,
-          f"collect p50 off {p50_off:.1f} us / on {p50_on:.1f} us (p95 "
+          f"collect (default groups) p50 off {p50_off:.1f} us / on {p50_on:.1f} us (p95 "
           f"{result['waiter_off']['p95_us']:.1f} / {result['waiter_on']['p95_us']:.1f}); "
-          f"counts() p50 {result['counts_read']['p50_us']:.2f} us; memory-health reads p50 "
-          f"{health_cost['p50_us']:.1f} us per GPU; {len(off)} collections each")
+          f"counts() p50 {result['counts_read']['p50_us']:.2f} us; collect of the remapping "
+          f"group alone p50 {health_cost['p50_us']:.1f} us vs no group "
+          f"{empty_cost['p50_us']:.1f} us; {len(off)} collections each")
     return result
-
-
-def _guarded_call(nvml: ModuleType, handle: Any, failures: dict[str, str]) -> Any:
-    def call(name: str, fn: Any, *args: Any) -> Any:
-        if fn is None or name in failures:
-            failures.setdefault(name, "not in this binding")
-            return None
-        try:
-            return fn(handle, *args)
-        except nvml.NVMLError as exc:
-            failures[name] = str(exc)
-            return None
-    return call
-
-
-def time_memory_health(nvml: ModuleType, iterations: int) -> dict[str, float]:
-    calls = HealthCalls(nvml)
-    handle = nvml.nvmlDeviceGetHandleByIndex(0)
-    failures: dict[str, str] = {}
-    call = _guarded_call(nvml, handle, failures)
-    read_memory_health(call, calls)  # the first read finds what is unsupported
-    samples = []
-    for _ in range(max(100, iterations // 4)):
-        t0 = time.perf_counter()
-        read_memory_health(call, calls)
-        samples.append(time.perf_counter() - t0)
-    return percentiles(samples)
 
 
 # --- 3. SIGTERM ---------------------------------------------------------------------------------
@@ -252,38 +231,51 @@ def check_sigterm(wait_ms: int, fake: bool) -> dict[str, Any]:
 
 # --- 4. memory health, 5. MIG -----------------------------------------------------------------
 def check_memory_and_mig(nvml: ModuleType) -> dict[str, Any]:
-    nvml.nvmlInit()
+    from exporter import metrics as m  # noqa: PLC0415
+    from exporter.metrics import Group  # noqa: PLC0415
+    from exporter.sources.nvml.source import NvmlSource  # noqa: PLC0415
+
+    source = NvmlSource(hostname="check", nvml=nvml, watch_events=False)
+    source.start()
     out: dict[str, Any] = {}
     try:
-        calls = HealthCalls(nvml)
-        mig = MigReader(nvml)
-        for index in range(nvml.nvmlDeviceGetCount()):
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            failures: dict[str, str] = {}
-            health = read_memory_health(_guarded_call(nvml, handle, failures), calls)
-            print(f"  GPU {index}: {health}; not read: {failures or '-'}")
-            check(f"memory health GPU {index}: remapped rows and lifetime ECC read",
-                  health.remapped_rows is not None and health.ecc_lifetime is not None,
-                  f"remapped_rows={health.remapped_rows} ecc_lifetime={health.ecc_lifetime} "
-                  f"retired_pages={health.retired_pages}")
-            try:
-                mode = list(nvml.nvmlDeviceGetMigMode(handle))
-            except nvml.NVMLError as exc:
-                mode = [f"error: {exc}"]
-            errors: dict[str, int] = {}
-            devices = mig.read(index, handle, errors, None)
-            enabled = mode[:1] == [1]
-            check(f"MIG GPU {index}: reader agrees with nvmlDeviceGetMigMode (mode untouched)",
-                  (devices is not None) == enabled and not errors,
-                  f"mode [current, pending]={mode}, instances read: "
-                  f"{'none (MIG off)' if devices is None else len(devices)}")
-            out[str(index)] = {"remapped_rows": repr(health.remapped_rows),
-                               "retired_pages": repr(health.retired_pages),
-                               "ecc_lifetime": repr(health.ecc_lifetime),
-                               "not_read": failures, "mig_mode": mode,
-                               "mig_instances": None if devices is None else len(devices)}
+        snapshot = source.collect(frozenset({Group.REMAPPING, Group.ECC, Group.MIG}))
+        unsupported = source.unsupported_fields()
+        nvml.nvmlInit()
+        try:
+            for gpu in snapshot.gpus:
+                index = gpu.identity.index
+                values = {k: v for k, v in gpu.values.items()}
+                print(f"  GPU {index}: {values}; unsupported: {sorted(unsupported.get(index, []))}")
+                remap = gpu.labelled(m.REMAPPED_ROWS.name)
+                lifetime = gpu.labelled(m.ECC_AGGREGATE.name)
+                check(f"memory health GPU {index}: remapped rows and lifetime ECC read",
+                      gpu.up and remap is not None and lifetime is not None
+                      and gpu.value(m.REMAP_PENDING.name) is not None,
+                      f"remapped={remap} pending={gpu.value(m.REMAP_PENDING.name)} "
+                      f"failure={gpu.value(m.REMAP_FAILURE.name)} lifetime ECC={lifetime} "
+                      f"retired pages={gpu.labelled(m.RETIRED_PAGES.name)}")
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                try:
+                    mode: list[Any] = list(nvml.nvmlDeviceGetMigMode(handle))
+                except nvml.NVMLError as exc:
+                    mode = [f"error: {exc}"]
+                enabled = gpu.value(m.MIG_ENABLED.name)
+                check(f"MIG GPU {index}: the source agrees with nvmlDeviceGetMigMode "
+                      "(mode untouched)",
+                      (enabled == 1.0) == (mode[:1] == [1]) and (gpu.mig is not None) == (
+                          enabled == 1.0),
+                      f"mode [current, pending]={mode}, gpu_mig_enabled={enabled}, instances "
+                      f"read: {'none (MIG off)' if gpu.mig is None else len(gpu.mig)}")
+                out[str(index)] = {"values": {k: v if isinstance(v, float | int) else dict(v)
+                                              for k, v in values.items()},
+                                   "unsupported": sorted(unsupported.get(index, [])),
+                                   "mig_mode": mode,
+                                   "mig_instances": None if gpu.mig is None else len(gpu.mig)}
+        finally:
+            nvml.nvmlShutdown()
     finally:
-        nvml.nvmlShutdown()
+        source.close()
     return out
 
 

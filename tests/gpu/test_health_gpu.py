@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from exporter.sources.nvml_events import EventWaiter
-from exporter.sources.nvml_health import HealthCalls, MemoryHealth, read_memory_health
-from exporter.sources.nvml_mig import MigReader
+from exporter.sources.nvml.events import EventWaiter
+from exporter.sources.nvml.health import HealthCalls, MemoryHealth, read_memory_health
+from exporter.sources.nvml.mig import MigReader
 
 pytestmark = pytest.mark.gpu
 WAIT_MS = 300

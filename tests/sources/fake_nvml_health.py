@@ -89,10 +89,7 @@ class FakeHealthGpu(FakeGpu):
 
     supported_events: int = H200_EVENTS
     refused_events: int = 0  # reported supported, yet registration answers NOT_SUPPORTED
-    remapped: tuple[int, int, int, int] | None = (0, 0, 0, 0)
     retired_pages: dict[int, list[int]] | None = None  # cause -> addresses; None: Hopper
-    retired_pending: int = 0
-    ecc_aggregate: dict[int, int] = field(default_factory=lambda: {0: 0, 1: 0})
     mig_mode: tuple[int, int] | None = (0, 0)  # (current, pending); None: not MIG-capable
     mig_slots: int = 7  # nvmlDeviceGetMaxMigDeviceCount while MIG is on
     mig_devices: dict[int, FakeMigDevice] = field(default_factory=dict)  # slot -> device
@@ -406,23 +403,6 @@ class FakeHealthNvml(FakeNvml):
             self._raise(3)
         assert gpu.remapped is not None
         return gpu.remapped
-
-    def nvmlDeviceGetRetiredPages(self, h: FakeHandle, cause: int) -> list[int]:
-        gpu = self._gpu("nvmlDeviceGetRetiredPages", h)
-        if gpu.retired_pages is None:
-            self._raise(3)
-        assert gpu.retired_pages is not None
-        return list(gpu.retired_pages.get(cause, []))
-
-    def nvmlDeviceGetRetiredPagesPendingStatus(self, h: FakeHandle) -> int:
-        gpu = self._gpu("nvmlDeviceGetRetiredPagesPendingStatus", h)
-        if gpu.retired_pages is None:
-            self._raise(3)
-        return gpu.retired_pending
-
-    def nvmlDeviceGetTotalEccErrors(self, h: FakeHandle, error_type: int, counter: int) -> int:
-        gpu = self._gpu("nvmlDeviceGetTotalEccErrors", h)
-        return (gpu.ecc_aggregate if counter == self.NVML_AGGREGATE_ECC else gpu.ecc)[error_type]
 
 
 __all__ = ["H200_EVENTS", "H200_PROFILES", "FakeEventSet", "FakeHealthGpu", "FakeHealthNvml",

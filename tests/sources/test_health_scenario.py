@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from exporter.health import MigProcess, RemappedRows, XidKey
-from exporter.sources.health_scenario import (
+from exporter.sources.simulated.health import (
     HealthSpec,
     XidInjection,
     mig_devices,
@@ -16,7 +16,7 @@ from exporter.sources.health_scenario import (
     retired_pages,
     xid_counts,
 )
-from exporter.sources.scenario_fields import GiB, Reader, ScenarioError
+from exporter.sources.simulated.scenario_fields import GiB, Reader, ScenarioError
 
 H200_BYTES = 150_754_820_096
 GPU_KEYS = ("xids", "xid_events", "remapped_rows", "retired_pages", "mig")

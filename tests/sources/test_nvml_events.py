@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from exporter.sources.nvml_events import EventCounts, EventWaiter, XidKey
+from exporter.sources.nvml.events import EventCounts, EventWaiter, XidKey
 from tests.sources.fake_nvml_health import FakeHealthNvml, h200_health
 
 WAIT_MS = 50
@@ -109,7 +109,7 @@ def test_unsupported_registration_reported_once_and_costs_nothing(
     fake = FakeHealthNvml([h200_health(0, supported_events=0), h200_health(1)])
     fake.fail("nvmlDeviceRegisterEvents", 3, gpu=1)
     waiter = EventWaiter(fake, wait_ms=WAIT_MS)
-    with caplog.at_level(logging.INFO, logger="exporter.sources.nvml_events"):
+    with caplog.at_level(logging.INFO, logger="exporter.sources.nvml.events"):
         waiter.start()
     try:
         time.sleep(5 * WAIT_MS / 1000)
@@ -146,7 +146,7 @@ def test_a_refused_extra_type_does_not_cost_the_xid_events() -> None:
 
 def test_lost_gpu_does_not_kill_the_thread_and_others_keep_counting(
         fake: FakeHealthNvml, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("exporter.sources.nvml_events._BACKOFF_FIRST", 0.05)
+    monkeypatch.setattr("exporter.sources.nvml.events._BACKOFF_FIRST", 0.05)
     waiter = EventWaiter(fake, wait_ms=WAIT_MS)
     waiter.start()
     try:

@@ -1,82 +1,80 @@
-"""Memory health reads against the fake NVML: remapped rows, retired pages, lifetime ECC."""
+"""Memory health through the NVML source against the fake NVML: remapped rows, retired pages,
+lifetime (aggregate) ECC."""
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Iterator
 
 import pytest
 
-from exporter.snapshot import EccCounts
-from exporter.sources.nvml_errors import GpuDown
-from exporter.sources.nvml_fields import GpuReader, GpuState, NvmlCalls, placeholder_identity
-from exporter.sources.nvml_health import (
-    HealthCalls,
-    MemoryHealth,
-    RemappedRows,
-    RetiredPages,
-    read_memory_health,
-)
-from tests.sources.fake_nvml_health import FakeHealthGpu, FakeHealthNvml, h200_health
+from exporter import metrics as m
+from exporter.metrics import Group
+from exporter.snapshot import GpuReading
+from exporter.sources.nvml.source import NvmlSource
+from tests.sources.fake_nvml_health import FakeHealthNvml, h200_health
+
+HEALTH = frozenset({Group.REMAPPING, Group.ECC})
 
 
-def reader_for(fake: FakeHealthNvml, index: int = 0) -> tuple[GpuReader, GpuState]:
-    fake.nvmlInit()
-    gpu = GpuState(index=index, identity=placeholder_identity(index),
-                   handle=fake.nvmlDeviceGetHandleByIndex(index))
-    return GpuReader(NvmlCalls(fake), {}, {}), gpu
+@pytest.fixture
+def sources() -> Iterator[list[NvmlSource]]:
+    made: list[NvmlSource] = []
+    yield made
+    for source in made:
+        source.close()
 
 
-def health(fake: FakeHealthNvml, reader: GpuReader, gpu: GpuState) -> MemoryHealth:
-    return read_memory_health(functools.partial(reader.call, gpu), HealthCalls(fake))
+def read(fake: FakeHealthNvml, sources: list[NvmlSource]) -> tuple[NvmlSource, GpuReading]:
+    source = NvmlSource(hostname="h", nvml=fake, watch_events=False)
+    source.start()
+    sources.append(source)
+    return source, source.collect(HEALTH).gpus[0]
 
 
-def test_hopper_reports_remaps_and_lifetime_ecc_but_no_retired_pages() -> None:
+def test_hopper_reports_remaps_and_lifetime_ecc_but_no_retired_pages(
+        sources: list[NvmlSource]) -> None:
     fake = FakeHealthNvml([h200_health(0, remapped=(3, 1, 1, 0),
                                        ecc_aggregate={0: 120, 1: 2}, ecc={0: 5, 1: 0})])
-    reader, gpu = reader_for(fake)
-    result = health(fake, reader, gpu)
-    assert result.remapped_rows == RemappedRows(corrected=3, uncorrected=1, pending=True,
-                                                failure=False)
-    assert result.retired_pages is None  # Hopper: NOT_SUPPORTED
-    assert result.ecc_lifetime == EccCounts(corrected=120, uncorrected=2)
-    # Asked once: not supported fields are not asked for again.
-    health(fake, reader, gpu)
-    assert fake.calls[("nvmlDeviceGetRetiredPages", 0)] == 1
+    source, gpu = read(fake, sources)
+    assert gpu.labelled(m.REMAPPED_ROWS.name) == {"corrected": 3, "uncorrected": 1}
+    assert gpu.value(m.REMAP_PENDING.name) == 1.0
+    assert gpu.value(m.REMAP_FAILURE.name) == 0.0
+    assert gpu.labelled(m.ECC_AGGREGATE.name) == {"corrected": 120, "uncorrected": 2}
+    assert gpu.labelled(m.ECC_ERRORS.name) == {"corrected": 5, "uncorrected": 0}  # volatile
+    assert m.RETIRED_PAGES.name not in gpu.values  # Hopper: NOT_SUPPORTED
+    source.collect(HEALTH)
+    assert fake.calls[("nvmlDeviceGetRetiredPages", 0)] == 1  # asked once, then never again
     assert fake.calls[("nvmlDeviceGetRemappedRows", 0)] == 2
-    assert reader.errors == {}
 
 
-def test_pre_ampere_reports_retired_pages_and_no_remaps() -> None:
-    gpu_spec = h200_health(0, name="Tesla V100-SXM2-32GB", remapped=None,
-                           retired_pages={0: [0x1000, 0x2000], 1: [0x3000]}, retired_pending=1)
-    fake = FakeHealthNvml([gpu_spec])
-    reader, gpu = reader_for(fake)
-    result = health(fake, reader, gpu)
-    assert result.remapped_rows is None
-    assert result.retired_pages == RetiredPages(single_bit=2, double_bit=1, pending=True)
+def test_pre_ampere_reports_retired_pages_and_no_remaps(sources: list[NvmlSource]) -> None:
+    fake = FakeHealthNvml([h200_health(0, name="Tesla V100-SXM2-32GB", remapped=None,
+                                       retired_pages={0: [0x1000, 0x2000], 1: [0x3000]},
+                                       retired_pending=1)])
+    _, gpu = read(fake, sources)
+    assert m.REMAPPED_ROWS.name not in gpu.values
+    assert gpu.labelled(m.RETIRED_PAGES.name) == {"single_bit": 2, "double_bit": 1}
+    assert gpu.value(m.RETIRED_PENDING.name) == 1.0
 
 
-def test_remap_failure_and_no_ecc_mode() -> None:
-    spec: FakeHealthGpu = h200_health(0, remapped=(0, 512, 0, 1))
+def test_remap_failure_and_no_ecc_mode(sources: list[NvmlSource]) -> None:
+    spec = h200_health(0, remapped=(0, 512, 0, 1))
     spec.unsupported.add("nvmlDeviceGetTotalEccErrors")  # ECC mode off
-    fake = FakeHealthNvml([spec])
-    reader, gpu = reader_for(fake)
-    result = health(fake, reader, gpu)
-    assert result.remapped_rows is not None
-    assert result.remapped_rows.failure
-    assert not result.remapped_rows.pending
-    assert result.ecc_lifetime is None
+    _, gpu = read(FakeHealthNvml([spec]), sources)
+    assert gpu.value(m.REMAP_FAILURE.name) == 1.0
+    assert gpu.value(m.REMAP_PENDING.name) == 0.0
+    assert m.ECC_AGGREGATE.name not in gpu.values
 
 
-def test_mig_enabled_gpu_answers_no_remap_state() -> None:
-    fake = FakeHealthNvml([h200_health(0, mig_mode=(1, 1))])
-    reader, gpu = reader_for(fake)
-    assert health(fake, reader, gpu).remapped_rows is None
+def test_mig_enabled_gpu_answers_no_remap_state(sources: list[NvmlSource]) -> None:
+    _, gpu = read(FakeHealthNvml([h200_health(0, mig_mode=(1, 1))]), sources)
+    assert m.REMAPPED_ROWS.name not in gpu.values
 
 
-def test_lost_gpu_abandons_the_read() -> None:
+def test_lost_gpu_is_down_not_half_read(sources: list[NvmlSource]) -> None:
     fake = FakeHealthNvml([h200_health(0)])
-    reader, gpu = reader_for(fake)
+    source, _ = read(fake, sources)
     fake.lose(0)
-    with pytest.raises(GpuDown):
-        health(fake, reader, gpu)
+    gpu = source.collect(HEALTH).gpus[0]
+    assert not gpu.up
+    assert not gpu.values

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.sources.nvml_errors import GpuDown
-from exporter.sources.nvml_mig import MigProcess, MigReader, profile_from_device_name
-from exporter.sources.nvml_procs import ProcessLister
+from exporter.sources.nvml.errors import GpuDown
+from exporter.sources.nvml.mig import MigProcess, MigReader, profile_from_device_name
+from exporter.sources.nvml.processes import ProcessLister
 from tests.sources.fake_nvml import FakeProcess
 from tests.sources.fake_nvml_health import FakeHealthNvml, h200_health, mig_device
 

@@ -31,6 +31,8 @@ from exporter.sources.nvml.errors import (
     NvmlFatal,
     describe,
 )
+from exporter.sources.nvml.events import DEFAULT_WAIT_MS, EVENT_FUNCTIONS, EventWaiter
+from exporter.sources.nvml.mig import MigReader
 from exporter.sources.nvml.reader import (
     GpuReader,
     GpuState,
@@ -72,9 +74,14 @@ class NvmlSource:
 
     name = "nvml"
 
-    def __init__(self, *, hostname: str | None = None, nvml: ModuleType | None = None) -> None:
+    def __init__(self, *, hostname: str | None = None, nvml: ModuleType | None = None,
+                 watch_events: bool = True, event_wait_ms: int = DEFAULT_WAIT_MS) -> None:
         self._hostname = hostname or socket.gethostname()
         self._injected = nvml
+        self._watch_events = watch_events  # run the XID event waiter (group xid)
+        self._event_wait_ms = event_wait_ms
+        self._events: EventWaiter | None = None
+        self._mig: MigReader | None = None
         self._nvml: ModuleType | None = None
         self._calls: NvmlCalls | None = None
         self._gpus: list[GpuState] = []
@@ -139,12 +146,15 @@ class NvmlSource:
                 ) from exc
             self._nvml = nvml
             self._calls = calls
+            self._mig = MigReader(nvml)
             self._gpus = []
             for index in range(count):
                 gpu = GpuState(index=index, identity=placeholder_identity(index))
                 self._acquire(gpu)
                 self._gpus.append(gpu)
             self._started = True
+            if self._watch_events:
+                self._events = self._start_events(nvml)
             if shuffles_process_structs(self.driver_version):
                 log.warning("driver %s writes garbled process lists (fixed in 535.104.05): "
                             "suspicious entries will be dropped; upgrade the driver",
@@ -170,7 +180,9 @@ class NvmlSource:
         taken_at = time.time()
         began = time.perf_counter()
         errors: dict[str, int] = {}
-        reader = GpuReader(calls, errors, self._throttle_cache)
+        events = self._events
+        reader = GpuReader(calls, errors, self._throttle_cache, mig=self._mig,
+                           events=None if events is None else events.counts())
         readings: list[GpuReading] = []
         fatal: list[str] = []
         for gpu in self._gpus:
@@ -218,6 +230,10 @@ class NvmlSource:
     def close(self) -> None:
         """Shut NVML down (idempotent); ``start`` may be called again afterwards."""
         with self._lock:
+            if self._events is not None:  # its threads first: they use NVML until they stop
+                took = self._events.stop()
+                log.info("XID event waiter stopped in %.0f ms", took * 1000)
+                self._events = None
             if self._nvml is not None and self._started:
                 self._shutdown(self._nvml)
             self._started = False
@@ -225,6 +241,21 @@ class NvmlSource:
             self._calls = None
 
     # --- helpers -----------------------------------------------------------------------------
+    def _start_events(self, nvml: ModuleType) -> EventWaiter | None:
+        """The XID event waiter, running; None when the binding or NVML cannot do events."""
+        if not all(hasattr(nvml, name) for name in EVENT_FUNCTIONS):
+            log.info("this pynvml has no NVML event functions: XID errors are not counted "
+                     "(install a current nvidia-ml-py)")
+            return None
+        waiter = EventWaiter(nvml, wait_ms=self._event_wait_ms)
+        try:
+            waiter.start()
+        except Exception as exc:  # events are an extra: the GPUs are still read
+            log.warning("cannot start the XID event waiter: %s; XID errors are not counted",
+                        describe(exc))
+            return None
+        return waiter
+
     def _load(self) -> ModuleType:
         if self._injected is not None:
             return self._injected
@@ -268,6 +299,8 @@ class NvmlSource:
             return code if isinstance(code, int) else None
         if gpu.error is not None:
             log.info("GPU %d answers again", gpu.index)
+        if self._mig is not None:
+            self._mig.forget(gpu.index)  # a new handle (after a reset): MIG mode may differ
         gpu.handle = handle
         gpu.error = None
         return None

@@ -33,7 +33,8 @@ import time
 import uuid
 from collections.abc import Callable
 
-from exporter.metrics import GPU_ROWS, Group
+from exporter.health import MigProcess
+from exporter.metrics import GPU_ROWS, MEMORY_UTILIZATION, UTILIZATION, Group
 from exporter.snapshot import (
     GpuIdentity,
     GpuProcess,
@@ -42,6 +43,14 @@ from exporter.snapshot import (
     ProcessOwner,
     Snapshot,
     Value,
+)
+from exporter.sources.simulated.health import (
+    RemapSpec,
+    RetiredSpec,
+    mig_devices,
+    remapped_rows,
+    retired_pages,
+    xid_counts,
 )
 from exporter.sources.simulated.physics import SimulatedGpu
 from exporter.sources.simulated.scenario import CONTEXT_BYTES, GpuSpec, ProcessSpec, Scenario
@@ -293,8 +302,10 @@ class SimulatedSource:
         model, spec = gpu.spec.model, gpu.spec
         used, util, mem_util = _DRIVER_BYTES, 0.0, 0.0
         procs: list[GpuProcess] = []
+        health = spec.health
+        mig_on = health.mig is not None  # NVML has no utilisation per GPU or process under MIG
         want_procs = Group.PROCESSES in groups
-        want_putil = want_procs and Group.PROCESS_UTILIZATION in groups
+        want_putil = want_procs and Group.PROCESS_UTILIZATION in groups and not mig_on
         for p in gpu.procs:
             # the hot loop (8 GPUs x 32 processes per collect): _Proc.cycle/memory inlined
             age = t - p.t0
@@ -323,7 +334,9 @@ class SimulatedSource:
                     last = p.last = (k, memory, u, GpuProcess(
                         pid=p.spec.pid + _RESTART_PID_STEP * k, type=p.spec.type,
                         used_memory_bytes=memory, sm_utilization_ratio=u if want_putil else None,
-                        owner=self._owner(p, k, start), pod=p.pod))
+                        owner=self._owner(p, k, start), pod=p.pod,
+                        gpu_instance=p.spec.gpu_instance,
+                        compute_instance=p.spec.compute_instance))
                 procs.append(last[3])
         util, mem_util = round(min(1.0, util), 2), round(min(1.0, mem_util), 2)  # whole %
         busy = used > _DRIVER_BYTES
@@ -367,6 +380,12 @@ class SimulatedSource:
             ecc_corrected=int(spec.ecc_corrected_per_hour * t / 3600.0),
             ecc_uncorrected=sum(e.count for e in spec.ecc_uncorrected if e.at <= t),
             processes=len(procs),
+            remapped_rows=(remapped_rows(health.remapped_rows or RemapSpec(), t, mig_on)
+                           if model.row_remapping else None),
+            retired_pages=(retired_pages(health.retired_pages or RetiredSpec(), t)
+                           if model.ecc and not model.row_remapping else None),
+            xid_events=health.xid_events,
+            mig_enabled=mig_on,
         )
         values: dict[str, Value] = {}
         for row in GPU_ROWS:
@@ -374,7 +393,22 @@ class SimulatedSource:
                 value = row.simulate(state)
                 if value is not None:
                     values[row.name] = value
-        return GpuReading(identity=gpu.identity, values=values, processes=tuple(procs))
+        if mig_on:
+            values.pop(UTILIZATION.name, None)
+            values.pop(MEMORY_UTILIZATION.name, None)
+        xids = (xid_counts(health.xids, t, start, self.speed)
+                if Group.XID in groups and health.xid_events else {})
+        mig = None
+        if mig_on and Group.MIG in groups:
+            by_instance: dict[tuple[int, int], list[MigProcess]] = {}
+            for process in procs:
+                if process.gpu_instance is not None:
+                    by_instance.setdefault(
+                        (process.gpu_instance, process.compute_instance or 0), []
+                    ).append(MigProcess(process.pid, process.used_memory_bytes))
+            mig = mig_devices(health.mig, spec.index, by_instance)
+        return GpuReading(identity=gpu.identity, values=values, processes=tuple(procs),
+                          xids=xids, mig=mig)
 
     def _owner(self, p: _Proc, k: int, start: float) -> ProcessOwner:
         """The owner of restart ``k`` of ``p`` (cached: it only changes on a restart)."""

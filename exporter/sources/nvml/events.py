@@ -44,7 +44,7 @@ from types import MappingProxyType, ModuleType
 from typing import Any, Final
 
 from exporter.health import EventCounts, GpuEvents, XidKey, XidStat
-from exporter.sources.nvml_errors import GPU_IS_LOST, NOT_SUPPORTED, describe
+from exporter.sources.nvml.errors import GPU_IS_LOST, NOT_SUPPORTED, describe
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,10 @@ HEALTH_EVENTS: Final = {
     "nvmlEventMigConfigChange": "mig_config_change",
 }
 DEFAULT_WAIT_MS: Final = 500
+#: The pynvml functions the waiter needs (nvidia-ml-py has had them for years).
+EVENT_FUNCTIONS: Final = ("nvmlEventSetCreate", "nvmlDeviceRegisterEvents",
+                          "nvmlDeviceGetSupportedEventTypes", "nvmlEventSetWait_v2",
+                          "nvmlEventSetFree")
 _BACKOFF_FIRST, _BACKOFF_MAX = 1.0, 30.0
 
 

@@ -26,8 +26,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from exporter.health import MigDevice, MigProcess, RemappedRows, RetiredPages, XidKey, XidStat
-from exporter.sources.scenario_fields import GiB, Reader, items
+from exporter.sources.simulated.scenario_fields import GiB, Reader, items
 
+#: The per-GPU scenario keys this module reads.
+HEALTH_KEYS = ("xids", "xid_events", "remapped_rows", "retired_pages", "mig")
 XID_KEYS = ("at", "code", "count", "every", "gpu_instance", "compute_instance")
 REMAP_KEYS = ("corrected", "uncorrected", "pending_from", "failure_from")
 RETIRED_KEYS = ("single_bit", "double_bit", "pending_from")
@@ -81,8 +83,9 @@ class HealthSpec:
 
 
 # --- parsing ------------------------------------------------------------------------------------
-def parse_health(r: Reader, memory_total: int, remapping: bool) -> HealthSpec:
-    """The health keys of one GPU entry (``remapping``: the model remaps rows, Ampere+).
+def parse_health(r: Reader, memory_total: int, remapping: bool, mig: bool = True) -> HealthSpec:
+    """The health keys of one GPU entry (``remapping``: the model remaps rows, Ampere+;
+    ``mig``: the model supports MIG).
 
     Raises:
         ScenarioError: an invalid field (the message names it).
@@ -118,7 +121,7 @@ def parse_health(r: Reader, memory_total: int, remapping: bool) -> HealthSpec:
                               sub.seconds("pending_from", None, negative=True))
     return HealthSpec(xids=tuple(sorted(xids, key=lambda x: x.at)),
                       xid_events=_flag(r, "xid_events", True), remapped_rows=remap,
-                      retired_pages=retired, mig=_parse_mig(r, memory_total))
+                      retired_pages=retired, mig=_parse_mig(r, memory_total, mig))
 
 
 def _flag(r: Reader, key: str, default: bool) -> bool:
@@ -130,9 +133,11 @@ def _flag(r: Reader, key: str, default: bool) -> bool:
     return value
 
 
-def _parse_mig(r: Reader, memory_total: int) -> tuple[MigSpec, ...] | None:
+def _parse_mig(r: Reader, memory_total: int, capable: bool) -> tuple[MigSpec, ...] | None:
     if r.raw("mig") is None:
         return None
+    if not capable:
+        r.fail("this GPU model has no MIG (A100, H100 and H200 have)", "mig")
     specs: list[MigSpec] = []
     for j, item in enumerate(items(r.raw("mig"), r, "mig")):
         sub = Reader(item, r.origin, f"{r.path}.mig[{j}]", MIG_KEYS)
@@ -157,11 +162,12 @@ def _parse_mig(r: Reader, memory_total: int) -> tuple[MigSpec, ...] | None:
 
 
 # --- evaluation at simulated time t ---------------------------------------------------------------
-def xid_counts(injections: Iterable[XidInjection], t: float,
-               started_at: float) -> Mapping[XidKey, XidStat]:
+def xid_counts(injections: Iterable[XidInjection], t: float, started_at: float,
+               speed: float = 1.0) -> Mapping[XidKey, XidStat]:
     """XIDs seen between the start (t = 0) and ``t``, with the Unix time of the last one.
 
-    ``started_at`` is the Unix time of simulated t = 0.
+    ``started_at`` is the Unix time of simulated t = 0; simulated time runs ``speed`` times
+    faster than the wall clock.
     """
     counts: dict[XidKey, XidStat] = {}
     for x in injections:
@@ -175,7 +181,7 @@ def xid_counts(injections: Iterable[XidInjection], t: float,
             continue
         if k_last < k_first:
             continue
-        last = started_at + x.at + k_last * x.every
+        last = started_at + (x.at + k_last * x.every) / speed
         key = XidKey(x.code, x.gpu_instance, x.compute_instance)
         old = counts.get(key)
         counts[key] = XidStat(count=k_last - k_first + 1 + (old.count if old else 0),

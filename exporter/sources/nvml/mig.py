@@ -37,7 +37,7 @@ from types import ModuleType
 from typing import Any, Final
 
 from exporter.health import MigDevice, MigProcess
-from exporter.sources.nvml_errors import (
+from exporter.sources.nvml.errors import (
     GPU_DOWN_KINDS,
     GpuDown,
     NvmlFatal,
@@ -45,7 +45,7 @@ from exporter.sources.nvml_errors import (
     describe,
     reaction_for,
 )
-from exporter.sources.nvml_procs import clean_entries
+from exporter.sources.nvml.processes import clean_entries
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,8 @@ class _Read:
 
 @dataclass(eq=False)
 class _ParentState:
-    mig_enabled: bool | None = None  # None: not asked yet for this handle
+    asked: bool = False  # the mode was asked for this handle
+    mig_enabled: bool | None = None  # None: the GPU has no MIG (NOT_SUPPORTED)
     profiles: dict[int, str] | None = None  # GPU-instance profile id -> name (privileged path)
     privileged: bool = True  # False once GpuInstanceById answered NO_PERMISSION
     unsupported: set[str] = field(default_factory=set)
@@ -97,12 +98,15 @@ class MigReader:
         """The parent's handle was re-acquired (GPU reset): ask for its MIG mode again."""
         self._parents.pop(index, None)
 
-    def enabled(self, index: int, handle: Any, errors: dict[str, int]) -> bool:
-        """Whether MIG is on for this GPU (asked once per handle)."""
+    def enabled(self, index: int, handle: Any, errors: dict[str, int]) -> bool | None:
+        """Whether MIG is on for this GPU (asked once per handle); None: no MIG on this GPU."""
         state = self._parents.setdefault(index, _ParentState())
-        if state.mig_enabled is None:
+        if not state.asked:
             mode = self._call(_Read(index, handle, state, errors), "nvmlDeviceGetMigMode", handle)
-            state.mig_enabled = mode is not None and int(mode[0]) == MIG_ENABLED
+            if mode is None and "nvmlDeviceGetMigMode" not in state.unsupported:
+                return None  # a transient failure: ask again next collection
+            state.asked = True
+            state.mig_enabled = None if mode is None else int(mode[0]) == MIG_ENABLED
             if state.mig_enabled:
                 log.info("GPU %d: MIG is enabled; reading its instances", index)
         return state.mig_enabled
