@@ -7,6 +7,7 @@ Thresholds come from ``dashboards.thresholds``.
 
 from __future__ import annotations
 
+from dashboards import health_alerts
 from dashboards import thresholds as t
 from dashboards.promql import NOT_OVERFLOW, PROCESS_ONLY_LABELS, num, reason_in, sel
 from dashboards.rules import AlertRule, RuleGroup
@@ -307,7 +308,8 @@ def exporter_group() -> RuleGroup:
 
 def groups() -> tuple[RuleGroup, ...]:
     """Every alert group, in file order."""
-    return (memory_group(), idle_group(), thermal_group(), health_group(), exporter_group())
+    return (memory_group(), idle_group(), thermal_group(), health_group(),
+            health_alerts.xid_group(), health_alerts.memory_repair_group(), exporter_group())
 
 
 def all_alerts() -> tuple[AlertRule, ...]:

@@ -6,6 +6,7 @@ from grafana_foundation_sdk.builders import dashboard
 
 from dashboards import thresholds as t
 from dashboards import variables as v
+from dashboards.gpu_health_panels import fleet_health_stats
 from dashboards.panels import (
     Column,
     Layout,
@@ -83,9 +84,11 @@ def _summary(grid: Layout) -> None:
     ), 3, 4)
     grid.add(stat_panel(
         "Average utilisation", "Mean GPU utilisation: the share of time a kernel was running, "
-        "averaged over GPUs. It says nothing about how many SMs were busy.", "percentunit",
+        "averaged over GPUs (GPUs in MIG mode report none). It says nothing about how many SMs "
+        "were busy.", "percentunit",
         query(f"avg({UTIL})"),
     ), 3, 4)
+    fleet_health_stats(grid, H)
 
 
 def _per_gpu(grid: Layout) -> None:

@@ -9,6 +9,7 @@ Derived files, all from the metric rows (``exporter.metrics``), the flags
 (``exporter.config``) and the thresholds (``dashboards.thresholds``):
 
 - ``README.md``: the metric and flag tables between their ``BEGIN``/``END`` markers;
+- the runbook's XID table (``dashboards.xids``) between its ``BEGIN``/``END XID TABLE`` markers;
 - ``dashboards/grafana/*.json`` and ``dashboards/rules/*.yaml``;
 - ``helm/gpu-exporter/files/{dashboards,rules}/``: the chart's byte-identical copies (Helm
   cannot read files outside the chart); a copy without an original is stale and removed.
@@ -27,7 +28,7 @@ from pathlib import Path
 from grafana_foundation_sdk.builders import dashboard
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
-from dashboards import alerts, fleet, health, node, recording, rules, users
+from dashboards import alerts, fleet, health, node, recording, rules, users, xids
 from exporter.docs import DocsError, render_readme
 
 REPO = Path(__file__).resolve().parent.parent
@@ -42,6 +43,7 @@ DASHBOARDS: dict[str, Callable[[], dashboard.Dashboard]] = {
 ALERTS_FILE = "gpu-exporter-alerts.yaml"
 RECORDING_FILE = "gpu-exporter-recording.yaml"
 README = "README.md"
+RUNBOOK = f"dashboards/runbooks/{rules.RUNBOOK_FILE}"
 #: Where the chart keeps its copies: generated folder -> chart folder.
 CHART_COPIES = {
     "dashboards/grafana": "helm/gpu-exporter/files/dashboards",
@@ -74,6 +76,7 @@ def outputs(root: Path) -> dict[str, str]:
             if rel.startswith(source + "/"):
                 files[copy + rel.removeprefix(source)] = text
     files[README] = render_readme((root / README).read_text(encoding="utf-8"))
+    files[RUNBOOK] = xids.render_runbook((root / RUNBOOK).read_text(encoding="utf-8"))
     return files
 
 

@@ -11,22 +11,22 @@ from __future__ import annotations
 from dashboards import xids
 from dashboards.promql import num
 from dashboards.rules import AlertRule, RuleGroup
+from dashboards.thresholds import (
+    REMAP_PENDING_FOR,
+    XID_NOT_WATCHED_FOR,
+    XID_RECENT_SECONDS,
+    XID_STORM_FOR,
+    XID_STORM_RATE,
+    XID_STORM_WINDOW,
+)
+from exporter import metrics as c
 
-XID_ERRORS = "gpu_xid_errors_total"
-LAST_XID = "gpu_last_xid_timestamp_seconds"
-XID_REGISTERED = "gpu_xid_events_registered"
-REMAP_PENDING = "gpu_remapped_rows_pending"
-REMAP_FAILURE = "gpu_remapped_rows_failure"
-RETIRED_PENDING = "gpu_retired_pages_pending"
-
-#: An XID keeps its alert active this long after it arrived.
-XID_RECENT_SECONDS = 900
-#: XIDs per second (over XID_STORM_WINDOW) above which a GPU is in an XID storm: 1 every 6 s.
-XID_STORM_RATE = 1 / 6
-XID_STORM_WINDOW = "5m"
-XID_STORM_FOR = "2m"
-XID_NOT_WATCHED_FOR = "30m"
-REMAP_PENDING_FOR = "5m"
+XID_ERRORS = c.XID_ERRORS.name
+LAST_XID = c.LAST_XID.name
+XID_REGISTERED = c.XID_EVENTS_REGISTERED.name
+REMAP_PENDING = c.REMAP_PENDING.name
+REMAP_FAILURE = c.REMAP_FAILURE.name
+RETIRED_PENDING = c.RETIRED_PENDING.name
 
 _NODE = "{{ with $labels.node }} (node {{ . }}){{ end }}"
 _HOST = "{{ $labels.instance }}" + _NODE

@@ -7,6 +7,7 @@ from grafana_foundation_sdk.builders import dashboard
 from dashboards import thresholds as t
 from dashboards import variables as v
 from dashboards.fleet import MEMORY_STEPS, TEMPERATURE_STEPS
+from dashboards.gpu_health_panels import node_health_rows, node_mig_rows
 from dashboards.panels import (
     Column,
     Layout,
@@ -150,4 +151,6 @@ def build() -> dashboard.Dashboard:
     grid = Layout(built)
     _device(grid)
     _processes(grid)
+    node_health_rows(grid, M)
+    node_mig_rows(grid, M)
     return built

@@ -69,6 +69,16 @@ GPU_MISSING_LOOKBACK: Final = "1h"
 GPU_MISSING_FOR: Final = "5m"
 ECC_WINDOW: Final = "15m"
 
+# --- XID errors and memory repair -----------------------------------------------------------
+#: An XID keeps its alert active this long after it arrived (seconds).
+XID_RECENT_SECONDS: Final = 900
+#: XIDs per second (over XID_STORM_WINDOW) above which a GPU is in an XID storm: 1 every 6 s.
+XID_STORM_RATE: Final = 1 / 6
+XID_STORM_WINDOW: Final = "5m"
+XID_STORM_FOR: Final = "2m"
+XID_NOT_WATCHED_FOR: Final = "30m"
+REMAP_PENDING_FOR: Final = "5m"
+
 # --- the exporter itself --------------------------------------------------------------------
 #: Scrape jobs the exporter-down alert watches (a regular expression on ``job``).
 EXPORTER_JOB_REGEX: Final = ".*gpu-exporter.*"
