@@ -78,9 +78,9 @@ def xid_group() -> RuleGroup:
         severity="warning",
         summary="A GPU reports XIDs continuously.",
         description=(
-            f"{_WHERE} reported {{{{ $value | humanize }}}} XIDs per second over the last "
-            f"{XID_STORM_WINDOW}: something fails in a loop (a job restarting on a broken GPU, "
-            "a firmware fault)."
+            f"{_WHERE} has reported more than one XID every {1 / XID_STORM_RATE:.0f} s for "
+            f"{XID_STORM_FOR} (now {{{{ $value | humanize }}}} per second): something fails in a "
+            "loop (a job restarting on a broken GPU, a firmware fault)."
         ),
     )
     not_watched = AlertRule(

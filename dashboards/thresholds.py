@@ -72,10 +72,11 @@ ECC_WINDOW: Final = "15m"
 # --- XID errors and memory repair -----------------------------------------------------------
 #: An XID keeps its alert active this long after it arrived (seconds).
 XID_RECENT_SECONDS: Final = 900
-#: XIDs per second (over XID_STORM_WINDOW) above which a GPU is in an XID storm: 1 every 6 s.
+#: XIDs per second (over XID_STORM_WINDOW, sustained for XID_STORM_FOR) above which a GPU is
+#: in an XID storm: more than one every 6 s.
 XID_STORM_RATE: Final = 1 / 6
-XID_STORM_WINDOW: Final = "5m"
-XID_STORM_FOR: Final = "2m"
+XID_STORM_WINDOW: Final = "1m"
+XID_STORM_FOR: Final = "5m"
 XID_NOT_WATCHED_FOR: Final = "30m"
 REMAP_PENDING_FOR: Final = "5m"
 
