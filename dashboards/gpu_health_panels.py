@@ -165,6 +165,7 @@ def node_mig_rows(grid: Layout, matchers: str) -> None:
         min_val=0,
     ), 12)
     grid.add(timeseries_panel(
-        "MIG mode", "1 while a GPU is in MIG mode.", "short",
+        "MIG mode", "1 while a GPU is in MIG mode (split into GPU instances), 0 while whole; "
+        "absent on GPUs without MIG.", "short",
         [query(sel(c.MIG_ENABLED, matchers), G)], min_val=0, max_val=1,
     ), 12)

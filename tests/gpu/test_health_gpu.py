@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 
+from exporter import metrics as m
+from exporter.metrics import Group
 from exporter.sources.nvml.events import EventWaiter
-from exporter.sources.nvml.health import HealthCalls, MemoryHealth, read_memory_health
 from exporter.sources.nvml.mig import MigReader
+from exporter.sources.nvml.source import NvmlSource
 
 pytestmark = pytest.mark.gpu
 WAIT_MS = 300
@@ -48,29 +50,42 @@ def test_waiter_registers_xid_on_every_gpu_and_stops_within_one_timeout(nvml: Mo
     nvml.nvmlDeviceGetCount()  # our own NVML reference still works after the waiter's shutdown
 
 
-def _health(nvml: ModuleType, index: int) -> MemoryHealth:
-    handle = nvml.nvmlDeviceGetHandleByIndex(index)
-
-    def call(name: str, fn: Any, *args: Any) -> Any:
-        try:
-            return None if fn is None else fn(handle, *args)
-        except nvml.NVMLError_NotSupported:
-            return None
-
-    return read_memory_health(call, HealthCalls(nvml))
-
-
 def test_remapped_rows_and_lifetime_ecc_read(nvml: ModuleType) -> None:
-    for index in range(nvml.nvmlDeviceGetCount()):
-        health = _health(nvml, index)
-        print(index, health)
-        handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        assert health.remapped_rows is not None
-        rows = nvml.nvmlDeviceGetRemappedRows(handle)
-        assert (health.remapped_rows.corrected, health.remapped_rows.uncorrected) == rows[:2]
-        assert health.ecc_lifetime is not None
-        assert health.ecc_lifetime.corrected == nvml.nvmlDeviceGetTotalEccErrors(
+    source = NvmlSource(hostname="gpu", watch_events=False)
+    source.start()
+    try:
+        snapshot = source.collect(frozenset({Group.REMAPPING, Group.ECC}))
+    finally:
+        source.close()
+    for gpu in snapshot.gpus:
+        print(gpu.identity.index, dict(gpu.values))
+        handle = nvml.nvmlDeviceGetHandleByIndex(gpu.identity.index)
+        corrected, uncorrected, pending, failure = nvml.nvmlDeviceGetRemappedRows(handle)
+        assert gpu.labelled(m.REMAPPED_ROWS.name) == {"corrected": corrected,
+                                                      "uncorrected": uncorrected}
+        assert gpu.value(m.REMAP_PENDING.name) == float(bool(pending))
+        assert gpu.value(m.REMAP_FAILURE.name) == float(bool(failure))
+        lifetime = gpu.labelled(m.ECC_AGGREGATE.name)
+        assert lifetime is not None
+        assert lifetime["corrected"] == nvml.nvmlDeviceGetTotalEccErrors(
             handle, nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_AGGREGATE_ECC)
+
+
+def test_source_with_the_waiter_exposes_registered_events(nvml: ModuleType) -> None:
+    source = NvmlSource(hostname="gpu", event_wait_ms=WAIT_MS)
+    source.start()
+    try:
+        snapshot = source.collect(frozenset({Group.XID, Group.MIG}))
+        alive = [t.name for t in threading.enumerate() if t.name.startswith("xid-waiter-")]
+    finally:
+        began = time.monotonic()
+        source.close()
+        took = time.monotonic() - began
+    print({g.identity.index: dict(g.values) for g in snapshot.gpus}, alive, f"close {took:.3f}s")
+    assert all(g.value(m.XID_EVENTS_REGISTERED.name) == 1.0 for g in snapshot.gpus)
+    assert len(alive) == len(snapshot.gpus)
+    assert took < WAIT_MS / 1000 + 0.5
+    assert not any(t.name.startswith("xid-waiter-") for t in threading.enumerate())
 
 
 def test_mig_reader_agrees_with_the_mig_mode(nvml: ModuleType) -> None:
