@@ -182,7 +182,8 @@ def test_committed_files_equal_generated() -> None:
 def _scratch_tree(tmp_path: Path) -> Path:
     """A copy of what the generator reads and writes."""
     shutil.copy(generate.REPO / "README.md", tmp_path / "README.md")
-    for part in ("dashboards/grafana", "dashboards/rules", "helm/gpu-exporter/files"):
+    for part in ("dashboards/grafana", "dashboards/rules", "dashboards/runbooks",
+                 "helm/gpu-exporter/files"):
         shutil.copytree(generate.REPO / part, tmp_path / part)
     return tmp_path
 
