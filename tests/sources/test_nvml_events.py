@@ -231,3 +231,10 @@ def test_xid_storm_is_counted_exactly(fake: FakeHealthNvml, waiter: EventWaiter)
     for _ in range(2000):
         fake.xid(0, 31)
     eventually(lambda: xid_total(waiter.counts(), 0, 31) == 2000, timeout=20)
+
+
+def test_event_labels_are_the_rows_label_values() -> None:
+    from exporter import metrics  # noqa: PLC0415
+    from exporter.sources.nvml.events import HEALTH_EVENTS  # noqa: PLC0415
+
+    assert tuple(HEALTH_EVENTS.values()) == metrics.HEALTH_EVENTS
