@@ -12,7 +12,6 @@ from dashboards import alerts
 from dashboards import recording as r
 from dashboards import thresholds as t
 from dashboards import variables as v
-from dashboards.gpu_health_panels import fleet_health_stats
 from dashboards.panels import (
     Column,
     Layout,
@@ -105,7 +104,6 @@ def _summary(grid: Layout) -> None:
         "percentunit",
         query(f"sum({_rec(r.INSTANCE_UTILIZATION)} * {gpus_up}) / sum({gpus_up})"),
     ), 3, 4)
-    fleet_health_stats(grid, H)
 
 
 def _per_node(grid: Layout) -> None:

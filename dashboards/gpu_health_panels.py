@@ -1,10 +1,10 @@
-"""Panels for GPU health (XIDs, memory repair) and MIG instances, placed on the node and fleet
-dashboards. Class and action of each XID code: ``dashboards.xids`` and the runbook."""
+"""Panels for GPU health (XIDs, memory repair) and MIG instances on the node dashboard (the fleet
+overview reads recording rules only). Class and action of each XID code: ``dashboards.xids``
+and the runbook."""
 
 from __future__ import annotations
 
 from dashboards import thresholds as t
-from dashboards import xids
 from dashboards.panels import (
     Column,
     Layout,
@@ -19,38 +19,7 @@ from dashboards.promql import count_or_zero, sel
 from exporter import metrics as c
 
 G = "GPU {{gpu}}"
-COUNT_BAD: tuple[Step, ...] = (("green", None), ("red", 1.0))
 COUNT_WARN: tuple[Step, ...] = (("green", None), ("orange", 1.0))
-HARDWARE_XIDS = f'xid=~"{xids.regex(xids.XidClass.HARDWARE)}"'
-
-
-def fleet_health_stats(grid: Layout, matchers: str) -> None:
-    """The fleet overview's health stats: GPUs with hardware XIDs, needing a reset, to replace."""
-    grid.add(stat_panel(
-        "GPUs with hardware XIDs (24h)", "GPUs that reported an XID meaning a hardware fault or "
-        "data loss in the last 24 hours (alert GpuXidHardwareError; the runbook's XID table "
-        "says who acts).", "short",
-        query(count_or_zero(f"max by (job, instance, gpu) (time() - "
-                            f"{sel(c.LAST_XID, matchers, HARDWARE_XIDS)} < 86400)")),
-        thresholds=steps(*COUNT_BAD),
-    ), 3, 4)
-    grid.add(stat_panel(
-        "GPUs needing a reset", "GPUs whose remapped memory rows or retired pages wait for a "
-        "GPU reset (alerts GpuRowRemapPending, GpuRetiredPagesPending).", "short",
-        query(count_or_zero(f"{sel(c.REMAP_PENDING, matchers)} == 1 or "
-                            f"{sel(c.RETIRED_PENDING, matchers)} == 1")),
-        thresholds=steps(*COUNT_WARN),
-    ), 3, 4)
-    grid.add(stat_panel(
-        "GPUs to replace", "GPUs whose row remapping failed: a memory bank is out of spare rows "
-        "(alert GpuRowRemapFailed, RMA).", "short",
-        query(count_or_zero(f"{sel(c.REMAP_FAILURE, matchers)} == 1")),
-        thresholds=steps(*COUNT_BAD),
-    ), 3, 4)
-    grid.add(stat_panel(
-        "MIG GPUs", "GPUs in MIG mode (split into GPU instances; no utilisation per GPU there).",
-        "short", query(count_or_zero(f"{sel(c.MIG_ENABLED, matchers)} == 1")),
-    ), 3, 4)
 
 
 def node_health_rows(grid: Layout, matchers: str) -> None:
