@@ -4,7 +4,6 @@ and the runbook."""
 
 from __future__ import annotations
 
-from dashboards import thresholds as t
 from dashboards.panels import (
     Column,
     Layout,
@@ -17,6 +16,7 @@ from dashboards.panels import (
 )
 from dashboards.promql import count_or_zero, sel
 from exporter import metrics as c
+from exporter import thresholds as t
 
 G = "GPU {{gpu}}"
 COUNT_WARN: tuple[Step, ...] = (("green", None), ("orange", 1.0))

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dashboards import xids
 from dashboards.promql import num
 from dashboards.rules import AlertRule, RuleGroup
-from dashboards.thresholds import (
+from exporter import metrics as c
+from exporter.thresholds import (
     REMAP_PENDING_FOR,
     XID_NOT_WATCHED_FOR,
     XID_RECENT_SECONDS,
@@ -19,7 +20,6 @@ from dashboards.thresholds import (
     XID_STORM_RATE,
     XID_STORM_WINDOW,
 )
-from exporter import metrics as c
 
 XID_ERRORS = c.XID_ERRORS.name
 LAST_XID = c.LAST_XID.name
