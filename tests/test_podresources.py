@@ -26,6 +26,7 @@ from exporter.podresources.client import (
     PodResourcesPoller,
     PollStatus,
 )
+from exporter.podresources.join import AllocationRow, MigDeviceRef, join_allocations
 from tests.fixtures.kubelet import GPU, FakeKubelet, filler, pod
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -325,3 +326,28 @@ def test_a_huge_real_sized_answer_parses_fast(kubelet: FakeKubelet, socket_path:
     assert size > 1 << 20
     assert len(table.allocations) == 4
     assert time.monotonic() - started < 5.0
+
+
+# --- the join with the GPUs NVML sees --------------------------------------------------------
+def test_join_whole_gpus_mig_devices_and_unknown_ids() -> None:
+    table = allocations_from_pods([
+        *PODS,
+        pod("sweep", "trial-2", {"worker": [("nvidia.com/gpu.shared", [f"{GPU_B}::4"])]}),
+        pod("legacy", "old-mig", {"c": [(GPU, [f"MIG-{GPU_A}/3/0"])]}),
+        pod("other", "elsewhere", {"c": [(GPU, ["GPU-not-on-this-node"])]}),
+    ])
+    rows = join_allocations(table, [(0, GPU_A), (1, GPU_B)],
+                            [MigDeviceRef(2, "GPU-parent-of-mig", 5, MIG_A)])
+    by_pod = {(r.namespace, r.pod): r for r in rows}
+    assert len(rows) == len(by_pod) == 6  # trial-2's two replicas are one row
+    assert by_pod[("ml", "trainer-0")] == AllocationRow(
+        "0", GPU_A, GPU_A, "", GPU, "ml", "trainer-0", "main", "exclusive")
+    assert by_pod[("sweep", "trial-2")] == AllocationRow(
+        "1", GPU_B, GPU_B, "", "nvidia.com/gpu.shared", "sweep", "trial-2", "worker", "shared")
+    assert by_pod[("research", "nb-0")] == AllocationRow(
+        "2", "GPU-parent-of-mig", MIG_A, "5", "nvidia.com/mig-1g.18gb", "research", "nb-0",
+        "jupyter", "exclusive")
+    assert (by_pod[("legacy", "old-mig")].gpu, by_pod[("legacy", "old-mig")].gpu_instance) == (
+        "0", "3")
+    assert (by_pod[("other", "elsewhere")].gpu, by_pod[("other", "elsewhere")].uuid,
+            by_pod[("other", "elsewhere")].device_id) == ("", "", "GPU-not-on-this-node")
