@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 SERVER = """
 import sys, time
 sys.path.insert(0, {root!r})
-from exporter.podresources.v1 import api_pb2
+from exporter.attribution.podresources.v1 import api_pb2
 from tests.fixtures.kubelet import GPU, FakeKubelet, filler, pod
 pods = [pod("ml", "trainer-0", {{"main": [(GPU, ["GPU-1"])]}})] + filler({count})
 kubelet = FakeKubelet({socket!r}, pods).start()
@@ -52,12 +52,12 @@ def main() -> int:
     parser.add_argument("--pods", type=int, nargs="*", default=[100, 1000, 10000, 40000])
     args = parser.parse_args()
 
-    from exporter.podresources.client import PodResourcesClient  # noqa: PLC0415
+    from exporter.attribution.podresources.client import PodResourcesClient  # noqa: PLC0415
 
     before = rss_mib()
     import grpc  # noqa: F401, PLC0415
 
-    from exporter.podresources.v1 import api_pb2, api_pb2_grpc  # noqa: F401, PLC0415
+    from exporter.attribution.podresources.v1 import api_pb2, api_pb2_grpc  # noqa: F401, PLC0415
 
     print(f"import grpc + protobuf + generated modules: +{rss_mib() - before:.1f} MiB RSS")
     print("pods    answer     wall p50   client CPU p50")

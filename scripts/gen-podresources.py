@@ -2,11 +2,12 @@
 
     python scripts/gen-podresources.py [--check]
 
-Runs grpcio-tools' protoc on ``exporter/podresources/v1/api.proto`` with the repository root
-as include path, so the generated gRPC module imports its messages as
-``exporter.podresources.v1.api_pb2``. ``--check`` generates into a temporary directory and
-exits 1 when the committed files differ (the test suite runs it). The generated code pins its
-runtimes: keep ``grpcio``/``protobuf`` in pyproject.toml at least at the versions it names.
+Runs grpcio-tools' protoc on ``exporter/attribution/podresources/v1/api.proto`` with the
+repository root as include path, so the generated gRPC module imports its messages as
+``exporter.attribution.podresources.v1.api_pb2``. ``--check`` generates into a temporary
+directory and exits 1 when the committed files differ (the test suite runs it). The generated
+code pins its runtimes: keep ``grpcio``/``protobuf`` in pyproject.toml at least at the
+versions it names.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PROTO = Path("exporter/podresources/v1/api.proto")
+PROTO = Path("exporter/attribution/podresources/v1/api.proto")
 OUTPUTS = ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py")
 
 

@@ -14,8 +14,9 @@ of its own, created as root in the host's cgroup v2 tree:
 
 Then it serves the kubelet's PodResources API with a fake kubelet (tests/fixtures/kubelet.py,
 the generated v1 servicer) on a unix socket, allocating this GPU's real UUID to the pod, and
-compares: the kernel's ``/proc/<pid>/cgroup`` parsed by ``exporter.cgroups``; the PodResources
-client's table; and the exporter's ``/metrics`` (process labels and the allocation series).
+compares: the kernel's ``/proc/<pid>/cgroup`` parsed by ``exporter.attribution.cgroup``; the
+PodResources client's table; and the exporter's ``/metrics`` (process labels and the allocation
+series).
 Everything it created is removed at the end. Prints PASS/FAIL lines; exit status 1 on any FAIL.
 With ``--fake`` the GPU is the test fake NVML (its UUID) and the processes are plain Python
 processes, so the same path runs on a machine without a GPU (still as root, for cgroups).
@@ -43,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from exporter.cgroups import CgroupOwner, parse_cgroup  # noqa: E402
+from exporter.attribution.cgroup import CgroupIdentity, parse_cgroup  # noqa: E402
 
 POD_UID = "3f1e2d4c-5b6a-4798-8a9b-0c1d2e3f4a5b"
 K8S_CID = "c0ffee" + "1" * 58
@@ -78,7 +79,7 @@ def check(name: str, ok: bool, detail: str = "") -> bool:
 class Case:
     name: str
     cgroup: str  # relative to the cgroup v2 root
-    expected: CgroupOwner
+    expected: CgroupIdentity
     proc: subprocess.Popen[str] | None = None
     pid: int = 0
     created: list[Path] = field(default_factory=list)
@@ -89,11 +90,11 @@ def cases() -> list[Case]:
     return [
         Case("kubernetes", "kubepods.slice/kubepods-besteffort.slice/"
              f"kubepods-besteffort-pod{systemd_uid}.slice/cri-containerd-{K8S_CID}.scope",
-             CgroupOwner("kubernetes", POD_UID, K8S_CID, "containerd")),
+             CgroupIdentity("kubernetes", POD_UID, K8S_CID, "containerd")),
         Case("slurm", f"system.slice/slurmstepd.scope/job_{SLURM_JOB}/step_0/user/task_0",
-             CgroupOwner("slurm", slurm_job=SLURM_JOB, slurm_step="0")),
+             CgroupIdentity("slurm", slurm_job=SLURM_JOB, slurm_step="0")),
         Case("docker", f"system.slice/docker-{DOCKER_CID}.scope",
-             CgroupOwner("container", container_id=DOCKER_CID, runtime="docker")),
+             CgroupIdentity("container", container_id=DOCKER_CID, runtime="docker")),
     ]
 
 
@@ -257,7 +258,7 @@ def main() -> int:
     if not check("cgroup v2 hierarchy found", root is not None, str(root)):
         return 1
     assert root is not None
-    from exporter.podresources.client import PodResourcesClient  # noqa: PLC0415
+    from exporter.attribution.podresources.client import PodResourcesClient  # noqa: PLC0415
     from tests.fixtures.kubelet import GPU, FakeKubelet, pod  # noqa: PLC0415 (needs grpc)
 
     uuid = gpu_uuid(args.fake)

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from exporter.podresources.allocations import AllocationTable, allocations_from_pods
+from exporter.attribution.podresources.allocations import AllocationTable, allocations_from_pods
 
-log = logging.getLogger("exporter.podresources")
+log = logging.getLogger("exporter.attribution.podresources")
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
@@ -98,7 +98,7 @@ class _Grpc:
     def __init__(self) -> None:
         import grpc  # noqa: PLC0415 (lazy: only when the feature is on)
 
-        from exporter.podresources.v1 import api_pb2, api_pb2_grpc  # noqa: PLC0415
+        from exporter.attribution.podresources.v1 import api_pb2, api_pb2_grpc  # noqa: PLC0415
 
         self.grpc: Any = grpc
         self.api_pb2: Any = api_pb2

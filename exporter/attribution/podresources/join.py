@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from exporter.podresources.allocations import AllocationTable
+from exporter.attribution.podresources.allocations import AllocationTable
 
 EXCLUSIVE = "exclusive"
 SHARED = "shared"

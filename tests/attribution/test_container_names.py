@@ -1,4 +1,4 @@
-"""Tests for exporter.container_names: names from Docker's and Podman's files on the host."""
+"""Tests for exporter.attribution.container_names: names from Docker's and Podman's files."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.container_names import ContainerNames
+from exporter.attribution.container_names import ContainerNames
 from tests.fixtures.cgroups import CID_A, CID_B, CID_C
 
 

@@ -1,16 +1,16 @@
-"""Tests for exporter.cgroups: one parser for Kubernetes, Slurm and container layouts."""
+"""Tests for exporter.attribution.cgroup: one parser for Kubernetes, Slurm and container layouts."""
 
 from __future__ import annotations
 
 import pytest
 
-from exporter.cgroups import CgroupOwner, parse_cgroup
+from exporter.attribution.cgroup import CgroupIdentity, parse_cgroup
 from tests.fixtures.cgroup_layouts import CASES
 from tests.fixtures.cgroups import CID_A, UID_A, UID_B
 
 
 @pytest.mark.parametrize(("text", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_parse_cgroup(text: str, expected: CgroupOwner | None) -> None:
+def test_parse_cgroup(text: str, expected: CgroupIdentity | None) -> None:
     assert parse_cgroup(text) == expected
 
 
@@ -26,7 +26,7 @@ def test_kubernetes_wins_over_an_inner_runtime_scope_and_other_pods_are_not_mixe
         f"0::/kubepods/burstable/pod{UID_A.upper()}\n"
         f"3:pids:/kubepods/burstable/pod{UID_B}/{CID_A}\n"
     )
-    assert parse_cgroup(text) == CgroupOwner("kubernetes", UID_A)
+    assert parse_cgroup(text) == CgroupIdentity("kubernetes", UID_A)
 
 
 def test_garbage_never_raises() -> None:

@@ -1,5 +1,5 @@
-"""Tests for exporter.podresources: device ids, the allocation table, the client and the poller
-against a fake kubelet that serves the generated PodResources v1 API on a unix socket."""
+"""Tests for exporter.attribution.podresources: device ids, the allocation table, the client and
+the poller against a fake kubelet that serves the generated PodResources v1 API on a unix socket."""
 
 from __future__ import annotations
 
@@ -13,23 +13,23 @@ from pathlib import Path
 
 import pytest
 
-from exporter.podresources.allocations import (
+from exporter.attribution.podresources.allocations import (
     Allocation,
     AllocationTable,
     DeviceId,
     allocations_from_pods,
     parse_device_id,
 )
-from exporter.podresources.client import (
+from exporter.attribution.podresources.client import (
     MAX_MESSAGE_BYTES_LIMIT,
     PodResourcesClient,
     PodResourcesPoller,
     PollStatus,
 )
-from exporter.podresources.join import AllocationRow, MigDeviceRef, join_allocations
+from exporter.attribution.podresources.join import AllocationRow, MigDeviceRef, join_allocations
 from tests.fixtures.kubelet import GPU, FakeKubelet, filler, pod
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GPU_A = "GPU-8f2c1e52-5a3b-4c2d-9e1f-0a1b2c3d4e5f"
 GPU_B = "GPU-11112222-3333-4444-5555-666677778888"
 MIG_A = "MIG-4b1e5f4c-8f2a-5d3b-9c6e-7a8b9c0d1e2f"
@@ -290,7 +290,8 @@ def test_interval_has_a_floor(socket_path: str) -> None:
 def test_grpc_is_imported_only_when_polling() -> None:
     code = (
         "import sys\n"
-        "from exporter.podresources.client import PodResourcesClient, PodResourcesPoller\n"
+        "from exporter.attribution.podresources.client import (PodResourcesClient,\n"
+        "                                                     PodResourcesPoller)\n"
         "poller = PodResourcesPoller(PodResourcesClient('/nonexistent/kubelet.sock'))\n"
         "assert 'grpc' not in sys.modules and 'google.protobuf' not in sys.modules\n"
         "poller.poll_once()  # missing socket: still no gRPC import\n"
@@ -309,7 +310,7 @@ def test_generated_modules_are_up_to_date() -> None:
 
 
 def test_wire_path_is_the_kubelets() -> None:
-    from exporter.podresources.v1 import api_pb2  # noqa: PLC0415
+    from exporter.attribution.podresources.v1 import api_pb2  # noqa: PLC0415
 
     service = api_pb2.DESCRIPTOR.services_by_name["PodResourcesLister"]
     assert service.full_name == "v1.PodResourcesLister"

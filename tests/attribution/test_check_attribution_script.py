@@ -15,7 +15,7 @@ import pytest
 
 from tests.processes import free_port
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "gpu" / "check_attribution.py"
 
 
