@@ -21,10 +21,12 @@ from types import FrameType
 import uvicorn
 
 from exporter import __version__
+from exporter.attribution.container_names import ContainerNames
 from exporter.attribution.enrich import Enricher, ProcessEnricher
 from exporter.attribution.kubernetes import PodResolver
 from exporter.attribution.owners import OwnerResolver, ProcfsError, check_procfs
 from exporter.attribution.passwd import PasswdFileError, check_passwd_file
+from exporter.attribution.podresources.client import PodResourcesClient, PodResourcesPoller
 from exporter.config import (
     Config,
     ConfigError,
@@ -38,7 +40,7 @@ from exporter.scheduler import Scheduler
 from exporter.sources.base import Source
 from exporter.web.app import create_app
 
-__all__ = ["build_enricher", "build_source", "main", "parse_config"]
+__all__ = ["build_enricher", "build_poller", "build_source", "main", "parse_config"]
 
 log = logging.getLogger("exporter")
 
@@ -123,18 +125,35 @@ def build_source(config: Config) -> Source:
     )
 
 
-def build_enricher(config: Config) -> Enricher | None:
-    """Owner (and with ``--kubernetes`` pod) enrichment; None for the simulated source."""
+def build_poller(config: Config) -> PodResourcesPoller | None:
+    """The kubelet allocation poller (not started), with ``--kubernetes`` on the NVML source
+    and a socket path; None otherwise (the simulated source simulates allocations)."""
+    if config.source == "simulated" or not config.kubernetes or not config.pod_resources_socket:
+        return None
+    client = PodResourcesClient(
+        config.pod_resources_socket, max_message_bytes=config.pod_resources_max_bytes,
+        extra_resource_names=config.gpu_resources,
+    )
+    return PodResourcesPoller(client, interval_seconds=config.pod_resources_interval)
+
+
+def build_enricher(config: Config, poller: PodResourcesPoller | None = None) -> Enricher | None:
+    """Owner, cgroup (pod, Slurm job, container) and allocation enrichment; None for the
+    simulated source."""
     if config.source == "simulated":
         return None  # its processes carry owners and pods; this host's /proc is unrelated
+    cgroups = config.kubernetes or config.slurm or config.containers
     owners = OwnerResolver(
         procfs=config.procfs, passwd_file=config.passwd_file,
-        include_cmdline=config.cmdline, cgroups=config.kubernetes,
+        include_cmdline=config.cmdline, cgroups=cgroups,
     )
     pods = PodResolver(
         pod_logs_dir=config.pod_logs_dir, container_logs_dir=config.container_logs_dir,
     ) if config.kubernetes else None
-    return ProcessEnricher(owners, pods)
+    names = ContainerNames(
+        docker_root=config.docker_root or None, podman_storage=config.podman_storage or None,
+    ) if config.containers else None
+    return ProcessEnricher(owners, pods, container_names=names, allocations=poller)
 
 
 #: errno values meaning "no IPv6 here" (kernel without it, or disabled in this namespace).
@@ -234,9 +253,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpu-exporter: error: cannot listen on {config.listen_address}: "
               f"{exc.strerror or exc}", file=sys.stderr)
         return 1
+    poller = build_poller(config)
     scheduler = Scheduler(
         source,
-        build_enricher(config),
+        build_enricher(config, poller),
         groups=config.collect_groups(),
         min_interval=config.min_interval,
         timeout=config.timeout,
@@ -248,11 +268,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         __version__, config.listen_address, port, config.source, config.telemetry_path,
         extra={"address": f"{host}:{port}"},
     )
+    if poller is not None:
+        poller.start()  # background thread: scrapes only read its latest answer
     scheduler.trigger()  # initialise the source now, not on the first scrape
     try:
         started = serve(config, scheduler, sock)
     finally:
         scheduler.close()
+        if poller is not None:
+            poller.stop()
         sock.close()
     if not started:
         log.error("the HTTP server failed to start")

@@ -11,8 +11,15 @@ Run ``python -m exporter.metrics`` to print the Markdown table used in the READM
 
 from __future__ import annotations
 
-from exporter.metrics import gpu, process, self_metrics
+from exporter.metrics import attribution, gpu, process, self_metrics
+from exporter.metrics.attribution import (
+    ALLOCATION_INFO,
+    ALLOCATION_LABELS,
+    POD_RESOURCES_STATUS,
+    POD_RESOURCES_UP,
+)
 from exporter.metrics.core import (
+    CONTAINER_LABELS,
     GPU_LABELS,
     KUBERNETES_LABELS,
     OPT_IN_GROUPS,
@@ -20,6 +27,7 @@ from exporter.metrics.core import (
     PREFIX,
     PROCESS_LABELS,
     SELF_PREFIX,
+    SLURM_LABELS,
     SWITCHABLE_GROUPS,
     UNITS,
     UNKNOWN_VALUE,
@@ -80,7 +88,7 @@ from exporter.metrics.self_metrics import (
 from exporter.snapshot import Value
 
 #: The modules holding rows, in documentation order (a new row module is added here).
-_ROW_MODULES = (gpu, process, self_metrics)
+_ROW_MODULES = (gpu, process, attribution, self_metrics)
 
 #: Every row, in documentation order (per GPU, per process, the exporter itself).
 CATALOGUE: tuple[Metric, ...] = tuple(
@@ -106,16 +114,17 @@ def markdown_table() -> str:
 
 
 __all__ = [
-    "BUILD_INFO", "BY_NAME", "CATALOGUE", "COLLECTION_DURATION", "COLLECTION_SUCCESS",
-    "DATA_AGE", "ECC_ERRORS", "ENERGY", "ERRORS", "FAN_SPEED", "GPU_INFO", "GPU_LABELS",
-    "GPU_ROWS", "GPU_UP", "GRAPHICS_CLOCK", "KUBERNETES_LABELS", "LAST_SUCCESS", "MEMORY_CLOCK",
-    "MEMORY_FREE", "MEMORY_RESERVED", "MEMORY_TOTAL", "MEMORY_USED", "MEMORY_UTILIZATION",
-    "OPT_IN_GROUPS", "OVERFLOW_VALUE", "PCIE_THROUGHPUT", "PERFORMANCE_STATE", "POWER_LIMIT",
-    "POWER_THROTTLE_REASONS", "POWER_USAGE", "PREFIX", "PROCESSES", "PROCESS_LABELS",
-    "PROCESS_MEMORY", "PROCESS_ROWS", "PROCESS_SERIES_OVERFLOW", "PROCESS_START_TIME",
-    "PROCESS_UTILIZATION", "SELF_PREFIX", "SM_CLOCK", "SOURCE_UP", "SWITCHABLE_GROUPS",
-    "TEMPERATURE", "THERMAL_THROTTLE_REASONS", "THROTTLE_ACTIVE", "THROTTLE_REASONS", "UNITS",
-    "UNKNOWN_VALUE", "USER_MEMORY", "USER_PROCESSES", "UTILIZATION", "Constant", "Fold",
-    "Group", "Kind", "Metric", "NvmlRead", "NvmlSpecial", "Scope", "Value", "default_groups",
-    "markdown_table", "nvml",
+    "ALLOCATION_INFO", "ALLOCATION_LABELS", "BUILD_INFO", "BY_NAME", "CATALOGUE",
+    "COLLECTION_DURATION", "COLLECTION_SUCCESS", "CONTAINER_LABELS", "DATA_AGE", "ECC_ERRORS",
+    "ENERGY", "ERRORS", "FAN_SPEED", "GPU_INFO", "GPU_LABELS", "GPU_ROWS", "GPU_UP",
+    "GRAPHICS_CLOCK", "KUBERNETES_LABELS", "LAST_SUCCESS", "MEMORY_CLOCK", "MEMORY_FREE",
+    "MEMORY_RESERVED", "MEMORY_TOTAL", "MEMORY_USED", "MEMORY_UTILIZATION", "OPT_IN_GROUPS",
+    "OVERFLOW_VALUE", "PCIE_THROUGHPUT", "PERFORMANCE_STATE", "POD_RESOURCES_STATUS",
+    "POD_RESOURCES_UP", "POWER_LIMIT", "POWER_THROTTLE_REASONS", "POWER_USAGE", "PREFIX",
+    "PROCESSES", "PROCESS_LABELS", "PROCESS_MEMORY", "PROCESS_ROWS", "PROCESS_SERIES_OVERFLOW",
+    "PROCESS_START_TIME", "PROCESS_UTILIZATION", "SELF_PREFIX", "SLURM_LABELS", "SM_CLOCK",
+    "SOURCE_UP", "SWITCHABLE_GROUPS", "TEMPERATURE", "THERMAL_THROTTLE_REASONS", "THROTTLE_ACTIVE",
+    "THROTTLE_REASONS", "UNITS", "UNKNOWN_VALUE", "USER_MEMORY", "USER_PROCESSES", "UTILIZATION",
+    "Constant", "Fold", "Group", "Kind", "Metric", "NvmlRead", "NvmlSpecial", "Scope", "Value",
+    "default_groups", "markdown_table", "nvml",
 ]

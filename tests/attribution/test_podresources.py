@@ -199,9 +199,11 @@ def test_rate_limited(kubelet: FakeKubelet, socket_path: str) -> None:
 
 
 def test_missing_socket_and_not_a_socket(socket_path: str) -> None:
-    state = poller_for(socket_path).poll_once()
+    poller = poller_for(socket_path)
+    state = poller.poll_once()
     assert state.status is PollStatus.SOCKET_MISSING
     assert socket_path in (state.error or "")
+    assert poller.take_errors() == {}  # a state (not a Kubernetes node), not an error
     Path(socket_path).write_text("not a socket")
     assert poller_for(socket_path).poll_once().status is PollStatus.NOT_A_SOCKET
 

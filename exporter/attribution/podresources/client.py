@@ -244,7 +244,8 @@ class PodResourcesPoller:
             return current
 
     def take_errors(self) -> dict[str, int]:
-        """Failed polls since the last call, as ``{ERROR_KIND: n}`` (empty when none)."""
+        """Failed polls since the last call, as ``{ERROR_KIND: n}`` (empty when none; a
+        missing socket is a state, not an error: not counted)."""
         with self._lock:
             count, self._errors = self._errors, 0
         return {ERROR_KIND: count} if count else {}
@@ -274,7 +275,8 @@ class PodResourcesPoller:
             previous = self._state
             if previous.status is not status:
                 log.warning("PodResources: %s", message)
-            self._errors += 1
+            if status is not PollStatus.SOCKET_MISSING:  # a state (see the status metric)
+                self._errors += 1
             self._state = PodResourcesState(previous.table, status, message,
                                             previous.last_success_unix, previous.response_bytes,
                                             self._clock() - started)

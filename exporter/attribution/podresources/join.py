@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from exporter.attribution.podresources.allocations import AllocationTable
+from exporter.snapshot import AllocationRow
 
 EXCLUSIVE = "exclusive"
 SHARED = "shared"
@@ -30,21 +31,6 @@ class MigDeviceRef:
     parent_uuid: str
     gpu_instance: int
     uuid: str  # MIG-<uuid>
-
-
-@dataclass(frozen=True, slots=True)
-class AllocationRow:
-    """One exposed allocation (label values as strings; "" when unknown or not applicable)."""
-
-    gpu: str
-    uuid: str
-    device_id: str
-    gpu_instance: str
-    resource: str
-    namespace: str
-    pod: str
-    container: str
-    sharing: str
 
 
 def join_allocations(
