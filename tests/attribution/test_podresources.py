@@ -128,8 +128,9 @@ def test_empty_node(kubelet: FakeKubelet, socket_path: str) -> None:
 def test_answer_over_4_mib_is_read_within_the_raised_limit(
     kubelet: FakeKubelet, socket_path: str
 ) -> None:
+    kubelet.huge_response()  # built before the call: building 6 MiB of messages is slow
     kubelet.mode = "huge"
-    table, size = PodResourcesClient(socket_path).list_allocations()
+    table, size = PodResourcesClient(socket_path, timeout_seconds=15).list_allocations()
     assert size > 4 << 20  # over gRPC's 4 MiB default, which failed dcgm-exporter's scrape
     assert table == allocations_from_pods(PODS)
 

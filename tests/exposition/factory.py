@@ -6,10 +6,12 @@ from dataclasses import replace
 
 from exporter import metrics
 from exporter.snapshot import (
+    AllocationRow,
     GpuIdentity,
     GpuProcess,
     GpuReading,
     PodRef,
+    PodResourcesHealth,
     ProcessOwner,
     ProcessType,
     Snapshot,
@@ -161,4 +163,11 @@ def fleet(gpus: int = 8, processes_per_gpu: int = 32) -> Snapshot:
                 )
             )
         readings.append(reading(index, tuple(procs)))
-    return snapshot(*readings)
+    # The kubelet gave each GPU to one pod (the exporter's allocation series).
+    allocations = tuple(
+        AllocationRow(str(r.identity.index), r.identity.uuid, r.identity.uuid, "",
+                      "nvidia.com/gpu", "ml", f"train-{r.identity.index}", "main", "exclusive")
+        for r in readings
+    )
+    return snapshot(*readings, allocations=allocations,
+                    pod_resources=PodResourcesHealth(True, "ok"))
