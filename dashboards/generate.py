@@ -27,7 +27,7 @@ from pathlib import Path
 from grafana_foundation_sdk.builders import dashboard
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
-from dashboards import alerts, fleet, health, node, recording, rules, users
+from dashboards import alerts, fleet, health, node, recording, rules, users, workloads
 from exporter.docs import DocsError, render_readme
 
 REPO = Path(__file__).resolve().parent.parent
@@ -38,6 +38,7 @@ DASHBOARDS: dict[str, Callable[[], dashboard.Dashboard]] = {
     "gpu-node-device.json": node.build,
     "gpu-users-processes.json": users.build,
     "gpu-exporter-health.json": health.build,
+    "gpu-workloads.json": workloads.build,
 }
 ALERTS_FILE = "gpu-exporter-alerts.yaml"
 RECORDING_FILE = "gpu-exporter-recording.yaml"

@@ -8,6 +8,7 @@ cheaper long-range graphs and federation.
 
 from __future__ import annotations
 
+from dashboards.promql import NOT_OVERFLOW, owned, sel
 from dashboards.rules import RecordingRule, RuleGroup
 from exporter import metrics as c
 
@@ -69,9 +70,48 @@ def fleet_group() -> RuleGroup:
     return RuleGroup("gpu-exporter-recording-fleet", rules)
 
 
+def workload_group() -> RuleGroup:
+    """Per namespace and pod (Kubernetes) and per Slurm job.
+
+    Device metrics (memory, utilisation, power) go to a pod only for whole GPUs one container
+    owns alone (``sharing="exclusive"``): a shared GPU's numbers are not split. Memory of
+    processes is exact on shared GPUs too (the driver accounts it per process).
+    """
+    labels = (*c.PROCESS_LABELS, *c.KUBERNETES_LABELS, *c.CONTAINER_LABELS, *c.SLURM_LABELS)
+
+    def all_but(*kept: str) -> str:
+        return ", ".join(dict.fromkeys(label for label in labels if label not in kept))
+
+    pod_memory = sel(c.PROCESS_MEMORY, 'pod!=""', NOT_OVERFLOW)
+    job_memory = sel(c.PROCESS_MEMORY, 'slurm_job!=""', NOT_OVERFLOW)
+    rules = (
+        RecordingRule(f"namespace_pod:{used}:sum",
+                      f"sum without ({_GPU}, container) ({owned(c.MEMORY_USED, '')})"),
+        RecordingRule(f"namespace_pod:{total}:sum",
+                      f"sum without ({_GPU}, container) ({owned(c.MEMORY_TOTAL, '')})"),
+        RecordingRule(f"namespace_pod:{c.UTILIZATION.name}:avg",
+                      f"avg without ({_GPU}, container) ({owned(c.UTILIZATION, '')})"),
+        RecordingRule(f"namespace_pod:{c.POWER_USAGE.name}:sum",
+                      f"sum without ({_GPU}, container) ({owned(c.POWER_USAGE, '')})"),
+        RecordingRule(f"namespace:{used}:sum", f"sum without (pod) (namespace_pod:{used}:sum)"),
+        RecordingRule(f"namespace:{c.POWER_USAGE.name}:sum",
+                      f"sum without (pod) (namespace_pod:{c.POWER_USAGE.name}:sum)"),
+        RecordingRule(f"namespace_pod:{c.PROCESS_MEMORY.name}:sum",
+                      f"sum without ({all_but('namespace', 'pod')}) ({pod_memory})"),
+        RecordingRule(f"namespace:{c.PROCESS_MEMORY.name}:sum",
+                      f"sum without (pod) (namespace_pod:{c.PROCESS_MEMORY.name}:sum)"),
+        RecordingRule("namespace_pod:gpu_allocated:count",
+                      f"count without ({_GPU}, device_id, gpu_instance, resource, container, "
+                      f"sharing) ({c.ALLOCATION_INFO.name})"),
+        RecordingRule(f"slurm_job:{c.PROCESS_MEMORY.name}:sum",
+                      f"sum without ({all_but('slurm_job', 'user')}) ({job_memory})"),
+    )
+    return RuleGroup("gpu-exporter-recording-workloads", rules)
+
+
 def groups() -> tuple[RuleGroup, ...]:
     """Every recording group, in file order."""
-    return (gpu_group(), instance_group(), fleet_group())
+    return (gpu_group(), instance_group(), fleet_group(), workload_group())
 
 
 def all_records() -> tuple[RecordingRule, ...]:

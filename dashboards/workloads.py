@@ -22,8 +22,8 @@ from dashboards.panels import (
     table_panel,
     timeseries_panel,
 )
-from dashboards.promql import NOT_OVERFLOW, allocated_idle, count_or_zero, exclusive_gpu, sel
-from exporter import catalogue as c
+from dashboards.promql import NOT_OVERFLOW, allocated_idle, count_or_zero, owned, sel
+from exporter import metrics as c
 
 UID = "gpu-exporter-workloads"
 H = v.HOST
@@ -31,24 +31,15 @@ NAMESPACE = 'namespace=~"$namespace"'
 POD = 'pod=~"$pod"'
 SLURM_JOB = 'slurm_job=~"$slurm_job"'
 K8S = f'{H}, {NAMESPACE}, {POD}'
+WORKLOAD = (NAMESPACE, POD)
 ALLOC = sel(c.ALLOCATION_INFO, K8S)
-PROC_MEM = sel(c.PROCESS_MEMORY, H, NOT_OVERFLOW)
 HIDDEN = ("Time", "__name__", "job", "instance")
 SHARED = 'sharing="shared"'
 IN_POD, IN_JOB, IN_CONTAINER = 'pod!=""', 'slurm_job!=""', 'container_id!=""'
 POD_MEM = sel(c.PROCESS_MEMORY, K8S, IN_POD, NOT_OVERFLOW)
 POD_UTIL = sel(c.PROCESS_UTILIZATION, K8S, IN_POD, NOT_OVERFLOW)
 SHARED_ALLOC = sel(c.ALLOCATION_INFO, K8S, SHARED)
-
-
-def _variables() -> list[v.Variable]:
-    either = f'{{__name__=~"{c.ALLOCATION_INFO.name}|{c.PROCESS_MEMORY.name}", {H}}}'
-    return v.host_chain(
-        v.query_variable("namespace", "Namespace", f"label_values({either}, namespace)"),
-        v.query_variable("pod", "Pod", f'label_values({either[:-1]}, {NAMESPACE}}}, pod)'),
-        v.query_variable("slurm_job", "Slurm job",
-                         f"label_values({sel(c.PROCESS_MEMORY, H)}, slurm_job)"),
-    )
+IDLE = allocated_idle(H, *WORKLOAD, ratio=t.IDLE_UTILIZATION_RATIO, window=t.IDLE_AVG_WINDOW)
 
 
 def _allocations(grid: Layout) -> None:
@@ -62,7 +53,7 @@ def _allocations(grid: Layout) -> None:
         "Allocated but idle", "Pod allocations with no process of the pod on the GPU, or a GPU "
         f"the pod owns alone averaging under {t.IDLE_UTILIZATION_RATIO:.0%} utilisation over "
         f"{t.IDLE_AVG_WINDOW} (alert GpuAllocatedIdle after {t.IDLE_FOR}).", "short",
-        query(count_or_zero(allocated_idle(K8S))), thresholds=steps(*COUNT_WARN),
+        query(count_or_zero(IDLE)), thresholds=steps(*COUNT_WARN),
     ), 4, 4)
     grid.add(stat_panel(
         "Shared allocations", "Allocations of time-sliced or MPS-shared GPUs: their device "
@@ -83,15 +74,14 @@ def _allocations(grid: Layout) -> None:
         "containers outside Kubernetes.", "bytes",
         query(f"sum({sel(c.PROCESS_MEMORY, H, IN_CONTAINER)}) or vector(0)"),
     ), 4, 4)
-    owned = exclusive_gpu(K8S)
     grid.add(table_panel(
         "GPUs owned by one pod", "Whole GPUs the kubelet gave to exactly one container: their "
         "memory, utilisation and power are that pod's.",
         [
-            Column("Memory used", owned(c.MEMORY_USED), "bytes"),
-            Column("Memory total", owned(c.MEMORY_TOTAL), "bytes"),
-            Column("Utilisation", owned(c.UTILIZATION), "percentunit"),
-            Column("Power", owned(c.POWER_USAGE), "watt"),
+            Column("Memory used", owned(c.MEMORY_USED, H, *WORKLOAD), "bytes"),
+            Column("Memory total", owned(c.MEMORY_TOTAL, H, *WORKLOAD), "bytes"),
+            Column("Utilisation", owned(c.UTILIZATION, H, *WORKLOAD), "percentunit"),
+            Column("Power", owned(c.POWER_USAGE, H, *WORKLOAD), "watt"),
         ],
         hidden=HIDDEN, sort_by="Memory used",
     ), 24, 8)
@@ -112,11 +102,12 @@ def _allocations(grid: Layout) -> None:
         hidden=HIDDEN, sort_by="Pod memory",
     ), 12, 8)
     grid.add(table_panel(
-        "Allocated but idle", "Allocations of the selected pods that hold a GPU for nothing: "
-        "'No process' = 1 when no process of the pod is on the GPU; 'Avg utilisation' for "
-        "GPUs the pod owns alone. See the GpuAllocatedIdle runbook.",
+        "Allocated but idle", "Allocations of the selected pods that hold a GPU for nothing "
+        "right now: no process of the pod on the GPU, or a GPU the pod owns alone averaging "
+        f"under {t.IDLE_UTILIZATION_RATIO:.0%} utilisation over {t.IDLE_AVG_WINDOW}. After "
+        f"{t.IDLE_FOR} the GpuAllocatedIdle alert fires (see its runbook).",
         [Column("Idle", f"max by (job, instance, gpu, uuid, namespace, pod, container) "
-                        f"({allocated_idle(K8S)})", "short")],
+                        f"({IDLE})", "short")],
         hidden=HIDDEN,
     ), 12, 8)
 
@@ -132,14 +123,14 @@ def _usage(grid: Layout) -> None:
         "GPU memory by pod", "Memory held by each pod's GPU processes.", "bytes",
         [query(f"sum by (namespace, pod) ({POD_MEM})", "{{namespace}}/{{pod}}")], min_val=0,
     ), 12)
-    util = exclusive_gpu(K8S)(c.UTILIZATION)
+    util = owned(c.UTILIZATION, H, *WORKLOAD)
     grid.add(timeseries_panel(
         "Utilisation of GPUs a pod owns", "Average utilisation of the whole GPUs each pod "
         "owns alone.", "percentunit",
         [query(f"avg by (namespace, pod) ({util})", "{{namespace}}/{{pod}}")],
         min_val=0, max_val=1,
     ), 12)
-    power = exclusive_gpu(K8S)(c.POWER_USAGE)
+    power = owned(c.POWER_USAGE, H, *WORKLOAD)
     grid.add(timeseries_panel(
         "Power of GPUs a pod owns", "Board power of the whole GPUs each pod owns alone, summed "
         "per pod.", "watt",
@@ -186,7 +177,7 @@ def build() -> dashboard.Dashboard:
     built = board(
         "GPU workloads", UID,
         "Which pod, Slurm job or container holds each GPU, allocated or not.",
-        _variables(),
+        v.host_chain(*v.workload_labels()),
     )
     grid = Layout(built)
     _allocations(grid)
