@@ -74,6 +74,19 @@ def _allocations(grid: Layout) -> None:
         "containers outside Kubernetes.", "bytes",
         query(f"sum({sel(c.PROCESS_MEMORY, H, IN_CONTAINER)}) or vector(0)"),
     ), 4, 4)
+    grid.add(stat_panel(
+        "Kubelet PodResources API", "1 when every selected exporter's last poll of the "
+        "kubelet's PodResources API succeeded; 0 means allocations are missing somewhere (alert "
+        "GpuExporterPodResourcesFailing; see the status table).", "short",
+        query(f"min({sel(c.POD_RESOURCES_UP, H)})"),
+        thresholds=steps(("red", None), ("green", 1.0)),
+    ), 4, 4)
+    grid.add(table_panel(
+        "PodResources status", "The outcome of each exporter's last PodResources poll: ok, "
+        "socket_missing (not mounted, or another kubelet root dir), permission_denied (run as "
+        "uid 0), unavailable, timeout, too_large, rejected, unimplemented, error.",
+        [Column("Status", sel(c.POD_RESOURCES_STATUS, H), "short")],
+    ), 20, 4)
     grid.add(table_panel(
         "GPUs owned by one pod", "Whole GPUs the kubelet gave to exactly one container: their "
         "memory, utilisation and power are that pod's.",

@@ -37,7 +37,7 @@ BOARDS = {path.name: load(path) for path in DASHBOARD_FILES}
 NAMES = sorted(BOARDS)
 
 
-def test_the_four_dashboards_exist_with_stable_uids() -> None:
+def test_the_five_dashboards_exist_with_stable_uids() -> None:
     assert sorted(generate.DASHBOARDS) == NAMES
     uids = {name: board["uid"] for name, board in BOARDS.items()}
     assert uids == {
@@ -45,6 +45,7 @@ def test_the_four_dashboards_exist_with_stable_uids() -> None:
         "gpu-fleet-overview.json": "gpu-exporter-fleet",
         "gpu-node-device.json": "gpu-exporter-node",
         "gpu-users-processes.json": "gpu-exporter-users",
+        "gpu-workloads.json": "gpu-exporter-workloads",
     }
     assert len({b["title"] for b in BOARDS.values()}) == len(BOARDS)
 
