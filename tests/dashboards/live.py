@@ -14,7 +14,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,8 +85,10 @@ class Stack:
     prometheus: subprocess.Popen[bytes] | None = None
     prometheus_port: int = 0
 
-    def start_exporters(self, speeds: Mapping[str, float]) -> None:
-        """Launch one exporter per scenario (all at once; they start in parallel)."""
+    def start_exporters(self, speeds: Mapping[str, float],
+                        flags: Mapping[str, Sequence[str]] | None = None) -> None:
+        """Launch one exporter per scenario (all at once; they start in parallel), with the
+        scenario's extra ``flags``."""
         for scenario, speed in speeds.items():
             port = free_port()
             log = self.tmp / f"exporter-{scenario}.log"
@@ -94,7 +96,8 @@ class Stack:
                 process = subprocess.Popen(
                     [sys.executable, "-m", "exporter", "--source", "simulated",
                      "--scenario", scenario, "--simulate.speed", str(speed),
-                     "--web.listen-address", f"127.0.0.1:{port}", "--log.level", "warning"],
+                     "--web.listen-address", f"127.0.0.1:{port}", "--log.level", "warning",
+                     *(flags or {}).get(scenario, ())],
                     cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                 )
             self.exporters[scenario] = Exporter(scenario, speed, port, process, log)
