@@ -28,15 +28,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from exporter.attribution.cgroup import CgroupIdentity
-from exporter.attribution.container_names import ContainerNames
-from exporter.attribution.kubernetes import PodResolver
 from exporter.attribution.owners import OwnerResolver, OwnerStatus
-from exporter.attribution.podresources.client import PodResourcesPoller, PollStatus
+from exporter.attribution.podresources.client import PollStatus
 from exporter.attribution.podresources.join import join_allocations
 from exporter.snapshot import ContainerRef, GpuProcess, GpuReading, PodResourcesHealth, Snapshot
+
+if TYPE_CHECKING:  # imported by the CLI only when switched on
+    from exporter.attribution.container_names import ContainerNames
+    from exporter.attribution.kubernetes import PodResolver
+    from exporter.attribution.podresources.client import PodResourcesPoller
 
 #: Sources whose snapshots are never enriched (their processes are not on this host).
 SKIPPED_SOURCES: frozenset[str] = frozenset({"simulated"})
