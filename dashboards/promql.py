@@ -99,7 +99,7 @@ def allocated_idle(host: str, *matchers: str, ratio: float, window: str) -> str:
     the pod on the GPU, or a GPU the container owns alone with average utilisation under
     ``ratio`` over ``window``."""
     allocated = sel(c.ALLOCATION_INFO, host, *matchers, 'uuid!=""')
-    processes = sel(c.PROCESS_MEMORY, host)
+    processes = sel(c.WORKLOAD_MEMORY, host)
     utilization = sel(c.UTILIZATION, host)
     return (
         f"({allocated} unless on (job, instance, uuid, namespace, pod) {processes})\n"

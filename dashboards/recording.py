@@ -10,7 +10,7 @@ without these.
 
 from __future__ import annotations
 
-from dashboards.promql import HOSTNAME_RECORD, NOT_OVERFLOW, owned, sel
+from dashboards.promql import HOSTNAME_RECORD, owned, sel
 from dashboards.rules import RecordingRule, RuleGroup
 from exporter import metrics as c
 
@@ -86,13 +86,10 @@ def workload_group() -> RuleGroup:
     owns alone (``sharing="exclusive"``): a shared GPU's numbers are not split. Memory of
     processes is exact on shared GPUs too (the driver accounts it per process).
     """
-    labels = (*c.PROCESS_LABELS, *c.KUBERNETES_LABELS, *c.CONTAINER_LABELS, *c.SLURM_LABELS)
-
-    def all_but(*kept: str) -> str:
-        return ", ".join(dict.fromkeys(label for label in labels if label not in kept))
-
-    pod_memory = sel(c.PROCESS_MEMORY, 'pod!=""', NOT_OVERFLOW)
-    job_memory = sel(c.PROCESS_MEMORY, 'slurm_job!=""', NOT_OVERFLOW)
+    pod_memory = sel(c.WORKLOAD_MEMORY, 'pod!=""')
+    job_memory = sel(c.WORKLOAD_MEMORY, 'slurm_job!=""')
+    not_pod = "container, container_id, slurm_job"
+    not_job = "namespace, pod, container, container_id"
     rules = (
         RecordingRule(f"namespace_pod:{used}:sum",
                       f"sum without ({_GPU}, container) ({owned(c.MEMORY_USED, '')})"),
@@ -105,15 +102,15 @@ def workload_group() -> RuleGroup:
         RecordingRule(f"namespace:{used}:sum", f"sum without (pod) (namespace_pod:{used}:sum)"),
         RecordingRule(f"namespace:{c.POWER_USAGE.name}:sum",
                       f"sum without (pod) (namespace_pod:{c.POWER_USAGE.name}:sum)"),
-        RecordingRule(f"namespace_pod:{c.PROCESS_MEMORY.name}:sum",
-                      f"sum without ({all_but('namespace', 'pod')}) ({pod_memory})"),
-        RecordingRule(f"namespace:{c.PROCESS_MEMORY.name}:sum",
-                      f"sum without (pod) (namespace_pod:{c.PROCESS_MEMORY.name}:sum)"),
+        RecordingRule(f"namespace_pod:{c.WORKLOAD_MEMORY.name}:sum",
+                      f"sum without ({_GPU}, {not_pod}) ({pod_memory})"),
+        RecordingRule(f"namespace:{c.WORKLOAD_MEMORY.name}:sum",
+                      f"sum without (pod) (namespace_pod:{c.WORKLOAD_MEMORY.name}:sum)"),
         RecordingRule("namespace_pod:gpu_allocated:count",
                       f"count without ({_GPU}, device_id, gpu_instance, resource, container, "
                       f"sharing) ({c.ALLOCATION_INFO.name})"),
-        RecordingRule(f"slurm_job:{c.PROCESS_MEMORY.name}:sum",
-                      f"sum without ({all_but('slurm_job', 'user')}) ({job_memory})"),
+        RecordingRule(f"slurm_job:{c.WORKLOAD_MEMORY.name}:sum",
+                      f"sum without ({_GPU}, {not_job}) ({job_memory})"),
     )
     return RuleGroup("gpu-exporter-recording-workloads", rules)
 

@@ -83,12 +83,12 @@ def user() -> dashboard.QueryVariable:
 def workload_labels() -> list[Variable]:
     """Namespace, pod (of the chosen namespaces) and Slurm job on the chosen targets, from the
     allocation and process series."""
-    either = f'{{__name__=~"{c.ALLOCATION_INFO.name}|{c.PROCESS_MEMORY.name}", {HOST}'
+    either = f'{{__name__=~"{c.ALLOCATION_INFO.name}|{c.WORKLOAD_MEMORY.name}", {HOST}'
     return [
         _query("namespace", "Namespace", f"label_values({either}}}, namespace)"),
         _query("pod", "Pod", f'label_values({either}, namespace=~"$namespace"}}, pod)'),
         _query("slurm_job", "Slurm job",
-               f"label_values({sel(c.PROCESS_MEMORY, HOST)}, slurm_job)"),
+               f"label_values({sel(c.WORKLOAD_MEMORY, HOST)}, slurm_job)"),
     ]
 
 

@@ -22,7 +22,7 @@ from dashboards.panels import (
     table_panel,
     timeseries_panel,
 )
-from dashboards.promql import NOT_OVERFLOW, allocated_idle, count_or_zero, owned, sel
+from dashboards.promql import allocated_idle, count_or_zero, owned, sel
 from exporter import metrics as c
 
 UID = "gpu-exporter-workloads"
@@ -36,8 +36,8 @@ ALLOC = sel(c.ALLOCATION_INFO, K8S)
 HIDDEN = ("Time", "__name__", "job", "instance")
 SHARED = 'sharing="shared"'
 IN_POD, IN_JOB, IN_CONTAINER = 'pod!=""', 'slurm_job!=""', 'container_id!=""'
-POD_MEM = sel(c.PROCESS_MEMORY, K8S, IN_POD, NOT_OVERFLOW)
-POD_UTIL = sel(c.PROCESS_UTILIZATION, K8S, IN_POD, NOT_OVERFLOW)
+POD_MEM = sel(c.WORKLOAD_MEMORY, K8S, IN_POD)
+POD_UTIL = sel(c.WORKLOAD_UTILIZATION, K8S, IN_POD)
 SHARED_ALLOC = sel(c.ALLOCATION_INFO, K8S, SHARED)
 IDLE = allocated_idle(H, *WORKLOAD, ratio=t.IDLE_UTILIZATION_RATIO, window=t.IDLE_AVG_WINDOW)
 
@@ -67,12 +67,12 @@ def _allocations(grid: Layout) -> None:
     ), 4, 4)
     grid.add(stat_panel(
         "Memory of Slurm jobs", "GPU memory held by processes of the selected Slurm jobs.",
-        "bytes", query(f"sum({sel(c.PROCESS_MEMORY, H, SLURM_JOB, IN_JOB)}) or vector(0)"),
+        "bytes", query(f"sum({sel(c.WORKLOAD_MEMORY, H, SLURM_JOB, IN_JOB)}) or vector(0)"),
     ), 4, 4)
     grid.add(stat_panel(
         "Memory of other containers", "GPU memory held by Docker, Podman, containerd or CRI-O "
         "containers outside Kubernetes.", "bytes",
-        query(f"sum({sel(c.PROCESS_MEMORY, H, IN_CONTAINER)}) or vector(0)"),
+        query(f"sum({sel(c.WORKLOAD_MEMORY, H, IN_CONTAINER)}) or vector(0)"),
     ), 4, 4)
     grid.add(stat_panel(
         "Kubelet PodResources API", "1 when every selected exporter's last poll of the "
@@ -153,8 +153,8 @@ def _usage(grid: Layout) -> None:
 
 def _jobs(grid: Layout) -> None:
     grid.row("Slurm jobs and containers")
-    job_mem = sel(c.PROCESS_MEMORY, H, SLURM_JOB, IN_JOB, NOT_OVERFLOW)
-    job_util = sel(c.PROCESS_UTILIZATION, H, SLURM_JOB, IN_JOB, NOT_OVERFLOW)
+    job_mem = sel(c.WORKLOAD_MEMORY, H, SLURM_JOB, IN_JOB)
+    job_util = sel(c.WORKLOAD_UTILIZATION, H, SLURM_JOB, IN_JOB)
     grid.add(timeseries_panel(
         "GPU memory by Slurm job", "Memory held by each Slurm job's GPU processes (job id from "
         "the process's cgroup).", "bytes",
@@ -162,20 +162,16 @@ def _jobs(grid: Layout) -> None:
         min_val=0,
     ), 12)
     grid.add(table_panel(
-        "Slurm jobs", "Per job and user: GPU memory, GPUs in use and the summed SM utilisation "
-        "of the job's processes per GPU, averaged.",
+        "Slurm jobs", "Per job: GPU memory, GPUs in use and the summed SM utilisation of the "
+        "job's processes per GPU, averaged over its GPUs.",
         [
-            Column("Memory", f"sum by (slurm_job, user) ({job_mem})", "bytes"),
-            Column("GPUs", f"count by (slurm_job, user) (count by (slurm_job, user, instance, "
-                           f"gpu) ({job_mem}))", "short"),
-            Column("Avg SM utilisation",
-                   f"avg by (slurm_job, user) (sum by (slurm_job, user, instance, gpu) "
-                   f"({job_util}))",
-                   "percentunit"),
+            Column("Memory", f"sum by (slurm_job) ({job_mem})", "bytes"),
+            Column("GPUs", f"count by (slurm_job) ({job_mem})", "short"),
+            Column("Avg SM utilisation", f"avg by (slurm_job) ({job_util})", "percentunit"),
         ],
         hidden=HIDDEN, sort_by="Memory",
     ), 12)
-    container_mem = sel(c.PROCESS_MEMORY, H, IN_CONTAINER, NOT_OVERFLOW)
+    container_mem = sel(c.WORKLOAD_MEMORY, H, IN_CONTAINER)
     grid.add(timeseries_panel(
         "GPU memory by container (outside Kubernetes)", "Memory held by Docker, Podman, "
         "containerd and CRI-O containers not in a pod; the name where the runtime's files give "

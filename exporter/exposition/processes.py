@@ -93,7 +93,12 @@ def _labels(
         who = (owner.name, owner.user, str(owner.uid))
     if not _attributed(options):
         return (*gpu, *pid, *who)
-    labels: tuple[str, ...] = (*gpu, *pid, *who)
+    return (*gpu, *pid, *who, *_workload(process, options))
+
+
+def _workload(process: GpuProcess, options: ExpositionOptions) -> tuple[str, ...]:
+    """Values of the workload labels switched on (empty strings for a host process)."""
+    labels: tuple[str, ...] = ()
     pod, box = process.pod, process.container
     # ``container`` names the Kubernetes container, or with --containers a plain one.
     box_name = (box.name or "") if box is not None and options.container_labels else ""
@@ -208,6 +213,33 @@ def _add_unmerged(gpu: GpuReading, options: ExpositionOptions,
     return True
 
 
+def _workload_totals(gpus: Iterable[GpuReading], options: ExpositionOptions
+                     ) -> tuple[FamilyData, FamilyData]:
+    """Memory and summed utilisation per (GPU, workload); processes of no workload are left
+    out (they are in the per-user totals)."""
+    names = (*cat.GPU_LABELS, *process_label_names(options)[len(process_label_names(
+        ExpositionOptions(pid_label=options.pid_label))):])
+    memory = family(cat.WORKLOAD_MEMORY, names)
+    utilization = family(cat.WORKLOAD_UTILIZATION, names)
+    if not _attributed(options):
+        return memory, utilization
+    for gpu in gpus:
+        labels = gpu_label_values(gpu.identity)
+        used: dict[tuple[str, ...], int] = {}
+        busy: dict[tuple[str, ...], float] = {}
+        for proc in gpu.processes:
+            workload = _workload(proc, options)
+            if not any(workload):
+                continue
+            if proc.used_memory_bytes is not None:
+                used[workload] = proc.used_memory_bytes + used.get(workload, 0)
+            if proc.sm_utilization_ratio is not None:
+                busy[workload] = min(1.0, proc.sm_utilization_ratio + busy.get(workload, 0.0))
+        memory.rows.extend(((*labels, *key), total) for key, total in sorted(used.items()))
+        utilization.rows.extend(((*labels, *key), share) for key, share in sorted(busy.items()))
+    return memory, utilization
+
+
 def _allocations(snapshot: Snapshot) -> FamilyData:
     """``gpu_allocation_info``: one series per kubelet allocation (already unique)."""
     allocations = family(cat.ALLOCATION_INFO)
@@ -246,11 +278,14 @@ def process_families(snapshot: Snapshot, options: ExpositionOptions) -> Iterator
                 value = series.values[index]
                 if value is not None:
                     target.add(series.labels, value)
+    workload_memory, workload_utilization = _workload_totals(healthy, options)
     chosen: list[FamilyData] = []
     if with_processes:
         chosen += [count, *(f for f in per_process if f.metric.group is Group.PROCESSES),
-                   *_user_totals(healthy), _allocations(snapshot)]
+                   *_user_totals(healthy), workload_memory, _allocations(snapshot)]
     chosen += [f for f in per_process if f.metric.group is not Group.PROCESSES
                and f.metric.group in groups]
+    if Group.PROCESS_UTILIZATION in groups:
+        chosen.append(workload_utilization)
     chosen.append(overflow)
     yield from (result for result in chosen if result.rows)

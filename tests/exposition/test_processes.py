@@ -151,6 +151,11 @@ def test_slurm_and_container_labels_are_appended_when_asked_for() -> None:
     rows = {s["pid"]: s for s in series(both, cat.PROCESS_MEMORY.name)}
     assert (rows["2"]["container"], rows["3"]["container"]) == ("triton", "main")
     assert "slurm_job" not in rows["1"]
+    workloads = {(s["slurm_job"], s["container"]): s
+                 for s in series(text, cat.WORKLOAD_MEMORY.name)}
+    assert set(workloads) == {("913377", ""), ("", "triton")}  # host process 3: not a workload
+    assert "pid" not in workloads[("913377", "")]
+    assert value(text, cat.WORKLOAD_MEMORY.name, slurm_job="913377") == MIB
     names = process_label_names(ExpositionOptions(kubernetes_labels=True, container_labels=True,
                                                   slurm_labels=True))
     assert names[-5:] == ("namespace", "pod", "container", "container_id", "slurm_job")
