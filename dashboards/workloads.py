@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
-from dashboards import thresholds as t
 from dashboards import variables as v
 from dashboards.fleet import COUNT_WARN
 from dashboards.panels import (
@@ -24,6 +23,7 @@ from dashboards.panels import (
 )
 from dashboards.promql import allocated_idle, count_or_zero, owned, sel
 from exporter import metrics as c
+from exporter import thresholds as t
 
 UID = "gpu-exporter-workloads"
 H = v.HOST

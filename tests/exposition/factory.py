@@ -45,7 +45,10 @@ def process(
     utilization: float | None = 0.25,
     pod: PodRef | None = None,
     start: float = 1_700_000_000.0,
+    last_active: float | None = 60.0,
 ) -> GpuProcess:
+    """A process; ``last_active`` is seconds after its start that its kernels last ran (None:
+    never seen; also None when per-process utilisation is off)."""
     owner = None
     if user is not None:
         uid = 1000 + USERS.index(user) if user in USERS else 2000
@@ -57,6 +60,8 @@ def process(
         sm_utilization_ratio=utilization,
         owner=owner,
         pod=pod,
+        values={} if last_active is None or utilization is None else {
+            metrics.PROCESS_LAST_ACTIVE.name: start + pid + last_active},
     )
 
 
@@ -91,16 +96,9 @@ def reading(index: int, processes: tuple[GpuProcess, ...] = (), *, up: bool = Tr
     for row in metrics.GPU_ROWS:  # rows without a typical value above: any plausible one
         if row.name not in values:
             values[row.name] = dict.fromkeys(row.label_values, 1) if row.label_values else 1
-    for field_name, value in fields.items():
-        name = ROWS_BY_FIELD[field_name].name
-        if value is None:
-            values.pop(name, None)
-        else:
-            values[name] = value
-    if not up:
-        values = {}
-    return GpuReading(identity=identity(index), up=up, error=error, values=values,
-                      processes=processes)
+    reading = GpuReading(identity=identity(index), up=up, error=error,
+                         values=values if up else {}, processes=processes)
+    return with_values(reading, **fields) if up else reading
 
 
 def with_values(gpu: GpuReading, **fields: Value | None) -> GpuReading:
