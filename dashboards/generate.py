@@ -41,6 +41,7 @@ from dashboards import (
     recording,
     rules,
     users,
+    workloads,
     xids,
 )
 from dashboards.golden import golden_files
@@ -55,6 +56,7 @@ DASHBOARDS: dict[str, Callable[[], dashboard.Dashboard]] = {
     "gpu-node-device.json": node.build,
     "gpu-users-processes.json": users.build,
     "gpu-exporter-health.json": health.build,
+    "gpu-workloads.json": workloads.build,
     "gpu-efficiency.json": efficiency.build,
 }
 ALERTS_FILE = "gpu-exporter-alerts.yaml"

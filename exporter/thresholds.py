@@ -88,6 +88,8 @@ REMAP_PENDING_FOR: Final = "5m"
 EXPORTER_JOB_REGEX: Final = ".*gpu-exporter.*"
 EXPORTER_DOWN_FOR: Final = "5m"
 COLLECTION_FAILING_FOR: Final = "10m"
+#: The kubelet's PodResources API unreadable this long: allocations (and GpuAllocatedIdle) go.
+POD_RESOURCES_FAILING_FOR: Final = "10m"
 SOURCE_DOWN_FOR: Final = "5m"
 #: Data older than this is stale (the exporter's own --collector.stale-after defaults to 30 s).
 DATA_STALE_SECONDS: Final = 60.0

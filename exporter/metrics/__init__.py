@@ -10,8 +10,18 @@ are the rows the generic code paths walk.
 
 from __future__ import annotations
 
-from exporter.metrics import gpu, health, process, self_metrics
+from exporter.metrics import attribution, gpu, health, process, self_metrics
+from exporter.metrics.attribution import (
+    ALLOCATION_INFO,
+    ALLOCATION_LABELS,
+    POD_RESOURCES_STATUS,
+    POD_RESOURCES_UP,
+    WORKLOAD_LABELS,
+    WORKLOAD_MEMORY,
+    WORKLOAD_UTILIZATION,
+)
 from exporter.metrics.core import (
+    CONTAINER_LABELS,
     GPU_LABELS,
     KUBERNETES_LABELS,
     OPT_IN_GROUPS,
@@ -19,6 +29,7 @@ from exporter.metrics.core import (
     PREFIX,
     PROCESS_LABELS,
     SELF_PREFIX,
+    SLURM_LABELS,
     SWITCHABLE_GROUPS,
     UNITS,
     UNKNOWN_VALUE,
@@ -100,7 +111,7 @@ from exporter.metrics.self_metrics import (
 from exporter.snapshot import Value
 
 #: The modules holding rows, in documentation order (a new row module is added here).
-_ROW_MODULES = (gpu, health, process, self_metrics)
+_ROW_MODULES = (gpu, health, process, attribution, self_metrics)
 
 #: Every row, in documentation order (per GPU, per process, the exporter itself).
 CATALOGUE: tuple[Metric, ...] = tuple(
@@ -126,11 +137,14 @@ def markdown_table() -> str:
 
 
 __all__ = [
+    "ALLOCATION_INFO",
+    "ALLOCATION_LABELS",
     "BUILD_INFO",
     "BY_NAME",
     "CATALOGUE",
     "COLLECTION_DURATION",
     "COLLECTION_SUCCESS",
+    "CONTAINER_LABELS",
     "DATA_AGE",
     "ECC_AGGREGATE",
     "ECC_ERRORS",
@@ -164,6 +178,8 @@ __all__ = [
     "OVERFLOW_VALUE",
     "PCIE_THROUGHPUT",
     "PERFORMANCE_STATE",
+    "POD_RESOURCES_STATUS",
+    "POD_RESOURCES_UP",
     "POWER_LIMIT",
     "POWER_THROTTLE_REASONS",
     "POWER_USAGE",
@@ -182,6 +198,7 @@ __all__ = [
     "RETIRED_PAGES",
     "RETIRED_PENDING",
     "SELF_PREFIX",
+    "SLURM_LABELS",
     "SM_CLOCK",
     "SOURCE_UP",
     "SWITCHABLE_GROUPS",
@@ -194,6 +211,9 @@ __all__ = [
     "USER_MEMORY",
     "USER_PROCESSES",
     "UTILIZATION",
+    "WORKLOAD_LABELS",
+    "WORKLOAD_MEMORY",
+    "WORKLOAD_UTILIZATION",
     "XID_ERRORS",
     "XID_EVENTS_REGISTERED",
     "Constant",

@@ -74,6 +74,7 @@ class Scope(str, Enum):
     GPU_SUMMARY = "gpu_summary"  # per GPU or per (GPU, user) from its process list
     XID = "xid"  # per (GPU, XID code) from ``GpuReading.xids`` (exposition/health.py)
     MIG = "mig"  # per MIG instance from ``GpuReading.mig`` (exposition/health.py)
+    ALLOCATION = "allocation"  # one series per kubelet allocation (``Snapshot.allocations``)
     EXPORTER = "exporter"  # the exporter's own health
 
 
@@ -94,6 +95,10 @@ GPU_LABELS: tuple[str, ...] = ("gpu", "uuid")
 #: Labels of per-process series (``pid`` can be switched off; pod labels only on Kubernetes).
 PROCESS_LABELS: tuple[str, ...] = (*GPU_LABELS, "pid", "process", "user", "uid")
 KUBERNETES_LABELS: tuple[str, ...] = ("namespace", "pod", "container")
+#: Process labels of containers outside Kubernetes (``--containers``; ``container`` is shared
+#: with Kubernetes) and of Slurm jobs (``--slurm``).
+CONTAINER_LABELS: tuple[str, ...] = ("container", "container_id")
+SLURM_LABELS: tuple[str, ...] = ("slurm_job",)
 #: Label value used for processes folded into the overflow series when the per-GPU cap is hit,
 #: and for processes whose owner could not be resolved.
 OVERFLOW_VALUE = "__overflow__"

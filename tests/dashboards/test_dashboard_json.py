@@ -48,6 +48,7 @@ def test_the_dashboards_exist_with_stable_uids() -> None:
         "gpu-fleet-overview.json": "gpu-exporter-fleet",
         "gpu-node-device.json": "gpu-exporter-node",
         "gpu-users-processes.json": "gpu-exporter-users",
+        "gpu-workloads.json": "gpu-exporter-workloads",
     }
     assert len({b["title"] for b in BOARDS.values()}) == len(BOARDS)
 

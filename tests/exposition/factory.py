@@ -7,10 +7,12 @@ from dataclasses import replace
 from exporter import metrics
 from exporter.health import MigDevice, MigProcess, XidKey, XidStat
 from exporter.snapshot import (
+    AllocationRow,
     GpuIdentity,
     GpuProcess,
     GpuReading,
     PodRef,
+    PodResourcesHealth,
     ProcessOwner,
     ProcessType,
     Snapshot,
@@ -160,9 +162,16 @@ def fleet(gpus: int = 8, processes_per_gpu: int = 32) -> Snapshot:
                 )
             )
         readings.append(reading(index, tuple(procs)))
+    # The kubelet gave each GPU to one pod (the exporter's allocation series).
+    allocations = tuple(
+        AllocationRow(str(r.identity.index), r.identity.uuid, r.identity.uuid, "",
+                      "nvidia.com/gpu", "ml", f"train-{r.identity.index}", "main", "exclusive")
+        for r in readings
+    )
     if readings:
         readings[0] = with_health(readings[0])
-    return snapshot(*readings)
+    return snapshot(*readings, allocations=allocations,
+                    pod_resources=PodResourcesHealth(True, "ok"))
 
 
 def with_health(gpu: GpuReading) -> GpuReading:

@@ -33,14 +33,23 @@ import time
 import uuid
 from collections.abc import Callable
 
+from exporter.attribution.podresources.allocations import (
+    Allocation,
+    AllocationTable,
+    DeviceId,
+)
+from exporter.attribution.podresources.join import join_allocations
 from exporter.health import MigProcess
 from exporter.metrics import GPU_ROWS, MEMORY_UTILIZATION, UTILIZATION, Group
 from exporter.metrics.process import LAST_ACTIVE
 from exporter.snapshot import (
+    AllocationRow,
+    ContainerRef,
     GpuIdentity,
     GpuProcess,
     GpuReading,
     PodRef,
+    PodResourcesHealth,
     ProcessOwner,
     Snapshot,
     Value,
@@ -98,8 +107,8 @@ class _Noise:
 class _Proc:
     """Precomputed timeline of one scenario process."""
 
-    __slots__ = ("context", "grow", "jitter", "last", "leak", "life", "mem_util", "noise", "owner",
-                 "period", "pod", "ramp", "spec", "steady", "t0", "util")
+    __slots__ = ("container", "context", "grow", "jitter", "last", "leak", "life", "mem_util",
+                 "noise", "owner", "period", "pod", "ramp", "spec", "steady", "t0", "util")
 
     def __init__(self, spec: ProcessSpec, life: float | None, key: int) -> None:
         self.spec, self.t0, self.life = spec, spec.start, life
@@ -120,6 +129,8 @@ class _Proc:
             container_id=f"{_mix(key ^ 1):016x}{_mix(key ^ 2):016x}{_mix(key ^ 3):016x}"
                          f"{_mix(key ^ 4):016x}",
             namespace=spec.pod.namespace, pod=spec.pod.pod, container=spec.pod.container)
+        self.container = None if spec.container is None else ContainerRef(
+            spec.container.id, spec.container.name, "docker")
 
     def cycle(self, t: float) -> tuple[int, float] | None:
         """(restart number, age) when alive at ``t``, else None."""
@@ -245,6 +256,20 @@ class SimulatedSource:
         self.hostname = hostname or scenario.hostname or socket.gethostname()
         self._start: float | None = None
         self._gpus = [self._build_gpu(g) for g in scenario.gpus]
+        self._allocations = self._build_allocations()
+        # What the simulated kubelet answers: healthy when the scenario has allocations.
+        self._pod_resources = PodResourcesHealth(True, "ok") if scenario.allocations else None
+
+    def _build_allocations(self) -> tuple[AllocationRow, ...]:
+        """The scenario's allocations as the PodResources join would give them."""
+        uuids = [gpu.identity.uuid for gpu in self._gpus]
+        table = AllocationTable.of(
+            Allocation(DeviceId(uuids[a.gpu], None if a.replica is None else str(a.replica),
+                                uuids[a.gpu]), a.resource, a.namespace, a.pod, a.container)
+            for a in self.scenario.allocations
+        )
+        return join_allocations(table, [(gpu.identity.index, gpu.identity.uuid)
+                                        for gpu in self._gpus])
 
     def _key(self, entity: str) -> int:
         return random.Random(f"{self.seed}/{self.scenario.name}/{entity}").getrandbits(64)
@@ -302,6 +327,7 @@ class SimulatedSource:
             cuda_driver_version=self.scenario.cuda_driver_version,
             nvml_version=f"13.{self.scenario.driver_version}",
             gpus=tuple(readings), errors={"gpu_lost": lost} if lost else {},
+            allocations=self._allocations, pod_resources=self._pod_resources,
         )
 
     # --- one GPU -----------------------------------------------------------------------------
@@ -348,6 +374,7 @@ class SimulatedSource:
                         pid=p.spec.pid + _RESTART_PID_STEP * k, type=p.spec.type,
                         used_memory_bytes=memory, sm_utilization_ratio=u if want_putil else None,
                         owner=self._owner(p, k, start), pod=p.pod, values=extra,
+                        slurm_job=p.spec.slurm_job, container=p.container,
                         gpu_instance=p.spec.gpu_instance,
                         compute_instance=p.spec.compute_instance), active)
                 procs.append(last[3])
