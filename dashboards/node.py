@@ -7,6 +7,7 @@ from grafana_foundation_sdk.builders import dashboard
 from dashboards import panels
 from dashboards import variables as v
 from dashboards.fleet import MEMORY_STEPS, TEMPERATURE_STEPS
+from dashboards.gpu_health_panels import node_health_rows, node_mig_rows
 from dashboards.promql import NOT_OVERFLOW, idle_process_filter, num, sel
 from exporter import metrics as c
 from exporter import thresholds as t
@@ -158,4 +159,6 @@ def build() -> dashboard.Dashboard:
     grid = panels.Layout(built)
     _device(grid)
     _processes(grid)
+    node_health_rows(grid, M)
+    node_mig_rows(grid, M)
     return built
