@@ -11,6 +11,7 @@ import yaml
 
 from dashboards import accounting, rules
 from exporter import thresholds as t
+from exporter.metrics import SLURM_LABELS
 from exporter.report import records
 from tests.dashboards import promtool
 from tests.dashboards.promtool import RULES_DIR, TESTS_DIR
@@ -66,7 +67,4 @@ def test_idle_threshold_comes_from_the_thresholds_module() -> None:
 
 def test_job_label_is_the_exporters_slurm_label() -> None:
     """The per-job records aggregate the label the exporter really puts on process series."""
-    from exporter.metrics import SLURM_LABELS
-    from exporter.report import records
-
-    assert records.JOB_LABEL == SLURM_LABELS[0]
+    assert SLURM_LABELS[0] == records.JOB_LABEL
