@@ -415,7 +415,8 @@ def dashboard_queries(fleet: Fleet, files: list[Path], end: float) -> list[Query
     for path in files:
         board = load(path)
         span = min(_dashboard_range(board), end - fleet.data_start)
-        values = resolve_variables(stack, board, end - span, end)
+        # A fleet without Kubernetes or Slurm has no namespaces or jobs: Grafana's "None" ("").
+        values = resolve_variables(stack, board, end - span, end, empty="")
         values.update(_grafana_builtins(span, fleet.interval))
         for panel, target in targets(board):
             expr = substitute(target["expr"], values)
@@ -604,7 +605,10 @@ def measure(fleet: Fleet, args: argparse.Namespace,
     figures = {
         "notes": fleet.notes, "head_series": tsdb["headStats"]["numSeries"],
         "groups": [{"name": g.name, "file": g.file, "mean_ms": g.mean_ms, "series": g.series,
-                    "evaluations": len(g.seconds)} for g in groups],
+                    "evaluations": len(g.seconds),
+                    "rules_ms": {name: 1000 * statistics.fmean(seconds)
+                                 for name, seconds in g.rule_seconds.items()}}
+                   for g in groups],
         "queries": [{"dashboard": q.dashboard, "panel": q.panel, "ref": q.ref, "kind": q.kind,
                      "median_ms": q.median_ms, "timed_out": q.timed_out, "series": q.series,
                      "samples": q.samples,

@@ -89,6 +89,25 @@ USER_UTILIZATION_MAX = f"instance_user:{c.USER_UTILIZATION_MAX.name}:max"
 GPU_UTILIZATION_AVG = f"instance_gpu:{util}:avg_over_time{t.IDLE_AVG_WINDOW}"
 
 
+#: Alerts on idle memory fire once per user across the fleet (per scrape job), never per host
+#: or process: a lab whose notebooks idle on every node gets one alert per user, routed to
+#: that user by its ``user`` label, and Prometheus keeps a handful of alerts, not thousands.
+FLEET_USER = "job, user"
+
+
+def _hosts(record: str) -> str:
+    """'N hosts' for a per-user alert: the hosts where ``record`` of that user is above 0.
+
+    A ``query`` in an annotation runs at every evaluation for every active alert: affordable
+    because these alerts are one per user, and it reads one recorded series per host.
+    """
+    count = f'count({record}{{job=%q, user=%q}} > 0)'
+    return (
+        f'{{{{ with printf "{count}" $labels.job $labels.user | query }}}}'
+        "{{ with . | first | value }}{{ . }} host{{ if ne . 1.0 }}s{{ end }}{{ end }}{{ end }}"
+    )
+
+
 def idle_records() -> tuple[RecordingRule, ...]:
     """Per user and host (and per GPU), what the idle alerts and the fleet panels read.
 
@@ -136,37 +155,46 @@ def idle_group() -> RuleGroup:
     )
     process_idle = AlertRule(
         alert="GpuProcessIdle",
-        expr=f"{IDLE_MEMORY} > 0",
+        expr=f"sum by ({FLEET_USER}) ({IDLE_MEMORY} > 0)",
         for_=t.IDLE_FOR,
         severity="warning",
         summary="A user's GPU processes hold memory without using the GPU.",
         description=(
-            "Processes of user {{ $labels.user }} on " + _HOST + " hold "
-            "{{ $value | humanize1024 }}B of GPU memory without using it: each holds over "
+            "Processes of user {{ $labels.user }} hold {{ $value | humanize1024 }}B of GPU "
+            "memory without using it, on "
+            + _hosts(IDLE_MEMORY) + ": each holds over "
             f"{num(t.IDLE_PROCESS_MEMORY_BYTES / t.GIB)} GiB and stayed under "
             f"{t.IDLE_UTILIZATION_RATIO:.0%} utilisation for {t.IDLE_AVG_WINDOW}, for "
-            f"{t.IDLE_FOR}. The node dashboard's Idle processes table (or gpu-exporter report) "
-            "names them; ask the user to stop them or free the memory."
+            f"{t.IDLE_FOR}. The users dashboard (user {{{{ $labels.user }}}}) lists the hosts, "
+            "the node dashboard's Idle processes table (or gpu-exporter report) the processes; "
+            "ask the user to stop them or free the memory."
         ),
     )
     user_idle = AlertRule(
         alert="GpuUserMemoryIdle",
         expr=(
-            f"sum without ({', '.join(c.GPU_LABELS)}) ({c.USER_MEMORY.name}) "
+            f"sum by ({FLEET_USER}) (\n"
+            f"  sum without ({', '.join(c.GPU_LABELS)}) ({c.USER_MEMORY.name}) "
             f"> {num(t.IDLE_USER_MEMORY_BYTES)}\n"
-            f"and max_over_time({USER_UTILIZATION_MAX}[{t.IDLE_AVG_WINDOW}]) "
+            f"  and max_over_time({USER_UTILIZATION_MAX}[{t.IDLE_AVG_WINDOW}]) "
             f"< {num(t.IDLE_UTILIZATION_RATIO)}\n"
+            ")\n"
         ),
         for_=t.IDLE_FOR,
         severity="info",
-        summary="A user holds GPU memory on a host while none of their processes compute.",
+        summary="A user holds GPU memory on hosts where none of their processes compute.",
         description=(
-            "User {{ $labels.user }} holds {{ $value | humanize1024 }}B of GPU memory on "
-            + _HOST + " and none of their GPU processes there exceeded "
-            f"{t.IDLE_UTILIZATION_RATIO:.0%} utilisation for {t.IDLE_FOR}."
+            "User {{ $labels.user }} holds {{ $value | humanize1024 }}B of GPU memory on hosts "
+            "where they hold over "
+            f"{num(t.IDLE_USER_MEMORY_BYTES / t.GIB)} GiB and none of their GPU processes "
+            f"exceeded {t.IDLE_UTILIZATION_RATIO:.0%} utilisation for {t.IDLE_FOR}. The users "
+            "dashboard (user {{ $labels.user }}) lists the hosts."
         ),
     )
-    starved_util = f"avg_over_time({util}[{t.STARVED_AVG_WINDOW}])"
+    # The idle alert's per-GPU average, recorded above, when the windows agree (one window
+    # read per GPU instead of three).
+    starved_util = (GPU_UTILIZATION_AVG if t.STARVED_AVG_WINDOW == t.IDLE_AVG_WINDOW
+                    else f"avg_over_time({util}[{t.STARVED_AVG_WINDOW}])")
     starved = AlertRule(
         alert="GpuStarved",
         expr=(
@@ -187,7 +215,8 @@ def idle_group() -> RuleGroup:
     )
     allocated = AlertRule(
         alert="GpuAllocatedIdle",
-        expr=allocated_idle("", ratio=t.IDLE_UTILIZATION_RATIO, window=t.IDLE_AVG_WINDOW) + "\n",
+        expr=allocated_idle("", ratio=t.IDLE_UTILIZATION_RATIO, window=t.IDLE_AVG_WINDOW,
+                            average=GPU_UTILIZATION_AVG) + "\n",
         for_=t.IDLE_FOR,
         severity="warning",
         summary="A pod holds an allocated GPU and does nothing with it.",

@@ -120,7 +120,8 @@ def _processes(grid: panels.Layout) -> None:
         "Idle processes", f"Processes holding over {num(t.IDLE_PROCESS_MEMORY_BYTES / t.GIB)} "
         f"GiB whose utilisation stayed under {t.IDLE_UTILIZATION_RATIO:.0%} for "
         f"{t.IDLE_AVG_WINDOW}: forgotten notebooks, hung jobs, debuggers stopped at a "
-        f"breakpoint. After {t.IDLE_FOR} GpuProcessIdle fires for their user on this node.",
+        f"breakpoint. After {t.IDLE_FOR} GpuProcessIdle fires for their user (one alert "
+        "across nodes).",
         [
             panels.Column("Memory", f"sum without () ({idle})", "bytes"),
             panels.Column("Max utilisation", f"max_over_time({sel(c.PROCESS_UTILIZATION, proc)}"

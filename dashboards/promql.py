@@ -94,15 +94,17 @@ def owned(metric: c.Metric, host: str, *matchers: str) -> str:
             f"container) {exclusive_allocation(host, *matchers)}")
 
 
-def allocated_idle(host: str, *matchers: str, ratio: float, window: str) -> str:
+def allocated_idle(host: str, *matchers: str, ratio: float, window: str,
+                   average: str | None = None) -> str:
     """Allocations (series of ``gpu_allocation_info``) holding a GPU for nothing: no process of
     the pod on the GPU, or a GPU the container owns alone with average utilisation under
-    ``ratio`` over ``window``."""
+    ``ratio`` over ``window`` (``average``: a recorded per-GPU average over that window, read
+    instead of the raw window)."""
     allocated = sel(c.ALLOCATION_INFO, host, *matchers, 'uuid!=""')
     processes = sel(c.WORKLOAD_MEMORY, host)
-    utilization = sel(c.UTILIZATION, host)
+    utilization = average or f"avg_over_time({sel(c.UTILIZATION, host)}[{window}])"
     return (
         f"({allocated} unless on (job, instance, uuid, namespace, pod) {processes})\n"
         f"or ({exclusive_allocation(host, *matchers)} and on (job, instance, uuid) "
-        f"avg_over_time({utilization}[{window}]) < {num(ratio)})"
+        f"{utilization} < {num(ratio)})"
     )

@@ -71,7 +71,7 @@ def _idle(grid: panels.Layout) -> None:
         f"{num(t.IDLE_PROCESS_MEMORY_BYTES / t.GIB)} GiB whose utilisation stayed under "
         f"{t.IDLE_UTILIZATION_RATIO:.0%} for {t.IDLE_AVG_WINDOW} (forgotten notebooks, hung "
         "jobs, debuggers stopped at a breakpoint), the user's memory there and their busiest "
-        f"process now. After {t.IDLE_FOR} GpuProcessIdle fires, once per user and node. Which "
+        f"process now. After {t.IDLE_FOR} GpuProcessIdle fires, once per user for all nodes. Which "
         "processes: the node dashboard's Idle processes and Processes (sort by age) tables, or "
         "gpu-exporter report for the history; per-process tables across the whole fleet are "
         "left out on purpose (docs/scale.md).",

@@ -243,19 +243,24 @@ def label_values(stack: Stack, query: str, start: float, end: float) -> list[str
 
 
 def resolve_variables(
-    stack: Stack, board: Json, start: float, end: float, pick: Mapping[str, str] | None = None
+    stack: Stack, board: Json, start: float, end: float, pick: Mapping[str, str] | None = None,
+    *, empty: str | None = None,
 ) -> dict[str, str]:
     """Values for every variable, in dashboard order: All for multi ones, ``pick`` or the
     first option for single ones; Grafana's interval variables get concrete ranges.
+    A variable without options takes ``empty`` when given (Grafana's "None" is "").
 
     Raises:
-        ValueError: a variable has no options (nothing to show).
+        ValueError: a variable has no options (nothing to show) and ``empty`` is None.
     """
     values: dict[str, str] = dict(GRAFANA_BUILTINS)
     for var in variables(board):
         if var["type"] == "datasource":
             continue
         options = label_values(stack, substitute(var["query"], values), start, end)
+        if not options and empty is not None:
+            values[var["name"]] = empty
+            continue
         if not options:
             raise ValueError(f"variable {var['name']} has no options")
         if var.get("multi") or var.get("includeAll"):
