@@ -20,8 +20,9 @@ Definitions (the idle threshold is ``thresholds.IDLE_UTILIZATION_RATIO``, shared
 
 Each quantity is recorded per user, per namespace/pod (processes with a pod) and per batch
 job (processes with ``records.JOB_LABEL``); target labels (instance, node, ...) are kept.
-Per-process series are recorded only while idle (``process:*``), for the report's list of
-forgotten processes.
+One per-process series is recorded, only while the process is idle
+(``process:gpu_idle_memory_bytes:1m``), for the report's list of forgotten processes; GPU shares
+are summed per GPU and row before dividing, so no other rule writes per-process series.
 """
 
 from __future__ import annotations
@@ -74,17 +75,30 @@ def _process_rules() -> list[RecordingRule]:
             f"{mem}\nand avg_over_time({util}{_WINDOW}) < {_IDLE}\n",
         ),
         RecordingRule(
-            r.PROCESS_IDLE_GPUS,
-            f"{r.PROCESS_IDLE_MEMORY}\n"
-            f"/ ignoring ({_csv(PROCESS_ONLY)}) group_left () ({PER_GPU_MEMORY})\n"
-            f"and ignoring ({_csv(PROCESS_ONLY)})\n"
-            f"avg_over_time({c.UTILIZATION.name}{_WINDOW}) < {_IDLE}\n",
-        ),
-        RecordingRule(
             r.GPU_USER_USED,
             f"sum without ({not_user}) (avg_over_time({util}{_WINDOW}))",
         ),
     ]
+
+
+def _idle_gpus(level: r.Level) -> str:
+    """Shares of idle GPUs held by idle processes, summed at ``level``.
+
+    A process's share is its memory over its GPU's; summed per GPU first (one series per GPU
+    and row of the level, not per process), the share is the row's idle memory over the GPU's,
+    kept where the GPU itself idled over the interval. No per-process series is written.
+    """
+    keeps = _csv(level.keeps)
+    not_kept = _csv([x for x in PROCESS_ONLY if x not in level.keeps])
+    per_gpu = f"sum without ({not_kept}) ({_sel(r.PROCESS_IDLE_MEMORY, _only(level))})"
+    return (
+        f"sum without ({_csv(c.GPU_LABELS)}) (\n"
+        f"  {per_gpu}\n"
+        f"  / ignoring ({keeps}) group_left () ({PER_GPU_MEMORY})\n"
+        f"  and ignoring ({keeps})\n"
+        f"  avg_over_time({c.UTILIZATION.name}{_WINDOW}) < {_IDLE}\n"
+        ")"
+    )
 
 
 def _level_rules(level: r.Level) -> list[RecordingRule]:
@@ -93,7 +107,7 @@ def _level_rules(level: r.Level) -> list[RecordingRule]:
     mem, util = c.PROCESS_MEMORY.name, c.PROCESS_UTILIZATION.name
     exprs = {
         r.IDLE_MEMORY: f"sum without ({drop}) ({_sel(r.PROCESS_IDLE_MEMORY, only)})",
-        r.IDLE_GPUS: f"sum without ({drop}) ({_sel(r.PROCESS_IDLE_GPUS, only)})",
+        r.IDLE_GPUS: _idle_gpus(level),
         r.HELD_MEMORY: f"sum without ({drop}) ({_sel(mem, only)})",
         r.HELD_GPUS: (
             f"sum without ({drop}) (\n"

@@ -2,8 +2,9 @@
 
 Range panels read the idle-accounting records (``dashboards/accounting.py``): one
 ``sum_over_time`` over per-minute records, never the raw per-process series over the range.
-The forgotten-process table is an instant query scoped by the node and user variables and
-capped with ``topk``.
+Which processes: the node dashboard's *Forgotten processes* row (one node at a time: a
+fleet-wide per-process table read every process series and was the slowest query of the fleet
+benchmark, docs/scale.md) and ``gpu-exporter report``.
 """
 
 from __future__ import annotations
@@ -21,23 +22,19 @@ from dashboards.panels import (
     table_panel,
     timeseries_panel,
 )
-from dashboards.promql import NOT_OVERFLOW, num, seconds, sel
-from exporter import metrics as c
+from dashboards.promql import num
 from exporter import thresholds as t
 from exporter.report import records as r
 
 UID = "gpu-exporter-efficiency"
 H = v.HOST
 U = f"{H}, {v.USER}"
-#: Rows in the per-process tables.
-TOP = 20
 _RANGE = "[$__range]"
 #: Per-minute records -> range totals (seconds or byte-seconds).
 _PER = f" * {r.INTERVAL_SECONDS}"
 _GIB_HOURS = f" * {r.INTERVAL_SECONDS} / {num(t.GIB)} / 3600"
 _KWH = f" * {r.INTERVAL_SECONDS} / 3600000"
 USED_STEPS = steps(("red", None), ("orange", 0.25), ("green", 0.6))
-PROCESS_HIDDEN = ("Time", "__name__", "job", "uuid", "uid")
 ACCOUNTING = (
     "From the idle-accounting recording rules (dashboards/rules/gpu-exporter-accounting.yaml); "
     f"a process is idle in a minute when its SM utilisation averages under "
@@ -117,44 +114,6 @@ def _tables(grid: Layout) -> None:
     ), 12)
 
 
-def _processes(grid: Layout) -> None:
-    grid.row("Forgotten processes")
-    idle = sel_record(r.PROCESS_IDLE_MEMORY, U)
-    best = f"topk({TOP}, sum_over_time({idle}{_RANGE}))"
-    grid.add(table_panel(
-        "Top idle holders over the range", f"The {TOP} processes that held the most memory "
-        "while idle over the range: GiB-hours, time idle, largest memory held idle. "
-        + ACCOUNTING,
-        [
-            Column("Idle GiB-hours", f"{best}{_GIB_HOURS}", "short"),
-            Column("Time idle", f"count_over_time({idle}{_RANGE}){_PER} and {best}", "s"),
-            Column("Memory held idle (max)", f"max_over_time({idle}{_RANGE}) and {best}",
-                   "bytes"),
-        ],
-        hidden=PROCESS_HIDDEN, sort_by="Idle GiB-hours",
-    ), 24, 8)
-    memory = sel(c.PROCESS_MEMORY, U, NOT_OVERFLOW)
-    last = sel(c.PROCESS_LAST_ACTIVE, U, NOT_OVERFLOW)
-    idle_for = f"time() - {last}"
-    forgotten = (f"topk({TOP}, {memory} > {num(t.IDLE_PROCESS_MEMORY_BYTES)} "
-                 f"and ({idle_for}) > {seconds(t.IDLE_FOR)})")
-    grid.add(table_panel(
-        "Forgotten processes now", f"Processes holding over "
-        f"{num(t.IDLE_PROCESS_MEMORY_BYTES / t.GIB)} GiB whose kernels last ran over "
-        f"{t.IDLE_FOR} ago (gpu_process_last_active_timestamp_seconds), largest first: idle "
-        "for, age, memory. A process with no kernel seen since the exporter started is not "
-        "listed (its last activity is unknown).",
-        [
-            Column("Memory", forgotten, "bytes"),
-            Column("Idle for", f"({idle_for}) and {forgotten}", "s",
-                   steps(("orange", None), ("red", float(24 * 3600)))),
-            Column("Age", f"(time() - {sel(c.PROCESS_START_TIME, U, NOT_OVERFLOW)}) "
-                   f"and {forgotten}", "s"),
-        ],
-        hidden=PROCESS_HIDDEN, sort_by="Memory",
-    ), 24, 8)
-
-
 def build() -> dashboard.Dashboard:
     """The efficiency dashboard builder."""
     built = board(
@@ -166,5 +125,4 @@ def build() -> dashboard.Dashboard:
     grid = Layout(built)
     _summary(grid)
     _tables(grid)
-    _processes(grid)
     return built

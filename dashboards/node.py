@@ -8,9 +8,10 @@ from dashboards import panels
 from dashboards import variables as v
 from dashboards.fleet import MEMORY_STEPS, TEMPERATURE_STEPS
 from dashboards.gpu_health_panels import node_health_rows, node_mig_rows
-from dashboards.promql import NOT_OVERFLOW, idle_process_filter, num, sel
+from dashboards.promql import NOT_OVERFLOW, idle_process_filter, num, seconds, sel, sel_record
 from exporter import metrics as c
 from exporter import thresholds as t
+from exporter.report import records as r
 
 UID = "gpu-exporter-node"
 M = f"{v.HOST}, {v.GPU}"
@@ -20,6 +21,8 @@ PROCESS_LEGEND = "GPU {{gpu}} {{process}} ({{pid}}, {{user}})"
 #: Lines in the per-process graphs: the processes with the most memory (or utilisation) at each
 #: moment; a node with hundreds of processes would otherwise draw hundreds of lines.
 TOP_PROCESSES = 10
+#: Rows in the forgotten-process tables.
+TOP_TABLE = 20
 NVML_GAP = (
     "The driver's number is larger than PyTorch's torch.cuda.memory_allocated(): it also counts "
     "the CUDA context (a few hundred MiB per process and GPU) and the caching allocator's "
@@ -157,6 +160,50 @@ def _processes(grid: panels.Layout) -> None:
     ), 12)
 
 
+def _forgotten(grid: panels.Layout) -> None:
+    """Forgotten processes of this node: from the idle-accounting records over the range, and
+    by the time their kernels last ran (one node's processes, never the fleet's)."""
+    grid.row("Forgotten processes")
+    idle = sel_record(r.PROCESS_IDLE_MEMORY, M)
+    best = f"topk({TOP_TABLE}, sum_over_time({idle}[$__range]))"
+    per = f" * {r.INTERVAL_SECONDS}"
+    hidden = ("Time", "__name__", "job", "instance", "uuid", "uid")
+    grid.add(panels.table_panel(
+        "Top idle holders over the range", f"The {TOP_TABLE} processes of this node that held "
+        "the most memory while idle over the range: GiB-hours, time idle, largest memory held "
+        "idle (idle-accounting records: a process is idle in a minute when its SM utilisation "
+        f"averages under {t.IDLE_UTILIZATION_RATIO:.0%}). Fleet-wide, per user: the GPU "
+        "efficiency dashboard; per process over weeks: gpu-exporter report.",
+        [
+            panels.Column("Idle GiB-hours", f"{best}{per} / {num(t.GIB)} / 3600", "short"),
+            panels.Column("Time idle", f"count_over_time({idle}[$__range]){per} and {best}",
+                          "s"),
+            panels.Column("Memory held idle (max)",
+                          f"max_over_time({idle}[$__range]) and {best}", "bytes"),
+        ],
+        hidden=hidden, sort_by="Idle GiB-hours",
+    ), 24, 8)
+    memory = sel(c.PROCESS_MEMORY, M, NOT_OVERFLOW)
+    idle_for = f"time() - {sel(c.PROCESS_LAST_ACTIVE, M, NOT_OVERFLOW)}"
+    forgotten = (f"topk({TOP_TABLE}, {memory} > {num(t.IDLE_PROCESS_MEMORY_BYTES)} "
+                 f"and ({idle_for}) > {seconds(t.IDLE_FOR)})")
+    grid.add(panels.table_panel(
+        "Forgotten processes now", f"Processes holding over "
+        f"{num(t.IDLE_PROCESS_MEMORY_BYTES / t.GIB)} GiB whose kernels last ran over "
+        f"{t.IDLE_FOR} ago (gpu_process_last_active_timestamp_seconds), largest first: idle "
+        "for, age, memory. A process with no kernel seen since the exporter started is not "
+        "listed (its last activity is unknown).",
+        [
+            panels.Column("Memory", forgotten, "bytes"),
+            panels.Column("Idle for", f"({idle_for}) and {forgotten}", "s",
+                          panels.steps(("orange", None), ("red", float(24 * 3600)))),
+            panels.Column("Age", f"(time() - {sel(c.PROCESS_START_TIME, M, NOT_OVERFLOW)}) "
+                          f"and {forgotten}", "s"),
+        ],
+        hidden=hidden, sort_by="Memory",
+    ), 24, 8)
+
+
 def build() -> dashboard.Dashboard:
     """The node / device dashboard builder."""
     built = panels.board(
@@ -167,6 +214,7 @@ def build() -> dashboard.Dashboard:
     grid = panels.Layout(built)
     _device(grid)
     _processes(grid)
+    _forgotten(grid)
     node_health_rows(grid, M)
     node_mig_rows(grid, M)
     return built

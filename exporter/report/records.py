@@ -38,9 +38,8 @@ POD: Final = Level("instance_namespace_pod", ("namespace", "pod"))
 JOB: Final = Level("instance_job", (JOB_LABEL, "user"))
 LEVELS: Final = (USER, POD, JOB)
 
-#: Per process, recorded only while idle: the bytes it holds, and its share of an idle GPU.
+#: Per process, recorded only while idle: the bytes it holds.
 PROCESS_IDLE_MEMORY: Final = "process:gpu_idle_memory_bytes:1m"
-PROCESS_IDLE_GPUS: Final = "process:gpu_idle_gpus:1m"
 #: Per user and GPU: the user's processes' SM utilisation (feeds used GPUs and power shares).
 GPU_USER_USED: Final = "instance_gpu_user:gpu_used_gpus:sum1m"
 
@@ -61,5 +60,5 @@ def level_quantities(level: Level) -> tuple[str, ...]:
 
 def all_records() -> tuple[str, ...]:
     """Every record name, in rule-file order."""
-    return (PROCESS_IDLE_MEMORY, PROCESS_IDLE_GPUS, GPU_USER_USED,
+    return (PROCESS_IDLE_MEMORY, GPU_USER_USED,
             *(lv.record(q) for lv in LEVELS for q in level_quantities(lv)))
