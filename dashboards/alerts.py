@@ -89,27 +89,31 @@ USER_UTILIZATION_MAX = f"instance_user:{c.USER_UTILIZATION_MAX.name}:max"
 GPU_UTILIZATION_AVG = f"instance_gpu:{util}:avg_over_time{t.IDLE_AVG_WINDOW}"
 
 
-#: Alerts on idle memory fire once per user across the fleet (per scrape job), never per host
-#: or process: a lab whose notebooks idle on every node gets one alert per user, routed to
-#: that user by its ``user`` label, and Prometheus keeps a handful of alerts, not thousands.
-FLEET_USER = "job, user"
+#: Alerts on idle memory fire once per user across the fleet, never per host or process: a
+#: lab whose notebooks idle on every node gets one alert per user, routed to that user by its
+#: ``user`` label, and Prometheus keeps a handful of alerts, not thousands. The labels that
+#: tell hosts apart (the target's address, the chart's node and exporter pod) are summed away;
+#: every other target label (job, cluster, ...) is kept for routing.
+PER_HOST_LABELS = ("instance", "node", "exporter_pod")
+FLEET_USER = f"sum without ({', '.join(PER_HOST_LABELS)})"
 
 
 def _hosts(record: str) -> str:
-    """'N hosts' for a per-user alert: the hosts where ``record`` of that user is above 0.
+    """'N hosts' for a per-user alert: the hosts where ``record`` is above 0 for the alert's
+    labels (user, job and any other kept target label, as matchers built from ``$labels``).
 
     A ``query`` in an annotation runs at every evaluation for every active alert: affordable
     because these alerts are one per user, and it reads one recorded series per host.
     """
-    count = f'count({record}{{job=%q, user=%q}} > 0)'
     return (
-        f'{{{{ with printf "{count}" $labels.job $labels.user | query }}}}'
+        '{{ $m := "" }}{{ range $k, $v := $labels }}{{ $m = printf "%s%s=%q," $m $k $v }}'
+        f'{{{{ end }}}}{{{{ with printf "count({record}{{%s}} > 0)" $m | query }}}}'
         "{{ with . | first | value }}{{ . }} host{{ if ne . 1.0 }}s{{ end }}{{ end }}{{ end }}"
     )
 
 
-def idle_records() -> tuple[RecordingRule, ...]:
-    """Per user and host (and per GPU), what the idle alerts and the fleet panels read.
+def user_idle_records() -> tuple[RecordingRule, ...]:
+    """Per user and host, what the per-user idle alerts and the users dashboard read.
 
     No rule reads per-process series: the exporter sums each user's idle processes per GPU
     (``gpu_user_idle_memory_bytes``: processes over ``IDLE_PROCESS_MEMORY_BYTES`` under
@@ -126,16 +130,19 @@ def idle_records() -> tuple[RecordingRule, ...]:
         RecordingRule(
             USER_UTILIZATION_MAX, f"max without ({gpus}) ({c.USER_UTILIZATION_MAX.name})"
         ),
-        RecordingRule(GPU_UTILIZATION_AVG, f"avg_over_time({util}[{window}])"),
     )
 
 
-def idle_group() -> RuleGroup:
-    """Memory held while nothing runs, and GPUs starved by their input.
+def gpu_idle_record() -> RecordingRule:
+    """Per GPU, the window's average utilisation the per-GPU idle alerts share."""
+    return RecordingRule(GPU_UTILIZATION_AVG, f"avg_over_time({util}[{t.IDLE_AVG_WINDOW}])")
 
-    At most one alert per GPU (held idle, starved) and one per user and host (idle processes,
-    all of a user's processes idle): never one per process. Which processes they are is on the
-    node dashboard's *Idle processes* table and in ``gpu-exporter report``.
+
+def idle_group() -> RuleGroup:
+    """GPUs holding memory while nothing runs, starved GPUs, idle pod allocations.
+
+    At most one alert per GPU (per allocation for pods), never one per process. Which
+    processes: the node dashboard's *Idle processes* table and ``gpu-exporter report``.
     """
     gpu_idle = AlertRule(
         alert="GpuMemoryHeldIdle",
@@ -151,44 +158,6 @@ def idle_group() -> RuleGroup:
             f"{_WHERE} holds {{{{ $value | humanize1024 }}}}B of memory while its utilisation "
             f"stayed under {t.IDLE_UTILIZATION_RATIO:.0%} for {t.IDLE_FOR}: a forgotten "
             "notebook or a hung job is blocking it for everyone else."
-        ),
-    )
-    process_idle = AlertRule(
-        alert="GpuProcessIdle",
-        expr=f"sum by ({FLEET_USER}) ({IDLE_MEMORY} > 0)",
-        for_=t.IDLE_FOR,
-        severity="warning",
-        summary="A user's GPU processes hold memory without using the GPU.",
-        description=(
-            "Processes of user {{ $labels.user }} hold {{ $value | humanize1024 }}B of GPU "
-            "memory without using it, on "
-            + _hosts(IDLE_MEMORY) + ": each holds over "
-            f"{num(t.IDLE_PROCESS_MEMORY_BYTES / t.GIB)} GiB and stayed under "
-            f"{t.IDLE_UTILIZATION_RATIO:.0%} utilisation for {t.IDLE_AVG_WINDOW}, for "
-            f"{t.IDLE_FOR}. The users dashboard (user {{{{ $labels.user }}}}) lists the hosts, "
-            "the node dashboard's Idle processes table (or gpu-exporter report) the processes; "
-            "ask the user to stop them or free the memory."
-        ),
-    )
-    user_idle = AlertRule(
-        alert="GpuUserMemoryIdle",
-        expr=(
-            f"sum by ({FLEET_USER}) (\n"
-            f"  sum without ({', '.join(c.GPU_LABELS)}) ({c.USER_MEMORY.name}) "
-            f"> {num(t.IDLE_USER_MEMORY_BYTES)}\n"
-            f"  and max_over_time({USER_UTILIZATION_MAX}[{t.IDLE_AVG_WINDOW}]) "
-            f"< {num(t.IDLE_UTILIZATION_RATIO)}\n"
-            ")\n"
-        ),
-        for_=t.IDLE_FOR,
-        severity="info",
-        summary="A user holds GPU memory on hosts where none of their processes compute.",
-        description=(
-            "User {{ $labels.user }} holds {{ $value | humanize1024 }}B of GPU memory on hosts "
-            "where they hold over "
-            f"{num(t.IDLE_USER_MEMORY_BYTES / t.GIB)} GiB and none of their GPU processes "
-            f"exceeded {t.IDLE_UTILIZATION_RATIO:.0%} utilisation for {t.IDLE_FOR}. The users "
-            "dashboard (user {{ $labels.user }}) lists the hosts."
         ),
     )
     # The idle alert's per-GPU average, recorded above, when the windows agree (one window
@@ -227,9 +196,54 @@ def idle_group() -> RuleGroup:
             f"{t.IDLE_UTILIZATION_RATIO:.0%} utilisation. Nobody else can be scheduled on it."
         ),
     )
-    return RuleGroup(
-        "gpu-idle", (*idle_records(), gpu_idle, process_idle, user_idle, starved, allocated)
+    return RuleGroup("gpu-idle", (gpu_idle_record(), gpu_idle, starved, allocated))
+
+
+def idle_users_group() -> RuleGroup:
+    """Memory a user's processes hold while idle: one alert per user across the fleet (idle
+    processes; all of a user's processes idle), never per host or process. Its own group, apart
+    from the per-GPU idle alerts: it can be left out where processes have no user (containers
+    without host PID access), and the two evaluate side by side.
+    """
+    process_idle = AlertRule(
+        alert="GpuProcessIdle",
+        expr=f"{FLEET_USER} ({IDLE_MEMORY} > 0)",
+        for_=t.IDLE_FOR,
+        severity="warning",
+        summary="A user's GPU processes hold memory without using the GPU.",
+        description=(
+            "Processes of user {{ $labels.user }} hold {{ $value | humanize1024 }}B of GPU "
+            "memory without using it, on "
+            + _hosts(IDLE_MEMORY) + ": each holds over "
+            f"{num(t.IDLE_PROCESS_MEMORY_BYTES / t.GIB)} GiB and stayed under "
+            f"{t.IDLE_UTILIZATION_RATIO:.0%} utilisation for {t.IDLE_AVG_WINDOW}, for "
+            f"{t.IDLE_FOR}. The users dashboard (user {{{{ $labels.user }}}}) lists the hosts, "
+            "the node dashboard's Idle processes table (or gpu-exporter report) the processes; "
+            "ask the user to stop them or free the memory."
+        ),
     )
+    user_idle = AlertRule(
+        alert="GpuUserMemoryIdle",
+        expr=(
+            f"{FLEET_USER} (\n"
+            f"  sum without ({', '.join(c.GPU_LABELS)}) ({c.USER_MEMORY.name}) "
+            f"> {num(t.IDLE_USER_MEMORY_BYTES)}\n"
+            f"  and max_over_time({USER_UTILIZATION_MAX}[{t.IDLE_AVG_WINDOW}]) "
+            f"< {num(t.IDLE_UTILIZATION_RATIO)}\n"
+            ")\n"
+        ),
+        for_=t.IDLE_FOR,
+        severity="info",
+        summary="A user holds GPU memory on hosts where none of their processes compute.",
+        description=(
+            "User {{ $labels.user }} holds {{ $value | humanize1024 }}B of GPU memory on hosts "
+            "where they hold over "
+            f"{num(t.IDLE_USER_MEMORY_BYTES / t.GIB)} GiB and none of their GPU processes "
+            f"exceeded {t.IDLE_UTILIZATION_RATIO:.0%} utilisation for {t.IDLE_FOR}. The users "
+            "dashboard (user {{ $labels.user }}) lists the hosts."
+        ),
+    )
+    return RuleGroup("gpu-idle-users", (*user_idle_records(), process_idle, user_idle))
 
 
 def thermal_group() -> RuleGroup:
@@ -415,7 +429,7 @@ def exporter_group() -> RuleGroup:
 
 def groups() -> tuple[RuleGroup, ...]:
     """Every alert group, in file order."""
-    return (memory_group(), idle_group(), thermal_group(), health_group(),
+    return (memory_group(), idle_group(), idle_users_group(), thermal_group(), health_group(),
             health_alerts.xid_group(), health_alerts.memory_repair_group(), exporter_group())
 
 

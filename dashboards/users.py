@@ -62,7 +62,7 @@ def _users(grid: panels.Layout) -> None:
 
 def _idle(grid: panels.Layout) -> None:
     grid.row("Idle holders and forgotten processes")
-    # Per user and host, from the gpu-idle group's recording rules: one series per user and
+    # Per user and host, from the gpu-idle-users group's recording rules: one series per user and
     # node however many processes, so the panels stay cheap on a large fleet.
     idle = sel_record(alerts.IDLE_MEMORY, U)
     held_idle = f"{idle} > 0"

@@ -12,12 +12,14 @@ import re
 
 import pytest
 
-from dashboards import alerts, recording, rules
+from dashboards import accounting, alerts, recording, rules
 from exporter import metrics
+from exporter.report import records as accounting_records
 from tests.dashboards.grafana import GRAFANA_DIR, Json, load, targets, variables
 
-#: Metrics with one series per process (a ``process`` label): the fleet's largest families.
-PER_PROCESS = tuple(m.name for m in metrics.PROCESS_ROWS)
+#: Series with one per process (a ``process`` label): the fleet's largest families, and the
+#: idle-accounting record kept per idle process.
+PER_PROCESS = (*(m.name for m in metrics.PROCESS_ROWS), accounting_records.PROCESS_IDLE_MEMORY)
 RAW = tuple(m.name for m in metrics.CATALOGUE)
 RECORDS = {r.record for r in (*recording.all_records(), *alerts.all_records())}
 
@@ -90,3 +92,17 @@ def test_per_process_panels_are_scoped_to_one_node_or_capped(path: object) -> No
         assert target.get("instant"), f"{panel['title']}: per-process range query"
         assert "topk(" in expr, f"{panel['title']}: uncapped per-process table"
         assert not _range_over_process_series(expr), panel["title"]
+
+
+def test_accounting_writes_one_per_process_record() -> None:
+    """Idle accounting reads process series (it accounts processes), but writes per process
+    only the idle memory the report lists; every other record is per GPU and row or coarser."""
+    per_process = [r.record for r in accounting.all_records() if r.record.startswith("process:")]
+    assert per_process == [accounting_records.PROCESS_IDLE_MEMORY]
+
+
+@pytest.mark.parametrize("name", ["GpuProcessIdle", "GpuUserMemoryIdle"])
+def test_idle_alerts_are_one_per_user(name: str) -> None:
+    """Idle memory alerts sum every host of a user (promtool tests: idle.test.yaml)."""
+    alert = next(a for a in alerts.all_alerts() if a.alert == name)
+    assert alert.expr.startswith(f"{alerts.FLEET_USER} ("), alert.expr
