@@ -28,6 +28,8 @@ INSTANCE_GPUS_UP = f"instance:{c.GPU_UP.name}:sum"
 INSTANCE_GPUS = "instance:gpus:count"
 INSTANCE_USER_MEMORY = f"instance_user:{c.USER_MEMORY.name}:sum"
 INSTANCE_OVERFLOW = f"instance:{c.PROCESS_SERIES_OVERFLOW.name}:sum"
+POD_UTILIZATION = f"namespace_pod:{c.UTILIZATION.name}:avg"
+POD_POWER = f"namespace_pod:{c.POWER_USAGE.name}:sum"
 
 
 def gpu_group() -> RuleGroup:
@@ -99,13 +101,12 @@ def workload_group() -> RuleGroup:
                       f"sum without ({_GPU}, container) ({owned(c.MEMORY_USED, '')})"),
         RecordingRule(f"namespace_pod:{total}:sum",
                       f"sum without ({_GPU}, container) ({owned(c.MEMORY_TOTAL, '')})"),
-        RecordingRule(f"namespace_pod:{c.UTILIZATION.name}:avg",
+        RecordingRule(POD_UTILIZATION,
                       f"avg without ({_GPU}, container) ({owned(c.UTILIZATION, '')})"),
-        RecordingRule(f"namespace_pod:{c.POWER_USAGE.name}:sum",
+        RecordingRule(POD_POWER,
                       f"sum without ({_GPU}, container) ({owned(c.POWER_USAGE, '')})"),
         RecordingRule(f"namespace:{used}:sum", f"sum without (pod) (namespace_pod:{used}:sum)"),
-        RecordingRule(f"namespace:{c.POWER_USAGE.name}:sum",
-                      f"sum without (pod) (namespace_pod:{c.POWER_USAGE.name}:sum)"),
+        RecordingRule(f"namespace:{c.POWER_USAGE.name}:sum", f"sum without (pod) ({POD_POWER})"),
         RecordingRule(f"namespace_pod:{c.WORKLOAD_MEMORY.name}:sum",
                       f"sum without ({_GPU}, {not_pod}) ({pod_memory})"),
         RecordingRule(f"namespace:{c.WORKLOAD_MEMORY.name}:sum",

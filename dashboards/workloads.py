@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
+from dashboards import alerts, recording
 from dashboards import variables as v
 from dashboards.fleet import COUNT_WARN
 from dashboards.panels import (
@@ -21,7 +22,7 @@ from dashboards.panels import (
     table_panel,
     timeseries_panel,
 )
-from dashboards.promql import allocated_idle, count_or_zero, owned, sel
+from dashboards.promql import allocated_idle, count_or_zero, owned, sel, sel_record
 from exporter import metrics as c
 from exporter import thresholds as t
 
@@ -39,7 +40,10 @@ IN_POD, IN_JOB, IN_CONTAINER = 'pod!=""', 'slurm_job!=""', 'container_id!=""'
 POD_MEM = sel(c.WORKLOAD_MEMORY, K8S, IN_POD)
 POD_UTIL = sel(c.WORKLOAD_UTILIZATION, K8S, IN_POD)
 SHARED_ALLOC = sel(c.ALLOCATION_INFO, K8S, SHARED)
-IDLE = allocated_idle(H, *WORKLOAD, ratio=t.IDLE_UTILIZATION_RATIO, window=t.IDLE_AVG_WINDOW)
+# The GPUs' window average recorded by the gpu-idle group (one sample per GPU and step, not a
+# 15-minute window of raw samples per step: the slowest query at 100 nodes otherwise).
+IDLE = allocated_idle(H, *WORKLOAD, ratio=t.IDLE_UTILIZATION_RATIO, window=t.IDLE_AVG_WINDOW,
+                      average=sel_record(alerts.GPU_UTILIZATION_AVG, H))
 
 
 def _allocations(grid: Layout) -> None:
@@ -136,14 +140,16 @@ def _usage(grid: Layout) -> None:
         "GPU memory by pod", "Memory held by each pod's GPU processes.", "bytes",
         [query(f"sum by (namespace, pod) ({POD_MEM})", "{{namespace}}/{{pod}}")], min_val=0,
     ), 12)
-    util = owned(c.UTILIZATION, H, *WORKLOAD)
+    # Per pod from the workload recording group: one series per pod, not every GPU's series
+    # joined with the allocations at every step.
+    util = sel_record(recording.POD_UTILIZATION, H, *WORKLOAD)
     grid.add(timeseries_panel(
         "Utilisation of GPUs a pod owns", "Average utilisation of the whole GPUs each pod "
         "owns alone.", "percentunit",
         [query(f"avg by (namespace, pod) ({util})", "{{namespace}}/{{pod}}")],
         min_val=0, max_val=1,
     ), 12)
-    power = owned(c.POWER_USAGE, H, *WORKLOAD)
+    power = sel_record(recording.POD_POWER, H, *WORKLOAD)
     grid.add(timeseries_panel(
         "Power of GPUs a pod owns", "Board power of the whole GPUs each pod owns alone, summed "
         "per pod.", "watt",
