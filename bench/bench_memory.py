@@ -81,14 +81,17 @@ if sys.argv[1] == "nvml":
 """
 
 
-def measure_floor(nvml: bool, flags: list[str]) -> tuple[list[tuple[str, float]], list[tuple[str, float]],
-                                       dict[str, list[tuple[str, float]]]]:
+Steps = list[tuple[str, float]]
+
+
+def measure_floor(nvml: bool, flags: list[str]) -> tuple[Steps, Steps, dict[str, Steps]]:
     """The floor steps and the reference steps (label, cumulative MiB), from one fresh
     interpreter, and its resident memory by mapping at the floor and after the references."""
     proc = subprocess.Popen([sys.executable, "-c", _FLOOR, "nvml" if nvml else "none", *flags],
                             cwd=ROOT,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert proc.stdin is not None and proc.stdout is not None
+    assert proc.stdin is not None
+    assert proc.stdout is not None
     try:
         steps, maps = [], {}
         for name in ("floor", "reference"):
