@@ -4,15 +4,22 @@ Every alert name starts with ``Gpu``; every expression reads raw exporter metric
 rules defined earlier in its own group (Prometheus evaluates a group's rules in order), so each
 alert group works whether or not the recording groups are loaded. No alert reads per-process
 series: those are summed per user by a recording rule first, so alerts stay few (per GPU, per
-user and host) and cheap at fleet scale. Thresholds come from ``dashboards.thresholds``.
+user and host) and cheap at fleet scale. Thresholds come from ``exporter.thresholds``.
 """
 
 from __future__ import annotations
 
-from dashboards import thresholds as t
-from dashboards.promql import NOT_OVERFLOW, PROCESS_ONLY_LABELS, num, reason_in, sel
+from dashboards.promql import (
+    NOT_OVERFLOW,
+    PROCESS_ONLY_LABELS,
+    allocated_idle,
+    num,
+    reason_in,
+    sel,
+)
 from dashboards.rules import AlertRule, RecordingRule, RuleGroup
 from exporter import metrics as c
+from exporter import thresholds as t
 
 UNCORRECTED = 'type="uncorrected"'
 # On Kubernetes the instance is a pod address; the ServiceMonitor's node label says where.
@@ -190,8 +197,21 @@ def idle_group() -> RuleGroup:
             f"{t.STARVED_FOR}: the job waits on the CPU, data loading or I/O, not on the GPU."
         ),
     )
+    allocated = AlertRule(
+        alert="GpuAllocatedIdle",
+        expr=allocated_idle("", ratio=t.IDLE_UTILIZATION_RATIO, window=t.IDLE_AVG_WINDOW) + "\n",
+        for_=t.IDLE_FOR,
+        severity="warning",
+        summary="A pod holds an allocated GPU and does nothing with it.",
+        description=(
+            "Pod {{ $labels.namespace }}/{{ $labels.pod }} (container {{ $labels.container }}) "
+            f"was given {_WHERE} by the kubelet, and for {t.IDLE_FOR} either none of its "
+            "processes was on that GPU or the GPU, its alone, stayed under "
+            f"{t.IDLE_UTILIZATION_RATIO:.0%} utilisation. Nobody else can be scheduled on it."
+        ),
+    )
     return RuleGroup(
-        "gpu-idle", (*idle_records(), gpu_idle, process_idle, user_idle, starved)
+        "gpu-idle", (*idle_records(), gpu_idle, process_idle, user_idle, starved, allocated)
     )
 
 
@@ -360,7 +380,20 @@ def exporter_group() -> RuleGroup:
             f"{{{{ $labels.kind }}}} in the last {t.ERRORS_WINDOW}."
         ),
     )
-    return RuleGroup("gpu-exporter", (exporter_down, source_down, failing, stale, errors))
+    pod_resources = AlertRule(
+        alert="GpuExporterPodResourcesFailing",
+        expr=f"{c.POD_RESOURCES_UP.name} == 0",
+        for_=t.POD_RESOURCES_FAILING_FOR,
+        severity="warning",
+        summary="The exporter cannot read the kubelet's GPU allocations.",
+        description=(
+            "The kubelet's PodResources API has not answered " + _HOST + " for "
+            f"{t.POD_RESOURCES_FAILING_FOR} (see gpu_exporter_pod_resources_status): "
+            "gpu_allocation_info is missing and GpuAllocatedIdle cannot fire there."
+        ),
+    )
+    return RuleGroup("gpu-exporter", (exporter_down, source_down, failing, stale, errors,
+                                      pod_resources))
 
 
 def groups() -> tuple[RuleGroup, ...]:

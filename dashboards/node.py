@@ -4,21 +4,12 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
-from dashboards import thresholds as t
+from dashboards import panels
 from dashboards import variables as v
 from dashboards.fleet import MEMORY_STEPS, TEMPERATURE_STEPS
-from dashboards.panels import (
-    Column,
-    Layout,
-    board,
-    query,
-    stat_panel,
-    steps,
-    table_panel,
-    timeseries_panel,
-)
 from dashboards.promql import NOT_OVERFLOW, idle_process_filter, num, sel
 from exporter import metrics as c
+from exporter import thresholds as t
 
 UID = "gpu-exporter-node"
 M = f"{v.HOST}, {v.GPU}"
@@ -33,87 +24,87 @@ NVML_GAP = (
 )
 
 
-def _device(grid: Layout) -> None:
+def _device(grid: panels.Layout) -> None:
     grid.row("Device")
-    grid.add(stat_panel(
+    grid.add(panels.stat_panel(
         "Memory used", "Used share of each GPU's memory; red from the "
         f"{t.MEMORY_USED_RATIO:.0%} alert threshold.", "percentunit",
-        query(f"{USED} / {TOTAL}", G), thresholds=steps(*MEMORY_STEPS),
+        panels.query(f"{USED} / {TOTAL}", G), thresholds=panels.steps(*MEMORY_STEPS),
     ), 6, 5)
-    grid.add(stat_panel(
+    grid.add(panels.stat_panel(
         "Temperature", "Current core temperature per GPU (orange from "
         f"{t.TEMPERATURE_WARNING_CELSIUS:.0f} °C, red from {t.TEMPERATURE_CRITICAL_CELSIUS:.0f} "
-        "°C: the alert thresholds).", "celsius", query(sel(c.TEMPERATURE, M), G),
-        thresholds=steps(*TEMPERATURE_STEPS),
+        "°C: the alert thresholds).", "celsius", panels.query(sel(c.TEMPERATURE, M), G),
+        thresholds=panels.steps(*TEMPERATURE_STEPS),
     ), 6, 5)
-    grid.add(table_panel(
+    grid.add(panels.table_panel(
         "GPUs", "Model, PCI bus id and driver of each GPU (from gpu_info), with its memory.",
-        [Column("Memory total", f"sum without () ({TOTAL}) * on (job, instance, uuid) "
+        [panels.Column("Memory total", f"sum without () ({TOTAL}) * on (job, instance, uuid) "
                 f"group_left (name, pci_bus_id, driver_version) {sel(c.GPU_INFO, M)}", "bytes")],
         hidden=("Time", "__name__", "job", "instance"),
     ), 12, 5)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Memory used vs total", "Memory allocated on the device (what nvidia-smi shows) "
         "against its total. " + NVML_GAP, "bytes",
-        [query(USED, f"{G} used"), query(TOTAL, f"{G} total", ref="B")], min_val=0,
+        [panels.query(USED, f"{G} used"), panels.query(TOTAL, f"{G} total", ref="B")], min_val=0,
     ), 12)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Utilisation", "GPU: share of time a kernel ran. Memory: share of time device memory "
         "was read or written (bandwidth, not capacity). Memory held with utilisation near 0 "
         "means the job is not really running.", "percentunit",
-        [query(sel(c.UTILIZATION, M), f"{G} GPU"),
-         query(sel(c.MEMORY_UTILIZATION, M), f"{G} memory", ref="B")],
+        [panels.query(sel(c.UTILIZATION, M), f"{G} GPU"),
+         panels.query(sel(c.MEMORY_UTILIZATION, M), f"{G} memory", ref="B")],
         min_val=0, max_val=1,
     ), 12)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Temperature", f"Core temperature; dashed lines at {t.TEMPERATURE_WARNING_CELSIUS:.0f} "
         f"°C (watch the cooling) and {t.TEMPERATURE_CRITICAL_CELSIUS:.0f} °C.", "celsius",
-        [query(sel(c.TEMPERATURE, M), G)], thresholds=steps(*TEMPERATURE_STEPS),
+        [panels.query(sel(c.TEMPERATURE, M), G)], thresholds=panels.steps(*TEMPERATURE_STEPS),
     ), 12)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Power vs limit", "Board power against the enforced limit. Power that stays low while "
         "processes hold the GPU points to a CPU or input-pipeline bottleneck.", "watt",
-        [query(sel(c.POWER_USAGE, M), f"{G} draw"),
-         query(sel(c.POWER_LIMIT, M), f"{G} limit", ref="B")], min_val=0,
+        [panels.query(sel(c.POWER_USAGE, M), f"{G} draw"),
+         panels.query(sel(c.POWER_LIMIT, M), f"{G} limit", ref="B")], min_val=0,
     ), 12)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Clocks", "SM, graphics and memory clocks. Clocks dropping under load while a throttle "
         "reason is active mean the GPU runs slower than it could.", "hertz",
-        [query(sel(c.SM_CLOCK, M), f"{G} SM"),
-         query(sel(c.GRAPHICS_CLOCK, M), f"{G} graphics", ref="B"),
-         query(sel(c.MEMORY_CLOCK, M), f"{G} memory", ref="C")], min_val=0,
+        [panels.query(sel(c.SM_CLOCK, M), f"{G} SM"),
+         panels.query(sel(c.GRAPHICS_CLOCK, M), f"{G} graphics", ref="B"),
+         panels.query(sel(c.MEMORY_CLOCK, M), f"{G} memory", ref="C")], min_val=0,
     ), 12)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Throttle reasons active", "Clock event reasons while active (1). gpu_idle is harmless; "
         "sw/hw thermal slowdown means too hot, sw_power_cap means at the power limit, "
         "hw_slowdown or power brake point to power delivery.", "short",
-        [query(f"{sel(c.THROTTLE_ACTIVE, M)} > 0", f"{G} {{{{reason}}}}")],
+        [panels.query(f"{sel(c.THROTTLE_ACTIVE, M)} > 0", f"{G} {{{{reason}}}}")],
         min_val=0, max_val=1,
     ), 12)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "ECC errors", "New ECC errors per interval. Corrected ones are harmless in small "
         "numbers; any uncorrected error means data loss: drain and reset the GPU.", "short",
-        [query(f"increase({sel(c.ECC_ERRORS, M)}[$__rate_interval])", f"{G} {{{{type}}}}")],
+        [panels.query(f"increase({sel(c.ECC_ERRORS, M)}[$__rate_interval])", f"{G} {{{{type}}}}")],
         min_val=0,
     ), 12)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Performance state", "P-state: 0 is maximum performance, an idle GPU sits at P8 or "
-        "higher numbers.", "short", [query(sel(c.PERFORMANCE_STATE, M), G)], min_val=0,
+        "higher numbers.", "short", [panels.query(sel(c.PERFORMANCE_STATE, M), G)], min_val=0,
     ), 12)
 
 
-def _processes(grid: Layout) -> None:
+def _processes(grid: panels.Layout) -> None:
     grid.row("Processes")
     proc = f"{M}, {NOT_OVERFLOW}"
-    grid.add(table_panel(
+    grid.add(panels.table_panel(
         "Processes", "Every process holding a context on the selected GPUs, like gpustat: "
         "pid, user, name, memory, utilisation and age. " + NVML_GAP + " Rows named "
         f"{c.OVERFLOW_VALUE} sum processes beyond the exporter's per-GPU series cap.",
         [
-            Column("Memory", f"sum without () ({sel(c.PROCESS_MEMORY, M)})", "bytes"),
-            Column("Utilisation", f"sum without () ({sel(c.PROCESS_UTILIZATION, M)})",
+            panels.Column("Memory", f"sum without () ({sel(c.PROCESS_MEMORY, M)})", "bytes"),
+            panels.Column("Utilisation", f"sum without () ({sel(c.PROCESS_UTILIZATION, M)})",
                    "percentunit"),
-            Column("Age", f"time() - {sel(c.PROCESS_START_TIME, proc)}", "s"),
+            panels.Column("Age", f"time() - {sel(c.PROCESS_START_TIME, proc)}", "s"),
         ],
         hidden=("Time", "__name__", "job", "instance", "uuid"),
         sort_by="Memory",
@@ -121,50 +112,50 @@ def _processes(grid: Layout) -> None:
     idle = idle_process_filter(
         M, t.IDLE_PROCESS_MEMORY_BYTES, t.IDLE_UTILIZATION_RATIO, t.IDLE_AVG_WINDOW
     )
-    grid.add(table_panel(
+    grid.add(panels.table_panel(
         "Idle processes", f"Processes holding over {num(t.IDLE_PROCESS_MEMORY_BYTES / t.GIB)} "
         f"GiB whose utilisation stayed under {t.IDLE_UTILIZATION_RATIO:.0%} for "
         f"{t.IDLE_AVG_WINDOW}: forgotten notebooks, hung jobs, debuggers stopped at a "
         f"breakpoint. After {t.IDLE_FOR} GpuProcessIdle fires for their user on this node.",
         [
-            Column("Memory", f"sum without () ({idle})", "bytes"),
-            Column("Max utilisation", f"max_over_time({sel(c.PROCESS_UTILIZATION, proc)}"
+            panels.Column("Memory", f"sum without () ({idle})", "bytes"),
+            panels.Column("Max utilisation", f"max_over_time({sel(c.PROCESS_UTILIZATION, proc)}"
                    f"[{t.IDLE_AVG_WINDOW}]) and ({idle})", "percentunit"),
-            Column("Age", f"time() - {sel(c.PROCESS_START_TIME, proc)} and ({idle})", "s"),
+            panels.Column("Age", f"time() - {sel(c.PROCESS_START_TIME, proc)} and ({idle})", "s"),
         ],
         hidden=("Time", "__name__", "job", "instance", "uuid", "uid"),
         sort_by="Memory",
     ), 24, 8)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Process memory by user", "GPU memory of all processes of each user on the selected "
         "GPUs, stacked: who is filling this node.", "bytes",
-        [query(f"sum by (user) ({sel(c.USER_MEMORY, M)})", "{{user}}")], stacked=True,
+        [panels.query(f"sum by (user) ({sel(c.USER_MEMORY, M)})", "{{user}}")], stacked=True,
         min_val=0,
     ), 12)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Process memory", "GPU memory per process. A process whose line only climbs is "
         "leaking; check torch.cuda.memory_summary() inside it.", "bytes",
-        [query(sel(c.PROCESS_MEMORY, M), PROCESS_LEGEND)], min_val=0,
+        [panels.query(sel(c.PROCESS_MEMORY, M), PROCESS_LEGEND)], min_val=0,
     ), 12)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Process utilisation", "Share of time each process's kernels ran on the GPU. 0 with "
         "memory held means the process is idle or waiting for input.", "percentunit",
-        [query(sel(c.PROCESS_UTILIZATION, M), PROCESS_LEGEND)], min_val=0, max_val=1,
+        [panels.query(sel(c.PROCESS_UTILIZATION, M), PROCESS_LEGEND)], min_val=0, max_val=1,
     ), 12)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Processes per GPU", "Number of processes holding a context on each GPU.", "short",
-        [query(sel(c.PROCESSES, M), G)], min_val=0,
+        [panels.query(sel(c.PROCESSES, M), G)], min_val=0,
     ), 12)
 
 
 def build() -> dashboard.Dashboard:
     """The node / device dashboard builder."""
-    built = board(
+    built = panels.board(
         "GPU node / device", UID,
         "One node: each GPU's memory, load, temperature, power, clocks, processes.",
         v.host_chain(v.gpu(), one_node=True), since="now-3h",
     )
-    grid = Layout(built)
+    grid = panels.Layout(built)
     _device(grid)
     _processes(grid)
     return built

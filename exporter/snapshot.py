@@ -53,6 +53,39 @@ class PodRef:
 
 
 @dataclass(frozen=True, slots=True)
+class ContainerRef:
+    """A container outside Kubernetes (Docker, Podman, containerd, CRI-O), from the cgroup."""
+
+    container_id: str  # 64 hex characters
+    name: str | None = None  # from the runtime's own files on the host, when readable
+    runtime: str | None = None  # "docker", "podman", "containerd", "cri-o"
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationRow:
+    """One device the kubelet allocated to one container (label values; "" = unknown)."""
+
+    gpu: str  # index of the (parent) GPU on this host
+    uuid: str  # the (parent) GPU's UUID
+    device_id: str  # the device plugin's id without a replica suffix: GPU-..., MIG-...
+    gpu_instance: str  # MIG GPU instance id
+    resource: str  # e.g. nvidia.com/gpu, nvidia.com/mig-1g.18gb
+    namespace: str
+    pod: str
+    container: str
+    sharing: str  # "exclusive" or "shared" (time-sliced/MPS replicas, several containers)
+
+
+@dataclass(frozen=True, slots=True)
+class PodResourcesHealth:
+    """Outcome of the last poll of the kubelet's PodResources API."""
+
+    up: bool
+    status: str  # exporter.attribution.podresources.client.PollStatus value
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class GpuProcess:
     """One process holding a context on one GPU."""
 
@@ -62,6 +95,8 @@ class GpuProcess:
     sm_utilization_ratio: float | None = None  # from process-utilisation samples; None if no sample
     owner: ProcessOwner | None = None  # None until enrichment (or if the process vanished)
     pod: PodRef | None = None  # None outside Kubernetes or for host processes
+    slurm_job: str | None = None  # Slurm job id (or SLUID), from the cgroup
+    container: ContainerRef | None = None  # a container outside Kubernetes
     values: Mapping[str, float] = field(default_factory=dict)  # further per-process metrics
 
 
@@ -129,3 +164,5 @@ class Snapshot:
     nvml_version: str | None = None
     gpus: tuple[GpuReading, ...] = ()
     errors: Mapping[str, int] = field(default_factory=dict)
+    allocations: tuple[AllocationRow, ...] = ()  # the kubelet's device allocations
+    pod_resources: PodResourcesHealth | None = None  # None when PodResources is not polled

@@ -5,14 +5,23 @@ Rows live in ``gpu`` (per GPU), ``process`` (per process and per user) and ``sel
 the families, the JSON model, the README table and the dashboards' names all follow from the
 rows. ``CATALOGUE`` is every row in documentation order; ``GPU_ROWS`` and ``PROCESS_ROWS``
 are the rows the generic code paths walk.
-
-Run ``python -m exporter.metrics`` to print the Markdown table used in the README.
+``markdown_table`` is the README's metric table (written by ``python -m dashboards.generate``).
 """
 
 from __future__ import annotations
 
-from exporter.metrics import gpu, process, self_metrics
+from exporter.metrics import attribution, gpu, process, self_metrics
+from exporter.metrics.attribution import (
+    ALLOCATION_INFO,
+    ALLOCATION_LABELS,
+    POD_RESOURCES_STATUS,
+    POD_RESOURCES_UP,
+    WORKLOAD_LABELS,
+    WORKLOAD_MEMORY,
+    WORKLOAD_UTILIZATION,
+)
 from exporter.metrics.core import (
+    CONTAINER_LABELS,
     GPU_LABELS,
     KUBERNETES_LABELS,
     OPT_IN_GROUPS,
@@ -20,6 +29,7 @@ from exporter.metrics.core import (
     PREFIX,
     PROCESS_LABELS,
     SELF_PREFIX,
+    SLURM_LABELS,
     SWITCHABLE_GROUPS,
     UNITS,
     UNKNOWN_VALUE,
@@ -60,6 +70,7 @@ from exporter.metrics.gpu import (
     UTILIZATION,
 )
 from exporter.metrics.process import (
+    PROCESS_LAST_ACTIVE,
     PROCESS_MEMORY,
     PROCESS_START_TIME,
     PROCESS_UTILIZATION,
@@ -80,7 +91,7 @@ from exporter.metrics.self_metrics import (
 from exporter.snapshot import Value
 
 #: The modules holding rows, in documentation order (a new row module is added here).
-_ROW_MODULES = (gpu, process, self_metrics)
+_ROW_MODULES = (gpu, process, attribution, self_metrics)
 
 #: Every row, in documentation order (per GPU, per process, the exporter itself).
 CATALOGUE: tuple[Metric, ...] = tuple(
@@ -106,16 +117,77 @@ def markdown_table() -> str:
 
 
 __all__ = [
-    "BUILD_INFO", "BY_NAME", "CATALOGUE", "COLLECTION_DURATION", "COLLECTION_SUCCESS",
-    "DATA_AGE", "ECC_ERRORS", "ENERGY", "ERRORS", "FAN_SPEED", "GPU_INFO", "GPU_LABELS",
-    "GPU_ROWS", "GPU_UP", "GRAPHICS_CLOCK", "KUBERNETES_LABELS", "LAST_SUCCESS", "MEMORY_CLOCK",
-    "MEMORY_FREE", "MEMORY_RESERVED", "MEMORY_TOTAL", "MEMORY_USED", "MEMORY_UTILIZATION",
-    "OPT_IN_GROUPS", "OVERFLOW_VALUE", "PCIE_THROUGHPUT", "PERFORMANCE_STATE", "POWER_LIMIT",
-    "POWER_THROTTLE_REASONS", "POWER_USAGE", "PREFIX", "PROCESSES", "PROCESS_LABELS",
-    "PROCESS_MEMORY", "PROCESS_ROWS", "PROCESS_SERIES_OVERFLOW", "PROCESS_START_TIME",
-    "PROCESS_UTILIZATION", "SELF_PREFIX", "SM_CLOCK", "SOURCE_UP", "SWITCHABLE_GROUPS",
-    "TEMPERATURE", "THERMAL_THROTTLE_REASONS", "THROTTLE_ACTIVE", "THROTTLE_REASONS", "UNITS",
-    "UNKNOWN_VALUE", "USER_MEMORY", "USER_PROCESSES", "UTILIZATION", "Constant", "Fold",
-    "Group", "Kind", "Metric", "NvmlRead", "NvmlSpecial", "Scope", "Value", "default_groups",
-    "markdown_table", "nvml",
+    "ALLOCATION_INFO",
+    "ALLOCATION_LABELS",
+    "BUILD_INFO",
+    "BY_NAME",
+    "CATALOGUE",
+    "COLLECTION_DURATION",
+    "COLLECTION_SUCCESS",
+    "CONTAINER_LABELS",
+    "DATA_AGE",
+    "ECC_ERRORS",
+    "ENERGY",
+    "ERRORS",
+    "FAN_SPEED",
+    "GPU_INFO",
+    "GPU_LABELS",
+    "GPU_ROWS",
+    "GPU_UP",
+    "GRAPHICS_CLOCK",
+    "KUBERNETES_LABELS",
+    "LAST_SUCCESS",
+    "MEMORY_CLOCK",
+    "MEMORY_FREE",
+    "MEMORY_RESERVED",
+    "MEMORY_TOTAL",
+    "MEMORY_USED",
+    "MEMORY_UTILIZATION",
+    "OPT_IN_GROUPS",
+    "OVERFLOW_VALUE",
+    "PCIE_THROUGHPUT",
+    "PERFORMANCE_STATE",
+    "POD_RESOURCES_STATUS",
+    "POD_RESOURCES_UP",
+    "POWER_LIMIT",
+    "POWER_THROTTLE_REASONS",
+    "POWER_USAGE",
+    "PREFIX",
+    "PROCESSES",
+    "PROCESS_LABELS",
+    "PROCESS_LAST_ACTIVE",
+    "PROCESS_MEMORY",
+    "PROCESS_ROWS",
+    "PROCESS_SERIES_OVERFLOW",
+    "PROCESS_START_TIME",
+    "PROCESS_UTILIZATION",
+    "SELF_PREFIX",
+    "SLURM_LABELS",
+    "SM_CLOCK",
+    "SOURCE_UP",
+    "SWITCHABLE_GROUPS",
+    "TEMPERATURE",
+    "THERMAL_THROTTLE_REASONS",
+    "THROTTLE_ACTIVE",
+    "THROTTLE_REASONS",
+    "UNITS",
+    "UNKNOWN_VALUE",
+    "USER_MEMORY",
+    "USER_PROCESSES",
+    "UTILIZATION",
+    "WORKLOAD_LABELS",
+    "WORKLOAD_MEMORY",
+    "WORKLOAD_UTILIZATION",
+    "Constant",
+    "Fold",
+    "Group",
+    "Kind",
+    "Metric",
+    "NvmlRead",
+    "NvmlSpecial",
+    "Scope",
+    "Value",
+    "default_groups",
+    "markdown_table",
+    "nvml",
 ]

@@ -69,6 +69,7 @@ class Scope(str, Enum):
     GPU_STATUS = "gpu_status"  # gpu_info / gpu_up: from the reading's identity and health
     PROCESS = "process"  # one series per process, from ``process_value`` (capped, folded)
     GPU_SUMMARY = "gpu_summary"  # per GPU or per (GPU, user) from its process list
+    ALLOCATION = "allocation"  # one series per kubelet allocation (``Snapshot.allocations``)
     EXPORTER = "exporter"  # the exporter's own health
 
 
@@ -78,6 +79,7 @@ class Fold(str, Enum):
     SUM = "sum"
     SUM_RATIO = "sum_ratio"  # summed, at most 1 (shares of one sample period)
     OLDEST = "oldest"  # the smallest (start times)
+    NEWEST = "newest"  # the largest (last-active times)
 
 
 PREFIX = "gpu_"
@@ -88,6 +90,10 @@ GPU_LABELS: tuple[str, ...] = ("gpu", "uuid")
 #: Labels of per-process series (``pid`` can be switched off; pod labels only on Kubernetes).
 PROCESS_LABELS: tuple[str, ...] = (*GPU_LABELS, "pid", "process", "user", "uid")
 KUBERNETES_LABELS: tuple[str, ...] = ("namespace", "pod", "container")
+#: Process labels of containers outside Kubernetes (``--containers``; ``container`` is shared
+#: with Kubernetes) and of Slurm jobs (``--slurm``).
+CONTAINER_LABELS: tuple[str, ...] = ("container", "container_id")
+SLURM_LABELS: tuple[str, ...] = ("slurm_job",)
 #: Label value used for processes folded into the overflow series when the per-GPU cap is hit,
 #: and for processes whose owner could not be resolved.
 OVERFLOW_VALUE = "__overflow__"
@@ -201,10 +207,3 @@ class Metric:
         if self.kind is Kind.COUNTER:
             return self.name.removesuffix("_total")
         return self.name
-
-    @property
-    def extra_label(self) -> str | None:
-        """The label after the GPU labels of a labelled per-GPU metric, else None."""
-        if self.scope is Scope.GPU and len(self.labels) == len(GPU_LABELS) + 1:
-            return self.labels[-1]
-        return None

@@ -12,7 +12,10 @@ from functools import lru_cache
 from importlib import resources
 from string import Template
 
+from exporter import thresholds
 from exporter.metrics import MEMORY_USED, POWER_LIMIT, POWER_USAGE, TEMPERATURE, UTILIZATION
+from exporter.metrics.process import last_active_seconds
+from exporter.report.timerange import format_duration
 from exporter.snapshot import GpuProcess, GpuReading
 from exporter.state import ExporterState
 
@@ -20,13 +23,8 @@ __all__ = ["TOP_PROCESSES", "render_landing"]
 
 #: Rows in the "top processes" table.
 TOP_PROCESSES = 15
-#: Memory use above this share of the total is drawn in the alert colour (the seed's 90 %).
-HIGH_MEMORY_RATIO = 0.9
-#: Hints from the guide the project grew from: memory held while the GPU idles means the job
-#: is not really running; above 80 degrees, check the cooling.
-IDLE_MEMORY_RATIO = 0.5
-IDLE_UTILIZATION_RATIO = 0.05
-HOT_CELSIUS = 80.0
+#: A process whose kernels ran this recently is shown "active" rather than idle for seconds.
+ACTIVE_WITHIN_SECONDS = 60.0
 
 
 @lru_cache(maxsize=1)
@@ -60,12 +58,13 @@ def _hints(gpu: GpuReading) -> str:
     ratio = used / total if used is not None and total > 0 else None
     utilization = gpu.value(UTILIZATION.name)
     temperature = gpu.value(TEMPERATURE.name)
-    if ratio is not None and ratio > HIGH_MEMORY_RATIO:
+    # The alerts' thresholds (the page sees one sample, the alerts an average over time).
+    if ratio is not None and ratio > thresholds.MEMORY_USED_RATIO:
         hints.append("memory almost full")
-    if (ratio is not None and ratio > IDLE_MEMORY_RATIO and utilization is not None
-            and utilization < IDLE_UTILIZATION_RATIO):
+    if (ratio is not None and ratio > thresholds.IDLE_GPU_MEMORY_RATIO
+            and utilization is not None and utilization < thresholds.IDLE_UTILIZATION_RATIO):
         hints.append("memory held but GPU idle")
-    if temperature is not None and temperature > HOT_CELSIUS:
+    if temperature is not None and temperature > thresholds.TEMPERATURE_WARNING_CELSIUS:
         hints.append("hot: check cooling")
     return "; ".join(hints)
 
@@ -84,7 +83,7 @@ def _gpu_row(gpu: GpuReading) -> str:
     memory = f"{_gib(used)} / {_gib(total)}"
     if used is not None and total > 0:
         ratio = min(1.0, used / total)
-        high = " high" if ratio > HIGH_MEMORY_RATIO else ""
+        high = " high" if ratio > thresholds.MEMORY_USED_RATIO else ""
         memory += (
             f' ({ratio * 100:.0f} %)<span class="bar{high}" '
             f'style="width:{ratio * 5:.2f}rem"></span>'
@@ -103,7 +102,18 @@ def _gpu_row(gpu: GpuReading) -> str:
     )
 
 
-def _process_row(gpu: GpuReading, process: GpuProcess) -> str:
+def _idle_for(process: GpuProcess, now: float) -> str:
+    """How long since the process's kernels last ran, from its last-active time."""
+    if process.sm_utilization_ratio is None:
+        return "n/a"  # per-process utilisation is not collected
+    last = last_active_seconds(process)
+    if last is None:
+        return "no kernel seen"
+    idle = now - last
+    return "active" if idle < ACTIVE_WITHIN_SECONDS else format_duration(idle)
+
+
+def _process_row(gpu: GpuReading, process: GpuProcess, now: float) -> str:
     owner = process.owner
     user = owner.user if owner is not None else "unknown"
     name = owner.name if owner is not None else "unknown"
@@ -114,14 +124,15 @@ def _process_row(gpu: GpuReading, process: GpuProcess) -> str:
         f"<tr><td>{gpu.identity.index}</td><td>{process.pid}</td><td>{_e(user)}</td>"
         f"<td>{_e(name)}</td><td>{_e(pod)}</td>"
         f'<td class="num">{_gib(process.used_memory_bytes)}</td>'
-        f'<td class="num">{_pct(process.sm_utilization_ratio)}</td></tr>'
+        f'<td class="num">{_pct(process.sm_utilization_ratio)}</td>'
+        f'<td class="num idle">{_e(_idle_for(process, now))}</td></tr>'
     )
 
 
-def _top_processes(gpus: tuple[GpuReading, ...]) -> list[str]:
+def _top_processes(gpus: tuple[GpuReading, ...], now: float) -> list[str]:
     pairs = [(gpu, p) for gpu in gpus if gpu.up for p in gpu.processes]
     pairs.sort(key=lambda pair: pair[1].used_memory_bytes or 0, reverse=True)
-    return [_process_row(gpu, p) for gpu, p in pairs[:TOP_PROCESSES]]
+    return [_process_row(gpu, p, now) for gpu, p in pairs[:TOP_PROCESSES]]
 
 
 def render_landing(
@@ -149,7 +160,8 @@ def render_landing(
     elif state.stale:
         notice = '<p class="notice">Stale data: the latest collection did not finish in time.</p>'
     gpu_rows = [_gpu_row(g) for g in gpus] or ['<tr><td colspan="8">No GPUs.</td></tr>']
-    process_rows = _top_processes(gpus) or ['<tr><td colspan="7">No processes.</td></tr>']
+    process_rows = (_top_processes(gpus, snap.taken_at)
+                    or ['<tr><td colspan="8">No processes.</td></tr>'])
     driver = snap.driver_version or "n/a"
     if snap.cuda_driver_version:
         driver += f" (CUDA {snap.cuda_driver_version})"

@@ -6,10 +6,12 @@ from dataclasses import replace
 
 from exporter import metrics
 from exporter.snapshot import (
+    AllocationRow,
     GpuIdentity,
     GpuProcess,
     GpuReading,
     PodRef,
+    PodResourcesHealth,
     ProcessOwner,
     ProcessType,
     Snapshot,
@@ -43,7 +45,10 @@ def process(
     utilization: float | None = 0.25,
     pod: PodRef | None = None,
     start: float = 1_700_000_000.0,
+    last_active: float | None = 60.0,
 ) -> GpuProcess:
+    """A process; ``last_active`` is seconds after its start that its kernels last ran (None:
+    never seen; also None when per-process utilisation is off)."""
     owner = None
     if user is not None:
         uid = 1000 + USERS.index(user) if user in USERS else 2000
@@ -55,6 +60,8 @@ def process(
         sm_utilization_ratio=utilization,
         owner=owner,
         pod=pod,
+        values={} if last_active is None or utilization is None else {
+            metrics.PROCESS_LAST_ACTIVE.name: start + pid + last_active},
     )
 
 
@@ -89,16 +96,9 @@ def reading(index: int, processes: tuple[GpuProcess, ...] = (), *, up: bool = Tr
     for row in metrics.GPU_ROWS:  # rows without a typical value above: any plausible one
         if row.name not in values:
             values[row.name] = dict.fromkeys(row.label_values, 1) if row.label_values else 1
-    for field_name, value in fields.items():
-        name = ROWS_BY_FIELD[field_name].name
-        if value is None:
-            values.pop(name, None)
-        else:
-            values[name] = value
-    if not up:
-        values = {}
-    return GpuReading(identity=identity(index), up=up, error=error, values=values,
-                      processes=processes)
+    reading = GpuReading(identity=identity(index), up=up, error=error,
+                         values=values if up else {}, processes=processes)
+    return with_values(reading, **fields) if up else reading
 
 
 def with_values(gpu: GpuReading, **fields: Value | None) -> GpuReading:
@@ -161,4 +161,11 @@ def fleet(gpus: int = 8, processes_per_gpu: int = 32) -> Snapshot:
                 )
             )
         readings.append(reading(index, tuple(procs)))
-    return snapshot(*readings)
+    # The kubelet gave each GPU to one pod (the exporter's allocation series).
+    allocations = tuple(
+        AllocationRow(str(r.identity.index), r.identity.uuid, r.identity.uuid, "",
+                      "nvidia.com/gpu", "ml", f"train-{r.identity.index}", "main", "exclusive")
+        for r in readings
+    )
+    return snapshot(*readings, allocations=allocations,
+                    pod_resources=PodResourcesHealth(True, "ok"))

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from exporter import metrics as cat
 from exporter.exposition.processes import process_families, process_label_names, process_series
 from exporter.metrics import Group
-from exporter.snapshot import PodRef
+from exporter.snapshot import ContainerRef, PodRef
 from exporter.state import ExpositionOptions
 from tests.exposition import factory as f
 from tests.exposition.parse import collect_text, series, value
@@ -132,6 +134,41 @@ def test_kubernetes_labels_are_appended() -> None:
     assert "namespace" not in series(_text(*procs), cat.PROCESS_MEMORY.name)[0]
 
 
+def test_slurm_and_container_labels_are_appended_when_asked_for() -> None:
+    box = ContainerRef("4f6c2a9e1b7d" + "0" * 52, "triton", "docker")
+    pod = PodRef(pod_uid="u1", namespace="ml", pod="train-0", container="main")
+    procs = (replace(f.process(1, MIB), slurm_job="913377"),
+             replace(f.process(2, MIB), container=box), f.process(3, MIB, pod=pod))
+    text = _text(*procs, slurm_labels=True, container_labels=True)
+    rows = {s["pid"]: s for s in series(text, cat.PROCESS_MEMORY.name)}
+    assert (rows["1"]["slurm_job"], rows["1"]["container"], rows["1"]["container_id"]) == (
+        "913377", "", "")
+    assert (rows["2"]["slurm_job"], rows["2"]["container"], rows["2"]["container_id"]) == (
+        "", "triton", "4f6c2a9e1b7d")
+    assert "namespace" not in rows["3"]  # --kubernetes off: the pod is not exposed
+    assert rows["3"]["container"] == ""
+    both = _text(*procs, kubernetes_labels=True, container_labels=True)
+    rows = {s["pid"]: s for s in series(both, cat.PROCESS_MEMORY.name)}
+    assert (rows["2"]["container"], rows["3"]["container"]) == ("triton", "main")
+    assert "slurm_job" not in rows["1"]
+    workloads = {(s["slurm_job"], s["container"]): s
+                 for s in series(text, cat.WORKLOAD_MEMORY.name)}
+    assert set(workloads) == {("913377", ""), ("", "triton")}  # host process 3: not a workload
+    assert "pid" not in workloads[("913377", "")]
+    assert value(text, cat.WORKLOAD_MEMORY.name, slurm_job="913377") == MIB
+    names = process_label_names(ExpositionOptions(kubernetes_labels=True, container_labels=True,
+                                                  slurm_labels=True))
+    assert names[-5:] == ("namespace", "pod", "container", "container_id", "slurm_job")
+
+
+def test_allocations_are_one_info_series_each() -> None:
+    snap = f.fleet(2, 1)
+    text = collect_text(f.state(snap), ExpositionOptions(groups=frozenset(Group)))
+    found = series(text, cat.ALLOCATION_INFO.name)
+    assert [(s["gpu"], s["pod"], s["sharing"]) for s in found] == [
+        ("0", "train-0", "exclusive"), ("1", "train-1", "exclusive")]
+
+
 def test_same_process_in_two_pods_stays_two_series_without_pid() -> None:
     pods = [PodRef(pod_uid=f"u{i}", namespace="ml", pod=f"p{i}", container="c") for i in (1, 2)]
     procs = [f.process(i, MIB, pod=pods[i - 1]) for i in (1, 2)]
@@ -187,3 +224,17 @@ def test_unmerged_fast_path_equals_process_series() -> None:
             # equal is not enough: -0.0 and 0.0 are equal but are written differently
             assert [repr(r) for r in got] == [repr(r) for r in want], key
         assert [v for _, v in found[cat.PROCESS_MEMORY] if v == 3 * MIB]  # pid 9 summed
+
+
+def test_last_active_series_merged_newest_and_stale_pids_dropped() -> None:
+    last = cat.PROCESS_LAST_ACTIVE.name
+    text = _text(f.process(7, MIB, last_active=100.0), f.process(8, MIB, last_active=None))
+    assert value(text, last, pid="7") == 1_700_000_007.0 + 100.0
+    assert value(text, last, pid="8") is None  # no kernel seen: no series
+    # Without pid labels, two processes of one name and user share a series: the newest wins.
+    merged = _text(f.process(7, MIB, last_active=100.0), f.process(9, MIB, last_active=50.0),
+                   pid_label=False)
+    assert value(merged, last, process="python") == 1_700_000_007.0 + 100.0
+    # A time before the process started belongs to an earlier process with the same pid.
+    reused = _text(f.process(7, MIB, last_active=-3600.0))
+    assert value(reused, last, pid="7") is None

@@ -71,7 +71,9 @@ def _exposed_names() -> set[str]:
     for preset in list_presets():
         snapshots.append(SimulatedSource(load_scenario(preset), clock=lambda: 1_000.0)
                          .collect(ALL))
-    options = ExpositionOptions(groups=frozenset(Group))
+    snapshots.append(factory.fleet(1, 2))  # processes in pods: the workload families
+    options = ExpositionOptions(groups=frozenset(Group), kubernetes_labels=True,
+                                container_labels=True, slurm_labels=True)
     names: set[str] = set()
     for snapshot in snapshots:
         text = collect_text(factory.state(snapshot), options)

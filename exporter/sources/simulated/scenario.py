@@ -37,6 +37,15 @@ running); they also accept ``30s``, ``15m``, ``2h``, ``3d``. Sizes are bytes or 
         memory_utilization: 0.4   # memory-bandwidth busy ratio at full utilisation
         restart_after: 1m      # after exiting (stop or OOM) it starts again with pid + 101
         pod: {namespace: ml, pod: trainer-0, container: pytorch}   # optional Kubernetes pod
+        slurm_job: "913377"    # optional Slurm job id (what its cgroup would say)
+        container: {name: triton, id: <64 hex>}   # optional container outside Kubernetes
+    allocations:               # optional: what the kubelet's PodResources API reports
+      - gpu: 3                 # GPU index
+        namespace: ml
+        pod: sweep-1
+        container: worker
+        resource: nvidia.com/gpu   # default nvidia.com/gpu
+        replica: 0             # time-slicing replica (the device id gets "::0"): shared
 
 Any mistake (unknown key, wrong type, negative size, unknown model, a process on a GPU that does
 not exist) raises ``ScenarioError`` with one line naming the file and the field.
@@ -62,6 +71,8 @@ from exporter.sources.simulated.scenario_fields import Reader, ScenarioError, it
 
 __all__ = [
     "GPU_MODELS",
+    "AllocationSpec",
+    "ContainerSpec",
     "EccInjection",
     "GpuModel",
     "GpuSpec",
@@ -107,6 +118,22 @@ class PodSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class ContainerSpec:
+    name: str
+    id: str  # 64 hex characters
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationSpec:
+    gpu: int
+    namespace: str
+    pod: str
+    container: str
+    resource: str = "nvidia.com/gpu"
+    replica: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ProcessSpec:
     gpu: int
     pid: int
@@ -124,6 +151,8 @@ class ProcessSpec:
     memory_utilization: float = 0.4
     restart_after: float | None = None
     pod: PodSpec | None = None
+    slurm_job: str | None = None
+    container: ContainerSpec | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +160,7 @@ class Scenario:
     name: str
     gpus: tuple[GpuSpec, ...]
     processes: tuple[ProcessSpec, ...] = ()
+    allocations: tuple[AllocationSpec, ...] = ()
     description: str = ""
     hostname: str | None = None
     driver_version: str = "580.95.05"
@@ -140,13 +170,16 @@ class Scenario:
 
 # --- parsing -----------------------------------------------------------------------------------
 _TOP = ("name", "description", "hostname", "driver_version", "cuda_driver_version", "gpus",
-        "processes")
+        "processes", "allocations")
 _GPU = ("model", "count", "idle_celsius", "full_load_celsius", "thermal_time_constant",
         "power_limit_watts", "ecc_corrected_per_hour", "ecc_uncorrected", "lost_at")
 _PROC = ("gpu", "pid", "user", "uid", "name", "type", "start", "stop", "memory", "ramp",
          "leak_per_second", "utilization", "utilization_jitter", "memory_utilization",
-         "restart_after", "pod")
+         "restart_after", "pod", "slurm_job", "container")
 _POD = ("namespace", "pod", "container")
+_CONTAINER = ("name", "id")
+_ALLOCATION = ("gpu", "namespace", "pod", "container", "resource", "replica")
+_CONTAINER_ID = re.compile(r"^[0-9a-f]{64}$")
 
 
 def parse_scenario(data: object, origin: str, default_name: str = "scenario") -> Scenario:
@@ -165,6 +198,10 @@ def parse_scenario(data: object, origin: str, default_name: str = "scenario") ->
     processes: list[ProcessSpec] = []
     for i, entry in enumerate(items(top.raw("processes"), top, "processes")):
         processes.extend(_parse_process(Reader(entry, origin, f"processes[{i}]", _PROC), i, gpus))
+    allocations = [
+        _parse_allocation(Reader(entry, origin, f"allocations[{i}]", _ALLOCATION), gpus)
+        for i, entry in enumerate(items(top.raw("allocations"), top, "allocations"))
+    ]
     seen: set[tuple[int, int]] = set()
     for proc in processes:
         if (proc.gpu, proc.pid) in seen:
@@ -176,10 +213,24 @@ def parse_scenario(data: object, origin: str, default_name: str = "scenario") ->
         hostname=top.text("hostname"),
         driver_version=top.text("driver_version", "580.95.05") or "",
         cuda_driver_version=top.text("cuda_driver_version", "13.0") or "",
-        gpus=tuple(gpus), processes=tuple(processes), origin=origin,
+        gpus=tuple(gpus), processes=tuple(processes), allocations=tuple(allocations),
+        origin=origin,
     )
     _check_fits(scenario, top)
     return scenario
+
+
+def _parse_allocation(r: Reader, gpus: list[GpuSpec]) -> AllocationSpec:
+    gpu = r.integer("gpu", 0, low=0)
+    if not r.has("gpu") or gpu >= len(gpus):
+        r.fail(f"needs the index of one of the scenario's {len(gpus)} GPUs", "gpu")
+    replica = r.integer("replica", 0, low=0) if r.has("replica") else None
+    return AllocationSpec(
+        gpu=gpu, namespace=r.text("namespace", required=True) or "",
+        pod=r.text("pod", required=True) or "",
+        container=r.text("container", required=True) or "",
+        resource=r.text("resource", "nvidia.com/gpu") or "nvidia.com/gpu", replica=replica,
+    )
 
 
 def _parse_gpu(r: Reader, first_index: int) -> list[GpuSpec]:
@@ -236,6 +287,12 @@ def _parse_process(r: Reader, position: int, gpus: list[GpuSpec]) -> list[Proces
     if r.has("pod"):
         sub = Reader(r.raw("pod"), r.origin, f"{r.path}.pod", _POD)
         pod = PodSpec(*(sub.text(k, required=True) or "" for k in _POD))
+    container = None
+    if r.has("container"):
+        sub = Reader(r.raw("container"), r.origin, f"{r.path}.container", _CONTAINER)
+        container = ContainerSpec(*(sub.text(k, required=True) or "" for k in _CONTAINER))
+        if not _CONTAINER_ID.match(container.id):
+            sub.fail("must be 64 lower-case hex characters", "id")
     memory = r.size("memory", 2 * GiB)
     base_pid = r.integer("pid", 4000 + 211 * position, low=1, high=(1 << 22) - len(targets))
     common: dict[str, Any] = {
@@ -248,6 +305,7 @@ def _parse_process(r: Reader, position: int, gpus: list[GpuSpec]) -> list[Proces
         "utilization_jitter": r.number("utilization_jitter", 0.0, high=1.0),
         "memory_utilization": r.number("memory_utilization", 0.4, high=1.0),
         "restart_after": r.seconds("restart_after", None), "pod": pod,
+        "slurm_job": r.text("slurm_job"), "container": container,
     }
     for target in targets:
         if memory > gpus[target].model.memory_bytes:
@@ -296,15 +354,16 @@ def _preset_dir() -> Any:
 _SYNTHETIC_RE = re.compile(r"^synthetic:(\d+)x(\d+)$")
 
 
-def load_scenario(name_or_path: str) -> Scenario:
-    """Load a bundled preset by name, ``synthetic:GxP`` (``synthetic_fleet(G, P)``), or a file.
+def load_scenario(name_or_path: str, seed: int = 0) -> Scenario:
+    """Load a bundled preset by name, ``synthetic:GxP`` (``synthetic_fleet(G, P, seed)``), or a
+    file.
 
     Raises:
         ScenarioError: unknown preset and no such file, unreadable file, bad YAML, bad field.
     """
     synthetic = _SYNTHETIC_RE.match(name_or_path)
     if synthetic:
-        return synthetic_fleet(int(synthetic.group(1)), int(synthetic.group(2)))
+        return synthetic_fleet(int(synthetic.group(1)), int(synthetic.group(2)), seed=seed)
     if name_or_path in list_presets():
         text = _preset_dir().joinpath(f"{name_or_path}.yaml").read_text(encoding="utf-8")
         origin, stem = f"preset {name_or_path}", name_or_path

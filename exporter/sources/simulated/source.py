@@ -33,12 +33,22 @@ import time
 import uuid
 from collections.abc import Callable
 
+from exporter.attribution.podresources.allocations import (
+    Allocation,
+    AllocationTable,
+    DeviceId,
+)
+from exporter.attribution.podresources.join import join_allocations
 from exporter.metrics import GPU_ROWS, Group
+from exporter.metrics.process import LAST_ACTIVE
 from exporter.snapshot import (
+    AllocationRow,
+    ContainerRef,
     GpuIdentity,
     GpuProcess,
     GpuReading,
     PodRef,
+    PodResourcesHealth,
     ProcessOwner,
     Snapshot,
     Value,
@@ -50,6 +60,8 @@ _M64 = (1 << 64) - 1
 _BUCKET = 5.0  # seconds of simulated time between independent noise values
 _DRIVER_BYTES = 4 << 20  # driver bookkeeping counted as used (v2 "used" on an idle GPU: ~8 MB)
 _RESTART_PID_STEP = 101
+#: Simulated seconds after its start at which a process configured idle ran its last kernel.
+LOADED_AFTER = 60.0
 _BUS_IDS = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)  # a typical 8-GPU HGX board
 _INF = math.inf
 
@@ -86,8 +98,8 @@ class _Noise:
 class _Proc:
     """Precomputed timeline of one scenario process."""
 
-    __slots__ = ("context", "grow", "jitter", "last", "leak", "life", "mem_util", "noise", "owner",
-                 "period", "pod", "ramp", "spec", "steady", "t0", "util")
+    __slots__ = ("container", "context", "grow", "jitter", "last", "leak", "life", "mem_util",
+                 "noise", "owner", "period", "pod", "ramp", "spec", "steady", "t0", "util")
 
     def __init__(self, spec: ProcessSpec, life: float | None, key: int) -> None:
         self.spec, self.t0, self.life = spec, spec.start, life
@@ -102,12 +114,14 @@ class _Proc:
         self.steady = spec.memory_bytes
         self.owner: tuple[int, ProcessOwner] | None = None
         # the last GpuProcess built, reused while nothing in it changed (it is immutable)
-        self.last: tuple[int, int, float, GpuProcess] | None = None
+        self.last: tuple[int, int, float, GpuProcess, float | None] | None = None
         self.pod = None if spec.pod is None else PodRef(
             pod_uid=str(uuid.UUID(int=(_mix(key) << 64) | _mix(key ^ 5), version=4)),
             container_id=f"{_mix(key ^ 1):016x}{_mix(key ^ 2):016x}{_mix(key ^ 3):016x}"
                          f"{_mix(key ^ 4):016x}",
             namespace=spec.pod.namespace, pod=spec.pod.pod, container=spec.pod.container)
+        self.container = None if spec.container is None else ContainerRef(
+            spec.container.id, spec.container.name, "docker")
 
     def cycle(self, t: float) -> tuple[int, float] | None:
         """(restart number, age) when alive at ``t``, else None."""
@@ -233,6 +247,20 @@ class SimulatedSource:
         self.hostname = hostname or scenario.hostname or socket.gethostname()
         self._start: float | None = None
         self._gpus = [self._build_gpu(g) for g in scenario.gpus]
+        self._allocations = self._build_allocations()
+        # What the simulated kubelet answers: healthy when the scenario has allocations.
+        self._pod_resources = PodResourcesHealth(True, "ok") if scenario.allocations else None
+
+    def _build_allocations(self) -> tuple[AllocationRow, ...]:
+        """The scenario's allocations as the PodResources join would give them."""
+        uuids = [gpu.identity.uuid for gpu in self._gpus]
+        table = AllocationTable.of(
+            Allocation(DeviceId(uuids[a.gpu], None if a.replica is None else str(a.replica),
+                                uuids[a.gpu]), a.resource, a.namespace, a.pod, a.container)
+            for a in self.scenario.allocations
+        )
+        return join_allocations(table, [(gpu.identity.index, gpu.identity.uuid)
+                                        for gpu in self._gpus])
 
     def _key(self, entity: str) -> int:
         return random.Random(f"{self.seed}/{self.scenario.name}/{entity}").getrandbits(64)
@@ -290,6 +318,7 @@ class SimulatedSource:
             cuda_driver_version=self.scenario.cuda_driver_version,
             nvml_version=f"13.{self.scenario.driver_version}",
             gpus=tuple(readings), errors={"gpu_lost": lost} if lost else {},
+            allocations=self._allocations, pod_resources=self._pod_resources,
         )
 
     # --- one GPU -----------------------------------------------------------------------------
@@ -322,12 +351,19 @@ class SimulatedSource:
             mem_util += u * p.mem_util
             if want_procs:
                 last = p.last
+                # Last active: now (to the noise bucket, so a process is rebuilt no more often
+                # than its utilisation changes) for a computing process; a process configured
+                # idle last ran a kernel LOADED_AFTER seconds after it started (its model load).
+                active = (t - t % _BUCKET if p.util > 0.0 else t - age + min(age, LOADED_AFTER)) \
+                    if want_putil else None
                 if last is None or last[0] != k or last[1] != memory or last[2] != u \
-                        or (last[3].sm_utilization_ratio is None) == want_putil:
+                        or last[4] != active:
+                    extra = {} if active is None else {LAST_ACTIVE: start + active / self.speed}
                     last = p.last = (k, memory, u, GpuProcess(
                         pid=p.spec.pid + _RESTART_PID_STEP * k, type=p.spec.type,
                         used_memory_bytes=memory, sm_utilization_ratio=u if want_putil else None,
-                        owner=self._owner(p, k, start), pod=p.pod))
+                        owner=self._owner(p, k, start), pod=p.pod, values=extra,
+                        slurm_job=p.spec.slurm_job, container=p.container), active)
                 procs.append(last[3])
         util, mem_util = round(min(1.0, util), 2), round(min(1.0, mem_util), 2)  # whole %
         busy = used > _DRIVER_BYTES
