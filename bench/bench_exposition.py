@@ -26,9 +26,9 @@ from prometheus_client import openmetrics
 from prometheus_client.exposition import generate_latest
 
 from exporter.exposition import MetricsRenderer, build_registry, snapshot_families
-from exporter.sources.base import CollectOptions
-from exporter.sources.scenario import synthetic_fleet
-from exporter.sources.simulated import SimulatedSource
+from exporter.metrics import default_groups
+from exporter.sources.simulated.scenario import synthetic_fleet
+from exporter.sources.simulated.source import SimulatedSource
 from exporter.state import ExporterState, ExpositionOptions
 from tests.exposition import factory
 
@@ -49,7 +49,7 @@ def simulated_states(count: int, gpus: int, processes: int) -> list[ExporterStat
     states = []
     for _ in range(count):
         now[0] += 15.0
-        snap = source.collect(CollectOptions())
+        snap = source.collect(default_groups())
         states.append(ExporterState(snap, 0.1, False, snap.taken_at))
     return states
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dashboards import thresholds as t
 from dashboards.promql import NOT_OVERFLOW, PROCESS_ONLY_LABELS, num, reason_in, sel
 from dashboards.rules import AlertRule, RuleGroup
-from exporter import catalogue as c
+from exporter import metrics as c
 
 UNCORRECTED = 'type="uncorrected"'
 # On Kubernetes the instance is a pod address; the ServiceMonitor's node label says where.

@@ -18,7 +18,7 @@ from dashboards.panels import (
     timeseries_panel,
 )
 from dashboards.promql import count_or_zero, num, sel, with_hostname
-from exporter import catalogue as c
+from exporter import metrics as c
 
 UID = "gpu-exporter-fleet"
 H = v.HOST

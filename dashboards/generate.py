@@ -1,11 +1,19 @@
-"""Write (or check) the generated dashboard JSON and rule YAML files.
+"""The one generator: write (or check) every derived file of the repository.
 
-Usage::
+Usage (from the repository root)::
 
-    python -m dashboards.generate            # rewrite dashboards/grafana/*.json, rules/*.yaml
-    python -m dashboards.generate --check    # exit 1 if a committed file differs
+    python -m dashboards.generate            # rewrite whatever is out of date
+    python -m dashboards.generate --check    # exit 1 if a committed file differs (CI runs it)
 
-``--dir`` points at another ``dashboards/`` folder (tests use a temporary copy).
+Derived files, all from the metric rows (``exporter.metrics``), the flags
+(``exporter.config``) and the thresholds (``dashboards.thresholds``):
+
+- ``README.md``: the metric and flag tables between their ``BEGIN``/``END`` markers;
+- ``dashboards/grafana/*.json`` and ``dashboards/rules/*.yaml``;
+- ``helm/gpu-exporter/files/{dashboards,rules}/``: the chart's byte-identical copies (Helm
+  cannot read files outside the chart); a copy without an original is stale and removed.
+
+``--root`` points at another checkout (tests use a temporary copy).
 """
 
 from __future__ import annotations
@@ -20,8 +28,9 @@ from grafana_foundation_sdk.builders import dashboard
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
 from dashboards import alerts, fleet, health, node, recording, rules, users
+from exporter.docs import DocsError, render_readme
 
-HERE = Path(__file__).resolve().parent
+REPO = Path(__file__).resolve().parent.parent
 
 #: Dashboard file name -> builder. Paths are stable: the compose stack and Helm chart use them.
 DASHBOARDS: dict[str, Callable[[], dashboard.Dashboard]] = {
@@ -32,6 +41,12 @@ DASHBOARDS: dict[str, Callable[[], dashboard.Dashboard]] = {
 }
 ALERTS_FILE = "gpu-exporter-alerts.yaml"
 RECORDING_FILE = "gpu-exporter-recording.yaml"
+README = "README.md"
+#: Where the chart keeps its copies: generated folder -> chart folder.
+CHART_COPIES = {
+    "dashboards/grafana": "helm/gpu-exporter/files/dashboards",
+    "dashboards/rules": "helm/gpu-exporter/files/rules",
+}
 
 
 def dashboard_json(build: Callable[[], dashboard.Dashboard]) -> str:
@@ -43,56 +58,83 @@ def dashboard_json(build: Callable[[], dashboard.Dashboard]) -> str:
     return JSONEncoder(sort_keys=True, indent=2).encode(model) + "\n"
 
 
-def outputs() -> dict[str, str]:
-    """Every generated file, as path relative to ``dashboards/`` -> content."""
-    files = {f"grafana/{name}": dashboard_json(build) for name, build in DASHBOARDS.items()}
-    files[f"rules/{ALERTS_FILE}"] = rules.render(alerts.groups(), "alerts.py")
-    files[f"rules/{RECORDING_FILE}"] = rules.render(recording.groups(), "recording.py")
+def outputs(root: Path) -> dict[str, str]:
+    """Every generated file, as path relative to ``root`` -> content.
+
+    Raises:
+        OSError: the README cannot be read.
+        DocsError: the README lacks a table marker pair.
+    """
+    files = {f"dashboards/grafana/{name}": dashboard_json(build)
+             for name, build in DASHBOARDS.items()}
+    files[f"dashboards/rules/{ALERTS_FILE}"] = rules.render(alerts.groups(), "alerts.py")
+    files[f"dashboards/rules/{RECORDING_FILE}"] = rules.render(recording.groups(), "recording.py")
+    for source, copy in CHART_COPIES.items():
+        for rel, text in list(files.items()):
+            if rel.startswith(source + "/"):
+                files[copy + rel.removeprefix(source)] = text
+    files[README] = render_readme((root / README).read_text(encoding="utf-8"))
     return files
 
 
+def stale_copies(root: Path, wanted: dict[str, str]) -> list[str]:
+    """Files in the chart's copy folders that no generated file accounts for."""
+    extra = []
+    for copy in CHART_COPIES.values():
+        folder = root / copy
+        if folder.is_dir():
+            extra += [f"{copy}/{p.name}" for p in sorted(folder.iterdir())
+                      if p.is_file() and f"{copy}/{p.name}" not in wanted]
+    return extra
+
+
 def stale_files(root: Path) -> list[str]:
-    """Generated files that are missing under ``root`` or differ from what is generated."""
-    stale = []
-    for rel, text in outputs().items():
-        path = root / rel
-        if not path.is_file() or path.read_text(encoding="utf-8") != text:
-            stale.append(rel)
-    return stale
+    """Generated files missing under ``root`` or differing, then stale chart copies."""
+    wanted = outputs(root)
+    stale = [rel for rel, text in wanted.items()
+             if not (root / rel).is_file() or (root / rel).read_text(encoding="utf-8") != text]
+    return stale + stale_copies(root, wanted)
 
 
 def write(root: Path) -> list[str]:
-    """Write every generated file under ``root``; returns the ones that changed.
+    """Bring every derived file under ``root`` up to date; returns what changed.
 
     Raises:
         OSError: a file cannot be written.
+        DocsError: the README lacks a table marker pair.
     """
+    wanted = outputs(root)
     changed = stale_files(root)
-    for rel, text in outputs().items():
-        if rel in changed:
-            path = root / rel
+    for rel in changed:
+        path = root / rel
+        if rel in wanted:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
+            path.write_text(wanted[rel], encoding="utf-8")
+        else:
+            path.unlink()
     return changed
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point; returns the exit status (1 when ``--check`` finds drift)."""
+    """Command-line entry point: 0 done/current, 1 ``--check`` found drift, 2 unusable tree."""
     parser = argparse.ArgumentParser(prog="python -m dashboards.generate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true",
                         help="do not write; exit 1 if a committed file is out of date")
-    parser.add_argument("--dir", type=Path, default=HERE,
-                        help="the dashboards/ folder to write or check (default: this package)")
+    parser.add_argument("--root", type=Path, default=REPO,
+                        help="the repository checkout to write or check (default: this one)")
     args = parser.parse_args(argv)
-    if args.check:
-        stale = stale_files(args.dir)
-        for rel in stale:
-            print(f"out of date: {args.dir / rel} (run python -m dashboards.generate)",
-                  file=sys.stderr)
-        return 1 if stale else 0
-    for rel in write(args.dir):
-        print(f"wrote {args.dir / rel}")
+    try:
+        if args.check:
+            stale = stale_files(args.root)
+            for rel in stale:
+                print(f"out of date: {rel} (run python -m dashboards.generate)", file=sys.stderr)
+            return 1 if stale else 0
+        for rel in write(args.root):
+            print(f"updated {rel}")
+    except (OSError, UnicodeDecodeError, DocsError) as exc:
+        print(f"dashboards.generate: error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -18,7 +18,7 @@ from dashboards.panels import (
     timeseries_panel,
 )
 from dashboards.promql import NOT_OVERFLOW, sel
-from exporter import catalogue as c
+from exporter import metrics as c
 
 UID = "gpu-exporter-node"
 M = f"{v.HOST}, {v.GPU}"

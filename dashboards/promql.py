@@ -1,11 +1,11 @@
 """PromQL building blocks shared by the rules and the dashboards.
 
-Metric names are taken from ``exporter.catalogue`` only; this module never types one.
+Metric names are taken from the rows in ``exporter.metrics`` only; this module never types one.
 """
 
 from __future__ import annotations
 
-from exporter import catalogue as c
+from exporter import metrics as c
 
 #: Labels a per-GPU series carries beyond the target's own (job, instance, node, ...).
 GPU_LABELS = ", ".join(c.GPU_LABELS)

@@ -9,7 +9,7 @@ cheaper long-range graphs and federation.
 from __future__ import annotations
 
 from dashboards.rules import RecordingRule, RuleGroup
-from exporter import catalogue as c
+from exporter import metrics as c
 
 _GPU = ", ".join(c.GPU_LABELS)
 used, total = c.MEMORY_USED.name, c.MEMORY_TOTAL.name

@@ -26,7 +26,7 @@ from dashboards.promql import (
     sel,
     with_hostname,
 )
-from exporter import catalogue as c
+from exporter import metrics as c
 
 UID = "gpu-exporter-users"
 H = v.HOST

@@ -13,7 +13,7 @@ from grafana_foundation_sdk.models import dashboard as dm
 
 from dashboards.panels import DATASOURCE
 from dashboards.promql import sel
-from exporter import catalogue as c
+from exporter import metrics as c
 
 JOB = 'job=~"$job"'
 INSTANCE = 'instance=~"$instance"'

@@ -21,7 +21,10 @@ from types import FrameType
 import uvicorn
 
 from exporter import __version__
-from exporter.app import create_app
+from exporter.attribution.enrich import Enricher, ProcessEnricher
+from exporter.attribution.kubernetes import PodResolver
+from exporter.attribution.owners import OwnerResolver, ProcfsError, check_procfs
+from exporter.attribution.passwd import PasswdFileError, check_passwd_file
 from exporter.config import (
     Config,
     ConfigError,
@@ -30,13 +33,10 @@ from exporter.config import (
     resolve,
     unknown_env,
 )
-from exporter.enrich import Enricher, OwnerEnricher, PodEnricher, chain
-from exporter.kubernetes import PodResolver
 from exporter.logs import setup_logging
-from exporter.owners import OwnerResolver, ProcfsError, check_procfs
-from exporter.passwd import PasswdFileError, check_passwd_file
 from exporter.scheduler import Scheduler
 from exporter.sources.base import Source
+from exporter.web.app import create_app
 
 __all__ = ["build_enricher", "build_source", "main", "parse_config"]
 
@@ -50,7 +50,7 @@ SHUTDOWN_GRACE_SECONDS = 3
 
 def _presets() -> list[str]:
     try:
-        from exporter.sources.scenario import list_presets  # noqa: PLC0415
+        from exporter.sources.simulated.scenario import list_presets  # noqa: PLC0415
 
         return list_presets()
     except Exception:  # a broken install must not break --help
@@ -97,15 +97,15 @@ def build_source(config: Config) -> Source:
         ConfigError: the scenario is unknown or invalid.
     """
     if config.source == "nvml":
-        from exporter.sources.nvml import NvmlSource  # noqa: PLC0415 (pynvml loads lazily)
+        from exporter.sources.nvml.source import NvmlSource  # noqa: PLC0415 (pynvml loads lazily)
 
         return NvmlSource(hostname=config.hostname)
-    from exporter.sources.scenario import (  # noqa: PLC0415
+    from exporter.sources.simulated.scenario import (  # noqa: PLC0415
         ScenarioError,
         load_scenario,
         synthetic_fleet,
     )
-    from exporter.sources.simulated import SimulatedSource  # noqa: PLC0415
+    from exporter.sources.simulated.source import SimulatedSource  # noqa: PLC0415
 
     assert config.scenario is not None  # resolve() checked it
     try:
@@ -127,21 +127,14 @@ def build_enricher(config: Config) -> Enricher | None:
     """Owner (and with ``--kubernetes`` pod) enrichment; None for the simulated source."""
     if config.source == "simulated":
         return None  # its processes carry owners and pods; this host's /proc is unrelated
-    owners = OwnerEnricher(
-        OwnerResolver(
-            procfs=config.procfs, passwd_file=config.passwd_file,
-            include_cmdline=config.cmdline,
-        )
+    owners = OwnerResolver(
+        procfs=config.procfs, passwd_file=config.passwd_file,
+        include_cmdline=config.cmdline, cgroups=config.kubernetes,
     )
-    if not config.kubernetes:
-        return owners
-    pods = PodEnricher(
-        PodResolver(
-            procfs=config.procfs, pod_logs_dir=config.pod_logs_dir,
-            container_logs_dir=config.container_logs_dir,
-        )
-    )
-    return chain(owners, pods)
+    pods = PodResolver(
+        pod_logs_dir=config.pod_logs_dir, container_logs_dir=config.container_logs_dir,
+    ) if config.kubernetes else None
+    return ProcessEnricher(owners, pods)
 
 
 #: errno values meaning "no IPv6 here" (kernel without it, or disabled in this namespace).
@@ -244,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     scheduler = Scheduler(
         source,
         build_enricher(config),
-        options=config.collect_options(),
+        groups=config.collect_groups(),
         min_interval=config.min_interval,
         timeout=config.timeout,
         stale_after=config.stale_after,

@@ -13,13 +13,12 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from exporter import __version__
-from exporter.catalogue import OPT_IN_GROUPS, Group
-from exporter.sources.base import CollectOptions
-from exporter.sources.scenario import list_presets
+from exporter.metrics import OPT_IN_GROUPS, SWITCHABLE_GROUPS, Group
+from exporter.sources.simulated.scenario import list_presets
 from exporter.state import ExpositionOptions
 
 ENV_PREFIX = "GPU_EXPORTER_"
@@ -31,8 +30,6 @@ RESERVED_PATHS: frozenset[str] = frozenset(
     {"/", "/healthz", "/readyz", "/api/v1/snapshot", "/docs", "/openapi.json",
      "/docs/oauth2-redirect"}
 )
-#: Groups with ``--collector.<group>`` flags (the exporter's own metrics are always on).
-SWITCHABLE_GROUPS: tuple[Group, ...] = tuple(g for g in Group if g is not Group.EXPORTER)
 
 
 class ConfigError(ValueError):
@@ -253,7 +250,6 @@ FLAGS: tuple[Flag, ...] = (
     Flag("log.format", "log_format", "Log format: logfmt or json.", "logfmt",
          _parse_choice(LOG_FORMATS), "FORMAT"),
 )
-FLAGS_BY_DEST: dict[str, Flag] = {f.dest: f for f in FLAGS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,12 +283,11 @@ class Config:
     log_level: str = "info"
     log_format: str = "logfmt"
 
-    def collect_options(self) -> CollectOptions:
-        """The field groups a collection reads, from the enabled collector groups."""
-        wanted = {g.value for g in self.groups}
-        if Group.PROCESSES not in self.groups:  # per-process utilisation needs the process list
-            wanted.discard(Group.PROCESS_UTILIZATION.value)
-        return CollectOptions(**{f.name: f.name in wanted for f in fields(CollectOptions)})
+    def collect_groups(self) -> frozenset[Group]:
+        """The groups a collection reads (per-process utilisation needs the process list)."""
+        if Group.PROCESSES not in self.groups:
+            return self.groups - {Group.PROCESS_UTILIZATION}
+        return self.groups
 
     def exposition_options(self) -> ExpositionOptions:
         """Cardinality and privacy knobs for exposition."""

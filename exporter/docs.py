@@ -1,25 +1,19 @@
-"""Regenerate the README's metric and flag tables: ``python -m exporter.docs [--check] [FILE]``.
+"""The README's generated metric and flag tables (written by ``python -m dashboards.generate``).
 
 The tables sit between ``<!-- BEGIN METRICS TABLE ... -->`` / ``<!-- END METRICS TABLE -->``
 and ``<!-- BEGIN FLAGS TABLE ... -->`` / ``<!-- END FLAGS TABLE -->``; the marker lines stay
-as they are and everything between them is replaced. ``--check`` changes nothing and exits 1
-when the file is out of date (for CI). Exit 2: the file is unreadable or a marker is missing.
+as they are and everything between them is replaced.
 """
 
 from __future__ import annotations
 
-import argparse
 import re
-import sys
-from collections.abc import Sequence
-from pathlib import Path
 
-from exporter.catalogue import markdown_table
 from exporter.config import flags_markdown_table
+from exporter.metrics import markdown_table
 
-__all__ = ["DocsError", "main", "render_readme"]
+__all__ = ["DocsError", "render_readme"]
 
-DEFAULT_README = Path(__file__).resolve().parent.parent / "README.md"
 SECTIONS: tuple[tuple[str, str], ...] = (("METRICS", "metrics"), ("FLAGS", "flags"))
 
 
@@ -56,31 +50,3 @@ def render_readme(text: str) -> str:
 
         text = pattern.sub(replace, text)
     return text
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Rewrite (or with ``--check`` verify) the README; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m exporter.docs", description=__doc__)
-    parser.add_argument("--check", action="store_true", help="exit 1 if FILE is out of date")
-    parser.add_argument("file", nargs="?", type=Path, default=DEFAULT_README)
-    args = parser.parse_args(argv)
-    path: Path = args.file
-    try:
-        current = path.read_text(encoding="utf-8")
-        wanted = render_readme(current)
-    except (OSError, UnicodeDecodeError, DocsError) as exc:
-        print(f"exporter.docs: error: {path}: {exc}", file=sys.stderr)
-        return 2
-    if args.check:
-        if wanted != current:
-            print(f"{path} is out of date: run python -m exporter.docs", file=sys.stderr)
-            return 1
-        return 0
-    if wanted != current:
-        path.write_text(wanted, encoding="utf-8")
-        print(f"updated {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

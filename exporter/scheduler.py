@@ -23,13 +23,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
+from exporter.attribution.enrich import Enricher
+from exporter.metrics import Group
 from exporter.snapshot import Snapshot
-from exporter.sources.base import CollectOptions, Source, SourceUnavailable
+from exporter.sources.base import Source, SourceUnavailable
 from exporter.state import ExporterState
 
-__all__ = ["Enricher", "Scheduler", "SchedulerStats"]
+__all__ = ["Scheduler", "SchedulerStats"]
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +40,6 @@ INIT_ERROR = "source_init"
 LOST_ERROR = "source_lost"
 FAILED_ERROR = "collection_failed"
 ENRICH_ERROR = "enrichment"
-
-
-class Enricher(Protocol):
-    """Anything that returns a snapshot with more filled in (owners, pods)."""
-
-    def enrich(self, snapshot: Snapshot) -> Snapshot:
-        """Return an enriched copy of ``snapshot``."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +91,7 @@ class Scheduler:
         source: Source,
         enricher: Enricher | None,
         *,
-        options: CollectOptions,
+        groups: frozenset[Group],
         min_interval: float,
         timeout: float,
         stale_after: float,
@@ -111,7 +104,7 @@ class Scheduler:
     ) -> None:
         self._source = source
         self._enricher = enricher
-        self._options = options
+        self._groups = groups
         self._min_interval = min_interval
         self.timeout = self._timeout = timeout  # public copies are read-only by convention
         self.stale_after = self._stale_after = stale_after
@@ -380,7 +373,7 @@ class Scheduler:
                 log.exception("source start raised unexpectedly")
                 return done(init_error=f"{type(exc).__name__}: {exc}")
         try:
-            snapshot = self._source.collect(self._options)
+            snapshot = self._source.collect(self._groups)
         except SourceUnavailable as exc:
             return done(lost_error=str(exc) or type(exc).__name__)
         except Exception:

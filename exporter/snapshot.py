@@ -16,6 +16,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TypeAlias
+
+#: A per-GPU metric's value: a number, or a number per value of the metric's extra label.
+Value: TypeAlias = "float | Mapping[str, float]"
 
 
 class ProcessType(str, Enum):
@@ -58,6 +62,7 @@ class GpuProcess:
     sm_utilization_ratio: float | None = None  # from process-utilisation samples; None if no sample
     owner: ProcessOwner | None = None  # None until enrichment (or if the process vanished)
     pod: PodRef | None = None  # None outside Kubernetes or for host processes
+    values: Mapping[str, float] = field(default_factory=dict)  # further per-process metrics
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,50 +80,31 @@ class GpuIdentity:
 
 
 @dataclass(frozen=True, slots=True)
-class ThrottleReasons:
-    """Active clock event (throttle) reasons, each True when the driver reports it active."""
-
-    active: Mapping[str, bool]  # reason name (see catalogue.THROTTLE_REASONS) -> active
-
-
-@dataclass(frozen=True, slots=True)
-class EccCounts:
-    """ECC error counts since the driver loaded (volatile counters)."""
-
-    corrected: int
-    uncorrected: int
-
-
-@dataclass(frozen=True, slots=True)
 class GpuReading:
     """Everything read from one GPU in one collection.
 
-    ``up`` is False when the GPU could not be read at all (lost, reset required, hung);
-    then ``error`` says why and every optional field is None.
+    ``values`` holds the per-GPU metrics by metric name (``exporter.metrics``, rows with
+    ``Scope.GPU``): a number, or for a metric with one extra label a mapping from that label's
+    value to a number. A metric that was not read (group off, unsupported, failed) is absent.
+    ``up`` is False when the GPU could not be read at all (lost, reset required, hung); then
+    ``error`` says why and ``values`` is empty.
     """
 
     identity: GpuIdentity
     up: bool = True
     error: str | None = None
-    memory_used_bytes: int | None = None
-    memory_free_bytes: int | None = None
-    memory_reserved_bytes: int | None = None  # driver/firmware reserve (memory info v2 only)
-    utilization_ratio: float | None = None
-    memory_utilization_ratio: float | None = None
-    temperature_celsius: float | None = None
-    power_usage_watts: float | None = None
-    power_limit_watts: float | None = None
-    energy_joules: float | None = None  # opt-in: total since driver load
-    pcie_rx_bytes_per_second: float | None = None  # opt-in
-    pcie_tx_bytes_per_second: float | None = None  # opt-in
-    fan_speed_ratio: float | None = None
-    sm_clock_hertz: float | None = None
-    memory_clock_hertz: float | None = None
-    graphics_clock_hertz: float | None = None
-    performance_state: int | None = None  # P-state 0 (max) .. 15 (min)
-    throttle: ThrottleReasons | None = None
-    ecc: EccCounts | None = None
-    processes: tuple[GpuProcess, ...] = ()  # None-free; processes that exited are simply absent
+    values: Mapping[str, Value] = field(default_factory=dict)
+    processes: tuple[GpuProcess, ...] = ()  # processes that exited are simply absent
+
+    def value(self, name: str) -> float | None:
+        """The value of scalar metric ``name``, or None when absent."""
+        found = self.values.get(name)
+        return found if isinstance(found, (int, float)) else None
+
+    def labelled(self, name: str) -> Mapping[str, float] | None:
+        """The values of labelled metric ``name`` by label value, or None when absent."""
+        found = self.values.get(name)
+        return found if isinstance(found, Mapping) else None
 
 
 @dataclass(frozen=True, slots=True)

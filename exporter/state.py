@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from exporter.catalogue import OPT_IN_GROUPS, Group
+from exporter.metrics import Group, default_groups
 from exporter.snapshot import Snapshot
 
 
@@ -22,11 +22,6 @@ class ExporterState:
     stale: bool
     last_success_timestamp: float | None
     errors_total: Mapping[str, int] = field(default_factory=dict)
-
-
-def default_groups() -> frozenset[Group]:
-    """Every collector group except the expensive opt-in ones."""
-    return frozenset(g for g in Group if g not in OPT_IN_GROUPS)
 
 
 @dataclass(frozen=True, slots=True)

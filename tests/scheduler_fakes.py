@@ -6,8 +6,10 @@ import threading
 import time
 from collections.abc import Mapping
 
+from exporter import metrics
+from exporter.metrics import Group
 from exporter.snapshot import GpuIdentity, GpuReading, Snapshot
-from exporter.sources.base import CollectOptions, SourceUnavailable
+from exporter.sources.base import SourceUnavailable
 
 
 def make_snapshot(serial: int = 0, errors: Mapping[str, int] | None = None, gpus: int = 1,
@@ -19,8 +21,9 @@ def make_snapshot(serial: int = 0, errors: Mapping[str, int] | None = None, gpus
                 index=i, uuid=f"GPU-{i:04d}", name="Fake GPU", pci_bus_id=f"0000:{i:02x}:00.0",
                 memory_total_bytes=80 << 30,
             ),
-            memory_used_bytes=(serial + 1) << 20,
-            utilization_ratio=0.5,
+            values={metrics.MEMORY_TOTAL.name: 80 << 30,
+                    metrics.MEMORY_USED.name: (serial + 1) << 20,
+                    metrics.UTILIZATION.name: 0.5},
         )
         for i in range(gpus)
     )
@@ -61,7 +64,7 @@ class FakeSource:
         self.start_calls = 0
         self.collect_calls = 0
         self.closed = False
-        self.options: list[CollectOptions] = []
+        self.groups: list[frozenset[Group]] = []
 
     def start(self) -> None:
         self.start_calls += 1
@@ -69,9 +72,9 @@ class FakeSource:
             self.start_failures -= 1
             raise SourceUnavailable("NVML library not found")
 
-    def collect(self, options: CollectOptions) -> Snapshot:
+    def collect(self, groups: frozenset[Group]) -> Snapshot:
         self.collect_calls += 1
-        self.options.append(options)
+        self.groups.append(groups)
         self.entered.set()
         if self.delay:
             time.sleep(self.delay)

@@ -13,12 +13,12 @@ from dataclasses import replace
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import catalogue as cat
-from exporter.app import create_app, scrape_timeout
+from exporter import metrics as cat
 from exporter.config import Config
+from exporter.metrics import Group, default_groups
 from exporter.scheduler import Scheduler
 from exporter.snapshot import GpuProcess, ProcessOwner, ProcessType, Snapshot
-from exporter.sources.base import CollectOptions
+from exporter.web.app import create_app, scrape_timeout
 from tests.scheduler_fakes import FakeSource
 
 with warnings.catch_warnings():  # starlette suggests httpx2; httpx is what the project pins
@@ -32,8 +32,8 @@ EVIL = "<script>alert(1)</script>"
 class ProcessSource(FakeSource):
     """A fake source whose GPU holds one process with a hostile user name."""
 
-    def collect(self, options: CollectOptions) -> Snapshot:
-        snap = super().collect(options)
+    def collect(self, groups: frozenset[Group]) -> Snapshot:
+        snap = super().collect(groups)
         gpu = snap.gpus[0]
         proc = GpuProcess(
             pid=4242, type=ProcessType.COMPUTE, used_memory_bytes=3 << 30,
@@ -48,7 +48,7 @@ def _client(
 ) -> tuple[TestClient, Scheduler, FakeSource]:
     source = source or ProcessSource()
     timeout = float(config.pop("timeout", 2.0))  # type: ignore[arg-type]
-    sched = Scheduler(source, None, options=CollectOptions(), min_interval=1.0,
+    sched = Scheduler(source, None, groups=default_groups(), min_interval=1.0,
                       timeout=timeout, stale_after=30.0, jitter=0.0)
     app = create_app(Config(timeout=timeout, **config), sched)  # type: ignore[arg-type]
     return TestClient(app), sched, source

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from exporter import __version__, cli
+from exporter.attribution.enrich import ProcessEnricher
 from exporter.cli import bind, build_enricher, build_source, main, parse_config
 from exporter.config import Config, ListenAddress
-from exporter.enrich import OwnerEnricher
-from exporter.sources.base import CollectOptions
-from exporter.sources.scenario import list_presets
+from exporter.metrics import default_groups
+from exporter.sources.simulated.scenario import list_presets
 
 
 def _last_line(text: str) -> str:
@@ -114,7 +114,7 @@ def test_synthetic_scenario_builds_a_fleet() -> None:
     config = parse_config(["--source", "simulated", "--scenario", "synthetic:3x5"], {})
     source = build_source(config)
     source.start()
-    snapshot = source.collect(CollectOptions())
+    snapshot = source.collect(default_groups())
     assert snapshot.source == "simulated"
     assert len(snapshot.gpus) == 3
     assert all(len(g.processes) <= 5 for g in snapshot.gpus)
@@ -130,10 +130,12 @@ def test_presets_load() -> None:
 
 def test_enrichers_follow_the_source() -> None:
     assert build_enricher(Config(source="simulated", scenario="x")) is None
-    assert isinstance(build_enricher(Config()), OwnerEnricher)
+    plain = build_enricher(Config())
+    assert isinstance(plain, ProcessEnricher)
+    assert plain.pods is None
     kube = build_enricher(Config(kubernetes=True))
-    assert kube is not None
-    assert not isinstance(kube, OwnerEnricher)  # a chain of owners + pods
+    assert isinstance(kube, ProcessEnricher)
+    assert kube.pods is not None
 
 
 def test_nvml_source_is_built_lazily() -> None:

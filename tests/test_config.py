@@ -6,7 +6,6 @@ import argparse
 
 import pytest
 
-from exporter.catalogue import OPT_IN_GROUPS, Group
 from exporter.config import (
     FLAGS,
     Config,
@@ -20,6 +19,7 @@ from exporter.config import (
     resolve,
     unknown_env,
 )
+from exporter.metrics import OPT_IN_GROUPS, Group
 
 
 def _resolve(argv: list[str], env: dict[str, str] | None = None) -> Config:
@@ -86,16 +86,14 @@ def test_every_group_but_exporter_has_a_switch() -> None:
         assert (f"collector.{group.value}" in names) == (group is not Group.EXPORTER)
 
 
-def test_collector_switches_map_to_collect_options() -> None:
+def test_collector_switches_map_to_collect_groups() -> None:
     config = _resolve(["--collector.energy", "--no-collector.fan", "--collector.pcie"])
-    options = config.collect_options()
-    assert options.energy
-    assert options.pcie
-    assert not options.fan
-    assert options.memory
-    no_procs = _resolve(["--no-collector.processes"]).collect_options()
-    assert not no_procs.processes
-    assert not no_procs.process_utilization  # meaningless without the process list
+    groups = config.collect_groups()
+    assert {Group.ENERGY, Group.PCIE, Group.MEMORY} <= groups
+    assert Group.FAN not in groups
+    no_procs = _resolve(["--no-collector.processes"]).collect_groups()
+    assert Group.PROCESSES not in no_procs
+    assert Group.PROCESS_UTILIZATION not in no_procs  # meaningless without the process list
 
 
 def test_values_from_flags() -> None:

@@ -8,15 +8,15 @@ from dataclasses import replace
 
 import pytest
 
+from exporter.metrics import Group, default_groups
 from exporter.scheduler import Scheduler
 from exporter.snapshot import Snapshot
-from exporter.sources.base import CollectOptions
 from tests.scheduler_fakes import FakeClock, FakeSource
 
 
 def scheduler(source: FakeSource, **kwargs: object) -> Scheduler:
     args: dict[str, object] = {
-        "options": CollectOptions(), "min_interval": 1.0, "timeout": 2.0, "stale_after": 30.0,
+        "groups": default_groups(), "min_interval": 1.0, "timeout": 2.0, "stale_after": 30.0,
         "jitter": 0.0,
     }
     args.update(kwargs)
@@ -276,7 +276,7 @@ class _Enricher:
 def test_enrichment_runs_after_collect_and_failures_are_counted() -> None:
     source = FakeSource()
     good = _Enricher()
-    sched = Scheduler(source, good, options=CollectOptions(), min_interval=0.0, timeout=1.0,
+    sched = Scheduler(source, good, groups=default_groups(), min_interval=0.0, timeout=1.0,
                       stale_after=30.0)
     assert sched.state().snapshot.hostname == "enriched"
     good.fail = True
@@ -287,13 +287,13 @@ def test_enrichment_runs_after_collect_and_failures_are_counted() -> None:
     sched.close()
 
 
-def test_options_are_passed_to_collect() -> None:
+def test_groups_are_passed_to_collect() -> None:
     source = FakeSource()
-    options = CollectOptions(energy=True, processes=False)
-    sched = Scheduler(source, None, options=options, min_interval=0.0, timeout=1.0,
+    groups = frozenset({Group.ENERGY, Group.MEMORY})
+    sched = Scheduler(source, None, groups=groups, min_interval=0.0, timeout=1.0,
                       stale_after=30.0)
     sched.state()
-    assert source.options == [options]
+    assert source.groups == [groups]
     sched.close()
 
 

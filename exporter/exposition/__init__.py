@@ -10,7 +10,6 @@ Public API (what ``exporter/app.py`` uses)::
     # options: ExpositionOptions; accept / accept_encoding: raw request headers or None
     # headers: {"Content-Type": ..., "Vary": ..., ["Content-Encoding": "gzip"]}
     # -> Response(content=body, headers=headers); never raises on odd headers
-    renderer.warm(state, options)             # optional, after each new snapshot
 
     SnapshotResponse.from_state(state, options) -> SnapshotResponse  # /api/v1/snapshot
     # use as FastAPI response_model=SnapshotResponse
@@ -26,20 +25,14 @@ Also available:
 - ``negotiate(accept) -> (encoder, content_type)``, ``gzip_accepted(accept_encoding)``.
 - ``collection_success(snapshot)``: the value of ``gpu_exporter_collection_success``.
 
-Modules: ``families`` (catalogue entry -> family), ``gpu`` (per-GPU groups), ``processes``
+Modules: ``families`` (metric row -> family), ``gpu`` (per-GPU rows), ``processes``
 (per-process/per-user, cap, overflow), ``self_metrics``, ``collector``, ``render``,
 ``json_model``.
 """
 
 from __future__ import annotations
 
-from exporter.exposition.collector import (
-    ExporterCollector,
-    SelfCollector,
-    SnapshotCollector,
-    build_registry,
-    snapshot_families,
-)
+from exporter.exposition.collector import ExporterCollector, build_registry, snapshot_families
 from exporter.exposition.json_model import GpuModel, ProcessModel, SnapshotResponse
 from exporter.exposition.render import MetricsRenderer, gzip_accepted, negotiate
 from exporter.exposition.self_metrics import collection_success, self_families
@@ -49,8 +42,6 @@ __all__ = [
     "GpuModel",
     "MetricsRenderer",
     "ProcessModel",
-    "SelfCollector",
-    "SnapshotCollector",
     "SnapshotResponse",
     "build_registry",
     "collection_success",

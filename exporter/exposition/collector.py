@@ -1,9 +1,9 @@
 """prometheus_client collectors over an ``ExporterState``.
 
 ``collect()`` builds fresh families on every call; ``describe()`` returns ``[]`` so that
-registering a collector never triggers a collection. The snapshot-derived part (per GPU,
-per process) and the self-metrics part are separate collectors because the renderer caches
-the first per snapshot and renders the second on every scrape.
+registering a collector never triggers a collection. The HTTP app serves ``/metrics`` through
+``render.MetricsRenderer`` instead (same bytes, cached per snapshot); this collector is the
+reference the renderer is tested against.
 """
 
 from __future__ import annotations
@@ -19,13 +19,7 @@ from exporter.exposition.self_metrics import self_families
 from exporter.snapshot import Snapshot
 from exporter.state import ExporterState, ExpositionOptions
 
-__all__ = [
-    "ExporterCollector",
-    "SelfCollector",
-    "SnapshotCollector",
-    "build_registry",
-    "snapshot_families",
-]
+__all__ = ["ExporterCollector", "build_registry", "snapshot_families"]
 
 StateProvider = Callable[[], ExporterState]
 
@@ -33,37 +27,6 @@ StateProvider = Callable[[], ExporterState]
 def snapshot_families(snapshot: Snapshot, options: ExpositionOptions) -> list[FamilyData]:
     """Every per-GPU and per-process family of ``snapshot`` under ``options`` (as data)."""
     return [*gpu_families(snapshot, options.groups), *process_families(snapshot, options)]
-
-
-class SnapshotCollector:
-    """Per-GPU and per-process families of one fixed snapshot (what the renderer caches)."""
-
-    def __init__(self, snapshot: Snapshot, options: ExpositionOptions) -> None:
-        self._snapshot = snapshot
-        self._options = options
-
-    def collect(self) -> Iterator[Family]:
-        """Fresh families for the snapshot."""
-        return (data.to_family() for data in snapshot_families(self._snapshot, self._options))
-
-    def describe(self) -> list[Family]:
-        """Nothing: registration must not collect."""
-        return []
-
-
-class SelfCollector:
-    """The exporter's own families for one fixed state (rendered fresh every scrape)."""
-
-    def __init__(self, state: ExporterState) -> None:
-        self._state = state
-
-    def collect(self) -> Iterator[Family]:
-        """Fresh self-metric families for the state."""
-        return (data.to_family() for data in self_families(self._state))
-
-    def describe(self) -> list[Family]:
-        """Nothing: registration must not collect."""
-        return []
 
 
 class ExporterCollector:

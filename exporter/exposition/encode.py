@@ -28,8 +28,8 @@ from typing import cast
 from prometheus_client import utils
 from prometheus_client.metrics_core import Metric as Family
 
-from exporter.catalogue import Kind, Metric
 from exporter.exposition.families import FamilyData, Row
+from exporter.metrics import Kind, Metric
 
 __all__ = ["EOF", "Encoder", "Families", "FastEncoder"]
 

@@ -1,6 +1,6 @@
 """Metric families as plain data, built fresh from catalogue entries for every snapshot.
 
-Every family's name, type, help and unit comes from ``exporter.catalogue``; nothing here
+Every family's name, type, help and unit comes from its row in ``exporter.metrics``; nothing here
 types a metric name. A ``FamilyData`` is a list of (label values, value) rows; it becomes a
 prometheus_client family with ``to_family()`` (for the collector and the fallback encoder)
 or is encoded directly by ``exporter.exposition.encode`` (the fast path, byte-identical).
@@ -18,7 +18,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.metrics_core import Metric as Family
 
-from exporter.catalogue import Kind, Metric
+from exporter.metrics import Kind, Metric
 from exporter.snapshot import GpuIdentity
 
 __all__ = ["Family", "FamilyData", "family", "gpu_label_values"]
@@ -76,5 +76,5 @@ def family(metric: Metric, labels: Sequence[str] | None = None) -> FamilyData:
 
 
 def gpu_label_values(identity: GpuIdentity) -> tuple[str, str]:
-    """Values of ``catalogue.GPU_LABELS`` (gpu index as a string, uuid) for one GPU."""
+    """Values of ``metrics.GPU_LABELS`` (gpu index as a string, uuid) for one GPU."""
     return (str(identity.index), identity.uuid)

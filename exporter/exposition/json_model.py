@@ -1,5 +1,9 @@
 """Typed JSON for ``/api/v1/snapshot``: pydantic models mirroring ``exporter.snapshot``.
 
+Identity, health, owner and pod fields are written here; every metric row with a
+``json_field`` adds its field (``GpuModel`` for per-GPU rows, ``ProcessModel`` for per-process
+rows), so a new row reaches the JSON without touching this file.
+
 FastAPI documents these in OpenAPI through ``response_model=SnapshotResponse``. ``null``
 means "not supported or not read" (the same ``None`` the metrics leave out). Readings of
 collector groups that are switched off are ``null`` and processes are omitted when the
@@ -8,18 +12,19 @@ collector groups that are switched off are ``null`` and processes are omitted wh
 
 from __future__ import annotations
 
-from typing import TypeVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from exporter.catalogue import Group
+from exporter.metrics import GPU_ROWS, PROCESS_ROWS, Group, Metric
 from exporter.snapshot import GpuProcess, GpuReading, ProcessType
 from exporter.state import ExporterState, ExpositionOptions
 
-__all__ = ["EccModel", "GpuModel", "PodModel", "ProcessModel", "SnapshotResponse"]
+__all__ = ["GpuModel", "PodModel", "ProcessModel", "SnapshotResponse", "gpu_model",
+           "process_model"]
 
 _CONFIG = ConfigDict(frozen=True, extra="forbid")
-_T = TypeVar("_T")
 
 
 class PodModel(BaseModel):
@@ -33,69 +38,69 @@ class PodModel(BaseModel):
     container: str | None = Field(None, description="Container name.")
 
 
-class ProcessModel(BaseModel):
+def _row_fields(rows: tuple[Metric, ...]) -> dict[str, Any]:
+    """pydantic field definitions of the rows with a ``json_field`` (see ``Metric``)."""
+    fields: dict[str, Any] = {}
+    for row in rows:
+        if row.json_field is None:
+            continue
+        what = row.help.split(". ")[0].rstrip(".") + f" ({row.name})."
+        if "{}" in row.json_field:  # one field per value of the extra label
+            for label in row.label_values:
+                fields[row.json_field.format(label)] = (
+                    row.json_type | None, Field(None, description=f"{what} {label}"))
+        elif row.label_values:  # an object keyed by the extra label's values
+            fields[row.json_field] = (dict[str, row.json_type] | None,  # type: ignore[name-defined]
+                                      Field(None, description=what))
+        else:
+            fields[row.json_field] = (row.json_type | None, Field(None, description=what))
+    return fields
+
+
+def _json_values(rows: tuple[Metric, ...], values: Mapping[str, Any],
+                 groups: frozenset[Group]) -> dict[str, Any]:
+    """The JSON fields of ``rows`` from a value store; rows of switched-off groups are null."""
+    out: dict[str, Any] = {}
+    for row in rows:
+        field_name = row.json_field
+        if field_name is None or row.group not in groups:
+            continue
+        value = values.get(row.name)
+        if value is None:
+            continue
+        if "{}" in field_name:
+            for label in row.label_values:
+                if label in value:
+                    out[field_name.format(label)] = _cast(row, value[label])
+        elif isinstance(value, Mapping):
+            out[field_name] = {k: _cast(row, v) for k, v in value.items()}
+        else:
+            out[field_name] = _cast(row, value)
+    return out
+
+
+def _cast(row: Metric, value: float) -> Any:
+    return row.json_type(value)
+
+
+class _ProcessBase(BaseModel):
     """One process holding a context on a GPU."""
 
     model_config = _CONFIG
     pid: int = Field(description="Host PID, as NVML reports it.")
     type: ProcessType = Field(description="Which NVML process list(s) the process was found in.")
-    used_memory_bytes: int | None = Field(
-        description="GPU memory the driver handed to the process, in bytes (CUDA context plus "
-        "framework cache plus tensors); null when NVML did not report it."
-    )
-    sm_utilization_ratio: float | None = Field(
-        None, description="Share of the last sample period its kernels ran (0-1); null if none."
-    )
     user: str | None = Field(None, description="Owner's user name (or uid); null if unknown.")
     uid: int | None = Field(None, description="Owner's numeric uid; null if unknown.")
     process_name: str | None = Field(None, description="Process name (comm); null if unknown.")
-    start_time_seconds: float | None = Field(
-        None, description="Process start time, Unix seconds; null if unknown."
-    )
     cmdline: str | None = Field(
         None, description="Command line; null unless the operator opted in to collecting it."
     )
     pod: PodModel | None = Field(None, description="Kubernetes container; null on the host.")
 
-    @classmethod
-    def from_process(cls, process: GpuProcess, with_utilization: bool) -> ProcessModel:
-        """Mirror one ``GpuProcess``."""
-        owner, pod = process.owner, process.pod
-        return cls(
-            pid=process.pid,
-            type=process.type,
-            used_memory_bytes=process.used_memory_bytes,
-            sm_utilization_ratio=process.sm_utilization_ratio if with_utilization else None,
-            user=owner.user if owner else None,
-            uid=owner.uid if owner else None,
-            process_name=owner.name if owner else None,
-            start_time_seconds=owner.start_time_seconds if owner else None,
-            cmdline=owner.cmdline if owner else None,
-            pod=None if pod is None else PodModel(
-                pod_uid=pod.pod_uid,
-                container_id=pod.container_id,
-                namespace=pod.namespace,
-                pod=pod.pod,
-                container=pod.container,
-            ),
-        )
 
-
-class EccModel(BaseModel):
-    """ECC error counts since the driver loaded."""
-
-    model_config = _CONFIG
-    corrected: int = Field(description="Corrected (single-bit) errors.")
-    uncorrected: int = Field(description="Uncorrected errors: any means data loss.")
-
-
-def _opt(value: _T | None, group: Group, groups: frozenset[Group]) -> _T | None:
-    """``value`` when ``group`` is switched on, else None (switched-off readings are hidden)."""
-    return value if group in groups else None
-
-
-class GpuModel(BaseModel):
-    """One GPU: identity, readings of the last collection, processes."""
+class _GpuBase(BaseModel):
+    """One GPU: identity, readings of the last collection (one field per metric row with a
+    JSON field; null when not read or its group is off), processes."""
 
     model_config = _CONFIG
     index: int = Field(description="NVML device index.")
@@ -106,80 +111,71 @@ class GpuModel(BaseModel):
     vbios_version: str | None = Field(None, description="VBIOS version.")
     up: bool = Field(description="False when the GPU could not be read (then readings are null).")
     error: str | None = Field(None, description="Why the GPU could not be read.")
-    memory_total_bytes: int | None = Field(None, description="Total memory, bytes.")
-    memory_used_bytes: int | None = Field(None, description="Allocated memory, bytes.")
-    memory_free_bytes: int | None = Field(None, description="Unallocated memory, bytes.")
-    memory_reserved_bytes: int | None = Field(None, description="Driver reserve, bytes.")
-    utilization_ratio: float | None = Field(None, description="Kernel-busy share, 0-1.")
-    memory_utilization_ratio: float | None = Field(None, description="Memory-busy share, 0-1.")
-    temperature_celsius: float | None = Field(None, description="Core temperature, Celsius.")
-    power_usage_watts: float | None = Field(None, description="Board power draw, watts.")
-    power_limit_watts: float | None = Field(None, description="Enforced power limit, watts.")
     power_limit_default_watts: float | None = Field(None, description="Default limit, watts.")
-    energy_joules: float | None = Field(None, description="Energy since driver load, joules.")
-    pcie_rx_bytes_per_second: float | None = Field(None, description="PCIe into GPU, B/s.")
-    pcie_tx_bytes_per_second: float | None = Field(None, description="PCIe out of GPU, B/s.")
-    fan_speed_ratio: float | None = Field(None, description="Fan speed, share of maximum, 0-1.")
-    sm_clock_hertz: float | None = Field(None, description="SM clock, hertz.")
-    memory_clock_hertz: float | None = Field(None, description="Memory clock, hertz.")
-    graphics_clock_hertz: float | None = Field(None, description="Graphics clock, hertz.")
-    performance_state: int | None = Field(None, description="P-state, 0 (max) to 15 (min).")
-    throttle_reasons: dict[str, bool] | None = Field(
-        None, description="Clock event (throttle) reason -> active."
-    )
-    ecc: EccModel | None = Field(None, description="ECC error counts since driver load.")
+
+
+if TYPE_CHECKING:  # the type checker sees the static part; the row fields are added below
+    ProcessModel = _ProcessBase
+else:
+    ProcessModel = create_model("ProcessModel", __base__=_ProcessBase,
+                                **_row_fields(PROCESS_ROWS))
+    ProcessModel.__doc__ = _ProcessBase.__doc__
+
+
+class _GpuProcesses(_GpuBase):
     processes: list[ProcessModel] = Field(
         default_factory=list, description="Processes with a context on this GPU."
     )
 
-    @classmethod
-    def from_reading(cls, gpu: GpuReading, groups: frozenset[Group]) -> GpuModel:
-        """Mirror one ``GpuReading``, nulling readings of switched-off groups."""
-        ident, g = gpu.identity, groups
-        return cls(
-            index=ident.index,
-            uuid=ident.uuid,
-            name=ident.name,
-            pci_bus_id=ident.pci_bus_id,
-            serial=ident.serial,
-            vbios_version=ident.vbios_version,
-            up=gpu.up,
-            error=gpu.error,
-            memory_total_bytes=_opt(ident.memory_total_bytes, Group.MEMORY, g),
-            memory_used_bytes=_opt(gpu.memory_used_bytes, Group.MEMORY, g),
-            memory_free_bytes=_opt(gpu.memory_free_bytes, Group.MEMORY, g),
-            memory_reserved_bytes=_opt(gpu.memory_reserved_bytes, Group.MEMORY, g),
-            utilization_ratio=_opt(gpu.utilization_ratio, Group.UTILIZATION, g),
-            memory_utilization_ratio=_opt(gpu.memory_utilization_ratio, Group.UTILIZATION, g),
-            temperature_celsius=_opt(gpu.temperature_celsius, Group.TEMPERATURE, g),
-            power_usage_watts=_opt(gpu.power_usage_watts, Group.POWER, g),
-            power_limit_watts=_opt(gpu.power_limit_watts, Group.POWER, g),
-            power_limit_default_watts=_opt(ident.power_limit_default_watts, Group.POWER, g),
-            energy_joules=_opt(gpu.energy_joules, Group.ENERGY, g),
-            pcie_rx_bytes_per_second=_opt(gpu.pcie_rx_bytes_per_second, Group.PCIE, g),
-            pcie_tx_bytes_per_second=_opt(gpu.pcie_tx_bytes_per_second, Group.PCIE, g),
-            fan_speed_ratio=_opt(gpu.fan_speed_ratio, Group.FAN, g),
-            sm_clock_hertz=_opt(gpu.sm_clock_hertz, Group.CLOCKS, g),
-            memory_clock_hertz=_opt(gpu.memory_clock_hertz, Group.CLOCKS, g),
-            graphics_clock_hertz=_opt(gpu.graphics_clock_hertz, Group.CLOCKS, g),
-            performance_state=_opt(gpu.performance_state, Group.CLOCKS, g),
-            throttle_reasons=(
-                dict(gpu.throttle.active) if gpu.throttle and Group.THROTTLE in g else None
-            ),
-            ecc=(
-                EccModel(corrected=gpu.ecc.corrected, uncorrected=gpu.ecc.uncorrected)
-                if gpu.ecc and Group.ECC in g
-                else None
-            ),
-            processes=(
-                [
-                    ProcessModel.from_process(p, Group.PROCESS_UTILIZATION in g)
-                    for p in gpu.processes
-                ]
-                if Group.PROCESSES in g
-                else []
-            ),
-        )
+
+if TYPE_CHECKING:
+    GpuModel = _GpuProcesses
+else:
+    GpuModel = create_model("GpuModel", __base__=_GpuProcesses, **_row_fields(GPU_ROWS))
+    GpuModel.__doc__ = _GpuBase.__doc__
+
+
+def process_model(process: GpuProcess, groups: frozenset[Group]) -> ProcessModel:
+    """Mirror one ``GpuProcess`` (rows of switched-off groups are null)."""
+    owner, pod = process.owner, process.pod
+    row_values = {row.name: value for row in PROCESS_ROWS
+                  if row.process_value and (value := row.process_value(process)) is not None}
+    return ProcessModel(
+        pid=process.pid,
+        type=process.type,
+        user=owner.user if owner else None,
+        uid=owner.uid if owner else None,
+        process_name=owner.name if owner else None,
+        cmdline=owner.cmdline if owner else None,
+        pod=None if pod is None else PodModel(
+            pod_uid=pod.pod_uid,
+            container_id=pod.container_id,
+            namespace=pod.namespace,
+            pod=pod.pod,
+            container=pod.container,
+        ),
+        **_json_values(PROCESS_ROWS, row_values, groups),
+    )
+
+
+def gpu_model(gpu: GpuReading, groups: frozenset[Group]) -> GpuModel:
+    """Mirror one ``GpuReading``, nulling readings of switched-off groups."""
+    identity = gpu.identity
+    return GpuModel(
+        index=identity.index,
+        uuid=identity.uuid,
+        name=identity.name,
+        pci_bus_id=identity.pci_bus_id,
+        serial=identity.serial,
+        vbios_version=identity.vbios_version,
+        up=gpu.up,
+        error=gpu.error,
+        power_limit_default_watts=(identity.power_limit_default_watts
+                                   if Group.POWER in groups else None),
+        processes=([process_model(p, groups) for p in gpu.processes]
+                   if Group.PROCESSES in groups else []),
+        **_json_values(GPU_ROWS, gpu.values, groups),
+    )
 
 
 class SnapshotResponse(BaseModel):
@@ -228,7 +224,7 @@ class SnapshotResponse(BaseModel):
             errors=dict(snap.errors),
             errors_total=dict(state.errors_total),
             gpus=[
-                GpuModel.from_reading(g, options.groups)
+                gpu_model(g, options.groups)
                 for g in sorted(snap.gpus, key=lambda g: g.identity.index)
             ],
         )

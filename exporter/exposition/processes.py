@@ -5,45 +5,65 @@ Cardinality rules (``ExpositionOptions``):
   (same GPU, process name, user, uid and pod) are summed into one series.
 - At most ``max_process_series_per_gpu`` process series per GPU, overflow series included:
   the largest by memory are kept and the rest are summed into one series whose
-  pid/process/user/uid (and pod) labels are ``catalogue.OVERFLOW_VALUE``.
+  pid/process/user/uid (and pod) labels are ``metrics.OVERFLOW_VALUE``.
 - Per-user totals and ``gpu_processes`` count every process, capped or not.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from exporter import catalogue as cat
-from exporter.catalogue import Group
+from exporter import metrics as cat
 from exporter.exposition.families import FamilyData, family, gpu_label_values
+from exporter.metrics import PROCESS_ROWS, Fold, Group, Metric
 from exporter.snapshot import GpuProcess, GpuReading, Snapshot
 from exporter.state import ExpositionOptions
 
 __all__ = ["ProcessSeries", "process_families", "process_label_names", "process_series"]
 
 
+def _fold(fold: Fold, total: float | None, value: float) -> float:
+    if total is None:
+        return min(1.0, value + 0.0) if fold is Fold.SUM_RATIO else value + 0
+    if fold is Fold.SUM:
+        return value + total
+    if fold is Fold.SUM_RATIO:
+        # Samples of different processes cover the same period: the sum is a share of it.
+        return min(1.0, value + total)
+    return min(value, total)
+
+
 @dataclass(slots=True)
 class ProcessSeries:
-    """One per-process series: one process, or several merged/folded into one."""
+    """One per-process series: one process, or several merged/folded into one.
+
+    ``values`` holds one entry per ``PROCESS_ROWS`` row (None: no process had a value).
+    """
 
     labels: tuple[str, ...]  # values of ``process_label_names(options)``
-    memory_bytes: int | None = None  # sum over processes with a reading; None if none had one
-    utilization_ratio: float | None = None  # sum of samples, at most 1
-    start_time_seconds: float | None = None  # the oldest process's start
+    values: list[float | None] = field(default_factory=lambda: [None] * len(PROCESS_ROWS))
     processes: int = 0
 
-    def add(self, memory: int | None, utilization: float | None, start: float | None) -> None:
-        """Fold one process (or another series' totals) into this series."""
+    def add(self, values: list[float | None], folds_oldest: bool = True) -> None:
+        """Fold one process's (or another series') row values into this series.
+
+        ``folds_oldest`` False skips ``Fold.OLDEST`` rows (the overflow series has no age).
+        """
         self.processes += 1
-        if memory is not None:
-            self.memory_bytes = memory + (self.memory_bytes or 0)
-        if utilization is not None:
-            # Samples of different processes cover the same period: the sum is a share of it.
-            self.utilization_ratio = min(1.0, utilization + (self.utilization_ratio or 0.0))
-        if start is not None:
-            oldest = self.start_time_seconds
-            self.start_time_seconds = start if oldest is None else min(start, oldest)
+        for index, row in enumerate(PROCESS_ROWS):
+            value = values[index]
+            if value is None or (row.fold is Fold.OLDEST and not folds_oldest):
+                continue
+            self.values[index] = _fold(row.fold, self.values[index], value)
+
+    def value(self, row: Metric) -> float | None:
+        """The series' value of one process row."""
+        return self.values[PROCESS_ROWS.index(row)]
+
+
+def _row_values(process: GpuProcess) -> list[float | None]:
+    return [row.process_value(process) if row.process_value else None for row in PROCESS_ROWS]
 
 
 def process_label_names(options: ExpositionOptions) -> tuple[str, ...]:
@@ -85,20 +105,20 @@ def process_series(
         series = merged.get(key)
         if series is None:
             series = merged[key] = ProcessSeries(key)
-        start = proc.owner.start_time_seconds if proc.owner is not None else None
-        series.add(proc.used_memory_bytes, proc.sm_utilization_ratio, start)
+        series.add(_row_values(proc))
     cap = max(options.max_process_series_per_gpu, 0)
     if len(merged) <= cap:
         return list(merged.values()), 0  # snapshot order; sorting only matters for the cap
+    memory = PROCESS_ROWS.index(cat.PROCESS_MEMORY)
     ordered = sorted(
         merged.values(),
-        key=lambda s: (-(s.memory_bytes if s.memory_bytes is not None else -1), s.labels),
+        key=lambda s: (-(m if (m := s.values[memory]) is not None else -1), s.labels),
     )
     keep = max(cap - 1, 0)  # one slot goes to the overflow series
     kept, folded = ordered[:keep], ordered[keep:]
     overflow = ProcessSeries(_overflow_labels(gpu_labels, options))
     for series in folded:
-        overflow.add(series.memory_bytes, series.utilization_ratio, None)
+        overflow.add(series.values, folds_oldest=False)
     overflow.processes = sum(s.processes for s in folded)
     if cap > 0:
         kept.append(overflow)
@@ -130,15 +150,14 @@ def _user_totals(gpus: Iterable[GpuReading]) -> tuple[FamilyData, FamilyData]:
     return memory, count
 
 
-def _add_unmerged(
-    gpu: GpuReading, options: ExpositionOptions, memory: FamilyData, start: FamilyData,
-    util: FamilyData,
-) -> bool:
+def _add_unmerged(gpu: GpuReading, options: ExpositionOptions,
+                  families: list[FamilyData]) -> bool:
     """Write one series per process when no two share labels and the cap is not reached.
 
     The common case (``pid`` label on, fewer processes than the cap): the rows equal what
     ``process_series`` gives, without building a ``ProcessSeries`` per process. False (and
-    nothing written) when merging or the cap applies.
+    nothing written) when merging or the cap applies. ``families`` is one per
+    ``PROCESS_ROWS`` row.
     """
     processes = gpu.processes
     if not options.pid_label or len(processes) > max(options.max_process_series_per_gpu, 0):
@@ -156,56 +175,53 @@ def _add_unmerged(
         ]
     if len(set(keys)) != len(keys):
         return False  # a repeated pid (odd NVML answer): merge as process_series does
-    memory_rows, start_rows, util_rows = memory.rows, start.rows, util.rows
-    for key, proc in zip(keys, processes, strict=True):
-        used = proc.used_memory_bytes
-        if used is not None:
-            memory_rows.append((key, used + 0))  # "+ 0" as ProcessSeries.add sums
-        owner = proc.owner
-        if owner is not None and owner.start_time_seconds is not None:
-            start_rows.append((key, owner.start_time_seconds))
-        ratio = proc.sm_utilization_ratio
-        if ratio is not None:
-            util_rows.append((key, min(1.0, ratio + 0.0)))
+    for row, target in zip(PROCESS_ROWS, families, strict=True):
+        read = row.process_value
+        if read is None:
+            continue
+        rows = target.rows
+        fold = row.fold
+        for key, proc in zip(keys, processes, strict=True):
+            value = read(proc)
+            if value is not None:
+                rows.append((key, _fold(fold, None, value)))  # normalised as a fold would
     return True
 
 
 def process_families(snapshot: Snapshot, options: ExpositionOptions) -> Iterator[FamilyData]:
     """Families of the ``processes`` and ``process_utilization`` groups plus the overflow gauge.
 
-    Only GPUs that are up contribute; families without samples are left out.
+    Order: ``gpu_processes``, the process rows of ``processes``, the per-user totals, the
+    process rows of ``process_utilization``, the overflow gauge. Only GPUs that are up
+    contribute; families without samples are left out.
     """
     groups = options.groups
     with_processes = Group.PROCESSES in groups
-    with_util = Group.PROCESS_UTILIZATION in groups
-    if not (with_processes or with_util):
+    if not (with_processes or Group.PROCESS_UTILIZATION in groups):
         return
     healthy = [gpu for gpu in snapshot.gpus if gpu.up]
     names = process_label_names(options)
     count = family(cat.PROCESSES)
-    memory = family(cat.PROCESS_MEMORY, names)
-    start = family(cat.PROCESS_START_TIME, names)
-    util = family(cat.PROCESS_UTILIZATION, names)
+    per_process = [family(row, names) for row in PROCESS_ROWS]
     overflow = family(cat.PROCESS_SERIES_OVERFLOW)
     for gpu in healthy:
         gpu_labels = gpu_label_values(gpu.identity)
         count.add(gpu_labels, len(gpu.processes))
-        if _add_unmerged(gpu, options, memory, start, util):
+        if _add_unmerged(gpu, options, per_process):
             overflow.add(gpu_labels, 0)
             continue
         series_list, folded = process_series(gpu, options)
         overflow.add(gpu_labels, folded)
         for series in series_list:
-            if series.memory_bytes is not None:
-                memory.add(series.labels, series.memory_bytes)
-            if series.start_time_seconds is not None:
-                start.add(series.labels, series.start_time_seconds)
-            if series.utilization_ratio is not None:
-                util.add(series.labels, series.utilization_ratio)
+            for index, target in enumerate(per_process):
+                value = series.values[index]
+                if value is not None:
+                    target.add(series.labels, value)
     chosen: list[FamilyData] = []
     if with_processes:
-        chosen += [count, memory, start, *_user_totals(healthy)]
-    if with_util:
-        chosen.append(util)
+        chosen += [count, *(f for f in per_process if f.metric.group is Group.PROCESSES),
+                   *_user_totals(healthy)]
+    chosen += [f for f in per_process if f.metric.group is not Group.PROCESSES
+               and f.metric.group in groups]
     chosen.append(overflow)
-    yield from (family for family in chosen if family.rows)
+    yield from (result for result in chosen if result.rows)

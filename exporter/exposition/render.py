@@ -141,18 +141,6 @@ class MetricsRenderer:
         )
         return b"".join((self._gzip_header, chunks, tail, trailer)), headers
 
-    def warm(self, state: ExporterState, options: ExpositionOptions) -> None:
-        """Pre-render text 0.0.4 and OpenMetrics 1.0.0 (plain and gzip) for a new snapshot.
-
-        Optional: call it from the collecting thread right after a collection so that the
-        first scrape of the new snapshot is as fast as the rest (with scrape-driven collection
-        the scrape waits for the collection anyway, so it gains nothing there).
-        """
-        for accept in (None, _OPENMETRICS):
-            encoder, content_type = negotiate(accept)
-            with self._lock:
-                self._gzip_chunks(self._body(state.snapshot, options, encoder, content_type))
-
     def _fresh_part(self, encoder: Encoder, content_type: str, state: ExporterState) -> bytes:
         """Self and ``process_*`` families, ending with OpenMetrics' ``# EOF``."""
         fast = self._self_encoders.get(content_type)

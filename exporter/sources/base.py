@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
+from exporter.metrics.core import Group
 from exporter.snapshot import Snapshot
 
 
@@ -14,24 +14,6 @@ class SourceUnavailable(Exception):
     Raised by ``Source.start``; the scheduler keeps serving a ``source_up=False`` snapshot and
     retries ``start`` with backoff. The message is shown to users: make it say what to fix.
     """
-
-
-@dataclass(frozen=True, slots=True)
-class CollectOptions:
-    """Which field groups a collection reads. Expensive groups are opt-in."""
-
-    memory: bool = True
-    utilization: bool = True
-    temperature: bool = True
-    power: bool = True
-    clocks: bool = True
-    throttle: bool = True
-    ecc: bool = True
-    fan: bool = True
-    processes: bool = True
-    process_utilization: bool = True  # ~1.8 ms per GPU on an H200
-    energy: bool = False  # ~2.8 ms per GPU on an H200
-    pcie: bool = False  # ~21 ms per GPU on an H200 (20 ms sampling window)
 
 
 class Source(Protocol):
@@ -53,8 +35,8 @@ class Source(Protocol):
         """
         ...
 
-    def collect(self, options: CollectOptions) -> Snapshot:
-        """Read every GPU once.
+    def collect(self, groups: frozenset[Group]) -> Snapshot:
+        """Read every GPU once: the metrics of ``groups`` (rows of other groups stay absent).
 
         Raises:
             SourceUnavailable: the whole source failed; ``start`` must succeed again first.

@@ -12,6 +12,7 @@ from functools import lru_cache
 from importlib import resources
 from string import Template
 
+from exporter.metrics import MEMORY_USED, POWER_LIMIT, POWER_USAGE, TEMPERATURE, UTILIZATION
 from exporter.snapshot import GpuProcess, GpuReading
 from exporter.state import ExporterState
 
@@ -45,7 +46,7 @@ def _e(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _gib(value: int | None) -> str:
+def _gib(value: float | None) -> str:
     return "n/a" if value is None else f"{value / 2**30:.1f} GiB"
 
 
@@ -55,14 +56,16 @@ def _pct(value: float | None) -> str:
 
 def _hints(gpu: GpuReading) -> str:
     hints = []
-    used, total = gpu.memory_used_bytes, gpu.identity.memory_total_bytes
+    used, total = gpu.value(MEMORY_USED.name), gpu.identity.memory_total_bytes
     ratio = used / total if used is not None and total > 0 else None
+    utilization = gpu.value(UTILIZATION.name)
+    temperature = gpu.value(TEMPERATURE.name)
     if ratio is not None and ratio > HIGH_MEMORY_RATIO:
         hints.append("memory almost full")
-    if (ratio is not None and ratio > IDLE_MEMORY_RATIO and gpu.utilization_ratio is not None
-            and gpu.utilization_ratio < IDLE_UTILIZATION_RATIO):
+    if (ratio is not None and ratio > IDLE_MEMORY_RATIO and utilization is not None
+            and utilization < IDLE_UTILIZATION_RATIO):
         hints.append("memory held but GPU idle")
-    if gpu.temperature_celsius is not None and gpu.temperature_celsius > HOT_CELSIUS:
+    if temperature is not None and temperature > HOT_CELSIUS:
         hints.append("hot: check cooling")
     return "; ".join(hints)
 
@@ -77,7 +80,7 @@ def _gpu_row(gpu: GpuReading) -> str:
             f'<tr class="down"><td>{_e(label)}</td><td>{name}</td>'
             f'<td colspan="6">down: {error}</td></tr>'
         )
-    used, total = gpu.memory_used_bytes, ident.memory_total_bytes
+    used, total = gpu.value(MEMORY_USED.name), ident.memory_total_bytes
     memory = f"{_gib(used)} / {_gib(total)}"
     if used is not None and total > 0:
         ratio = min(1.0, used / total)
@@ -86,15 +89,15 @@ def _gpu_row(gpu: GpuReading) -> str:
             f' ({ratio * 100:.0f} %)<span class="bar{high}" '
             f'style="width:{ratio * 5:.2f}rem"></span>'
         )
-    temperature = (
-        "n/a" if gpu.temperature_celsius is None else f"{gpu.temperature_celsius:.0f} °C"
-    )
-    power = "n/a" if gpu.power_usage_watts is None else f"{gpu.power_usage_watts:.0f} W"
-    if gpu.power_usage_watts is not None and gpu.power_limit_watts is not None:
-        power += f" / {gpu.power_limit_watts:.0f} W"
+    celsius = gpu.value(TEMPERATURE.name)
+    watts, limit = gpu.value(POWER_USAGE.name), gpu.value(POWER_LIMIT.name)
+    temperature = "n/a" if celsius is None else f"{celsius:.0f} °C"
+    power = "n/a" if watts is None else f"{watts:.0f} W"
+    if watts is not None and limit is not None:
+        power += f" / {limit:.0f} W"
     return (
         f"<tr><td>{_e(label)}</td><td>{name}</td><td class=\"num\">{memory}</td>"
-        f'<td class="num">{_pct(gpu.utilization_ratio)}</td>'
+        f'<td class="num">{_pct(gpu.value(UTILIZATION.name))}</td>'
         f'<td class="num">{_e(temperature)}</td><td class="num">{_e(power)}</td>'
         f'<td class="num">{len(gpu.processes)}</td><td class="hint">{_e(_hints(gpu))}</td></tr>'
     )

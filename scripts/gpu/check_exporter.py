@@ -8,7 +8,8 @@ torch processes (scripts/gpu/cuda_load.py): on one GPU a busy one as root and an
 the other user; on N GPUs one per GPU, alternating user and busy/idle, sizes differing. Then it
 scrapes /metrics and /api/v1/snapshot and compares with nvidia-smi: processes with user and
 uid, per-process memory (MiB), GPU memory used/total, plausible temperature/power/utilisation,
-busy > 0 and idle ~0 utilisation, per-user sums; stops the processes and checks their series
+busy > 0 and idle ~0 utilisation, per-user sums, every per-GPU metric row NVML reads exposed;
+stops the processes and checks their series
 vanish; times a collection and scrapes. Prints a PASS/FAIL table; exit status 1 on any FAIL.
 """
 
@@ -35,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from exporter import catalogue as cat  # noqa: E402
+from exporter import metrics as cat  # noqa: E402
 
 MIB = 1 << 20
 RESULTS: list[tuple[str, bool, str]] = []
@@ -71,6 +72,28 @@ def smi_gpus() -> dict[int, dict[str, float]]:
         rows[int(i)] = {"used_mib": float(used), "total_mib": float(total), "util": float(util),
                         "temp": float(temp), "power": float(power)}
     return rows
+
+
+def smi_features() -> dict[int, dict[str, bool]]:
+    """Per GPU: whether it has a fan and ECC on (rows the driver cannot answer otherwise)."""
+    out = sh("nvidia-smi", "--query-gpu=index,fan.speed,ecc.mode.current",
+             "--format=csv,noheader,nounits")
+    features = {}
+    for line in out.strip().splitlines():
+        i, fan, ecc = (v.strip() for v in line.split(","))
+        features[int(i)] = {"fan": "N/A" not in fan, "ecc": ecc.lower() == "enabled"}
+    return features
+
+
+def check_every_row(series: dict[str, list[Any]], features: dict[int, dict[str, bool]]) -> None:
+    """Every per-GPU metric row NVML reads in the default groups is exposed for every GPU."""
+    optional = {cat.FAN_SPEED.name: "fan", cat.ECC_ERRORS.name: "ecc"}
+    for i, has in features.items():
+        missing = [row.name for row in cat.GPU_ROWS
+                   if row.nvml is not None and row.group in cat.default_groups()
+                   and not any(s.labels.get("gpu") == str(i) for s in series.get(row.name, []))
+                   and has.get(optional.get(row.name, ""), True)]
+        check(f"gpu {i}: every NVML row exposed", not missing, f"missing: {missing}")
 
 
 def smi_apps() -> dict[int, float]:
@@ -261,6 +284,7 @@ def run_checks(args: argparse.Namespace, base: str, *, exporter: subprocess.Pope
           f"errors={snap['errors']}")
     check_processes(series, snap, loads, apps)
     check_gpus(series, loads, smi_now)
+    check_every_row(series, smi_features())
     result["timings_loaded"] = timings(base)
     print("timings with load:", result["timings_loaded"], flush=True)
     for ld in loads:

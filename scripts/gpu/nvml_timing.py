@@ -4,7 +4,7 @@ Usage (on the GPU machine, from the repository root):
     python3 scripts/gpu/nvml_timing.py [--iterations 300] [--json OUT.json]
 
 Prints what the driver reports (versions, NOT_SUPPORTED fields, process-list call used), then
-p50/p99 of a raw collection and of ``NvmlSource.collect(CollectOptions())``, idle and with one
+p50/p99 of a raw collection and of ``NvmlSource.collect(default_groups())``, idle and with one
 busy torch process per GPU (scripts/gpu/cuda_load.py; skipped without torch). Target: the
 source within 2x of the raw calls.
 """
@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import pynvml
 
-from exporter.sources.base import CollectOptions
-from exporter.sources.nvml import NvmlSource
+from exporter.metrics import SWITCHABLE_GROUPS, default_groups
+from exporter.sources.nvml.source import NvmlSource
 
 LOAD = Path(__file__).with_name("cuda_load.py")
 
@@ -95,17 +95,17 @@ def _stats(samples: list[float]) -> dict[str, float]:
 
 def compare(source: NvmlSource, raw: Raw, iterations: int) -> dict[str, Any]:
     """Interleave raw and source collections so both see the same GPU state."""
-    options = CollectOptions()
+    groups = default_groups()
     for _ in range(10):  # warm caches, probe NOT_SUPPORTED fields
         raw.collect()
-        source.collect(options)
+        source.collect(groups)
     raw_t: list[float] = []
     src_t: list[float] = []
     for _ in range(iterations):
         t0 = time.perf_counter()
         raw.collect()
         t1 = time.perf_counter()
-        source.collect(options)
+        source.collect(groups)
         t2 = time.perf_counter()
         raw_t.append(t1 - t0)
         src_t.append(t2 - t1)
@@ -116,7 +116,7 @@ def compare(source: NvmlSource, raw: Raw, iterations: int) -> dict[str, Any]:
 
 def report(source: NvmlSource) -> dict[str, Any]:
     """What the driver reports: versions, unsupported fields, process-list calls."""
-    snap = source.collect(CollectOptions(energy=True, pcie=True))
+    snap = source.collect(frozenset(SWITCHABLE_GROUPS))
     g = snap.gpus[0]
     return {
         "pynvml_file": pynvml.__file__,
@@ -126,16 +126,8 @@ def report(source: NvmlSource) -> dict[str, Any]:
         "unsupported": {str(k): sorted(v) for k, v in source.unsupported_fields().items()},
         "process_list_functions": source.process_list_functions(),
         "errors": dict(snap.errors),
-        "gpu0": {k: getattr(g, k) for k in (
-            "memory_used_bytes", "memory_free_bytes", "memory_reserved_bytes",
-            "utilization_ratio", "temperature_celsius", "power_usage_watts",
-            "power_limit_watts", "energy_joules", "pcie_rx_bytes_per_second",
-            "pcie_tx_bytes_per_second", "fan_speed_ratio", "sm_clock_hertz",
-            "memory_clock_hertz", "performance_state")},
+        "gpu0": dict(g.values),
         "gpu0_identity": str(g.identity),
-        "gpu0_throttle_active": sorted(k for k, v in (g.throttle.active if g.throttle else
-                                                      {}).items() if v),
-        "gpu0_ecc": str(g.ecc),
     }
 
 
@@ -165,7 +157,7 @@ def main() -> int:
             time.sleep(1.0)
             result["busy"] = compare(source, raw, args.iterations)
             print("busy (1 torch process per GPU):", json.dumps(result["busy"]), flush=True)
-            snap = source.collect(CollectOptions())
+            snap = source.collect(default_groups())
             result["busy_processes"] = [str(p) for p in snap.gpus[0].processes]
             try:  # which clock the sample timestamps use (microseconds)
                 samples = pynvml.nvmlDeviceGetProcessUtilization(raw.handles[0], 0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import shutil
 import warnings
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from grafana_foundation_sdk.models import dashboard as dm
 from dashboards import generate
 from dashboards import thresholds as t
 from dashboards.panels import UNITS
-from exporter import catalogue
+from exporter import metrics as catalogue
 from tests.dashboards.grafana import (
     BUILTIN_VARIABLES,
     DASHBOARD_FILES,
@@ -174,18 +175,44 @@ def test_colour_thresholds_equal_the_alert_thresholds() -> None:
 
 
 def test_committed_files_equal_generated() -> None:
-    assert generate.stale_files(generate.HERE) == []
+    assert generate.stale_files(generate.REPO) == []
     assert generate.main(["--check"]) == 0
 
 
+def _scratch_tree(tmp_path: Path) -> Path:
+    """A copy of what the generator reads and writes."""
+    shutil.copy(generate.REPO / "README.md", tmp_path / "README.md")
+    for part in ("dashboards/grafana", "dashboards/rules", "helm/gpu-exporter/files"):
+        shutil.copytree(generate.REPO / part, tmp_path / part)
+    return tmp_path
+
+
 def test_check_fails_on_drift_and_write_repairs_it(tmp_path: Path) -> None:
-    assert generate.main(["--dir", str(tmp_path)]) == 0
-    assert generate.main(["--check", "--dir", str(tmp_path)]) == 0
-    fleet = tmp_path / "grafana" / "gpu-fleet-overview.json"
+    root = _scratch_tree(tmp_path)
+    assert generate.main(["--check", "--root", str(root)]) == 0
+    fleet = root / "dashboards" / "grafana" / "gpu-fleet-overview.json"
     fleet.write_text(fleet.read_text().replace("GPU fleet overview", "edited by hand"))
-    (tmp_path / "rules" / "gpu-exporter-alerts.yaml").unlink()
-    assert generate.main(["--check", "--dir", str(tmp_path)]) == 1
-    assert sorted(generate.write(tmp_path)) == [
-        "grafana/gpu-fleet-overview.json", "rules/gpu-exporter-alerts.yaml"
+    (root / "dashboards" / "rules" / "gpu-exporter-alerts.yaml").unlink()
+    copies = root / "helm" / "gpu-exporter" / "files"
+    (copies / "rules" / "gpu-exporter-recording.yaml").write_text("groups: []\n")
+    (copies / "dashboards" / "old.json").write_text("{}")
+    readme = root / "README.md"
+    readme.write_text(readme.read_text().replace("`gpu_memory_used_bytes`", "`renamed`"))
+    assert generate.main(["--check", "--root", str(root)]) == 1
+    assert sorted(generate.write(root)) == [
+        "README.md",
+        "dashboards/grafana/gpu-fleet-overview.json",
+        "dashboards/rules/gpu-exporter-alerts.yaml",
+        "helm/gpu-exporter/files/dashboards/old.json",
+        "helm/gpu-exporter/files/rules/gpu-exporter-recording.yaml",
     ]
-    assert generate.main(["--check", "--dir", str(tmp_path)]) == 0
+    assert not (copies / "dashboards" / "old.json").exists()
+    assert generate.main(["--check", "--root", str(root)]) == 0
+
+
+def test_readme_without_markers_is_a_clear_error(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    root = _scratch_tree(tmp_path)
+    (root / "README.md").write_text("# nothing here\n")
+    assert generate.main(["--check", "--root", str(root)]) == 2
+    assert "BEGIN METRICS TABLE" in capsys.readouterr().err

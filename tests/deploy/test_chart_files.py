@@ -17,7 +17,6 @@ from tests.deploy.helm_render import CHART_DIR, render
 from tests.deploy.stack import REPO, dashboard_files, rule_files
 
 FILES = CHART_DIR / "files"
-SYNC = REPO / "helm" / "sync-files.sh"
 #: Prometheus template snippets ({{ $labels.x }}, {{ $value | humanize }}, ...).
 TEMPLATE = re.compile(r"\{\{.*?\}\}")
 
@@ -44,34 +43,9 @@ def test_repository_has_the_files_the_chart_needs() -> None:
 def test_chart_copies_are_byte_identical(sources: Any, copies: Path) -> None:
     originals = {p.name: p.read_bytes() for p in sources()}
     copied = {p.name: p.read_bytes() for p in copies.iterdir() if p.is_file()}
-    assert sorted(copied) == sorted(originals), "run helm/sync-files.sh"
+    assert sorted(copied) == sorted(originals), "run python -m dashboards.generate"
     for name, data in originals.items():
-        assert copied[name] == data, f"{copies.name}/{name} differs: run helm/sync-files.sh"
-
-
-def test_sync_script_check_mode_agrees() -> None:
-    result = subprocess.run(["bash", str(SYNC), "--check"], capture_output=True, text=True,
-                            timeout=30, check=False)
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_sync_script_detects_drift(tmp_path: Path) -> None:
-    """--check fails on a changed copy and on a stale one (run on a scratch copy of the tree)."""
-    for part in ("dashboards/rules", "dashboards/grafana", "helm"):
-        shutil.copytree(REPO / part, tmp_path / part)
-    script = tmp_path / "helm" / "sync-files.sh"
-    copies = tmp_path / "helm" / "gpu-exporter" / "files"
-    (copies / "rules" / "gpu-exporter-alerts.yaml").write_text("groups: []\n", encoding="utf-8")
-    (copies / "dashboards" / "old.json").write_text("{}", encoding="utf-8")
-    result = subprocess.run(["bash", str(script), "--check"], capture_output=True, text=True,
-                            timeout=30, check=False)
-    assert result.returncode == 1
-    assert "out of date: rules/gpu-exporter-alerts.yaml" in result.stdout
-    assert "stale copy: dashboards/old.json" in result.stdout
-    subprocess.run(["bash", str(script)], capture_output=True, timeout=30, check=True)
-    assert subprocess.run(["bash", str(script), "--check"], capture_output=True, timeout=30,
-                          check=False).returncode == 0
-    assert not (copies / "dashboards" / "old.json").exists()
+        assert copied[name] == data, f"{copies.name}/{name}: run python -m dashboards.generate"
 
 
 def test_prometheus_rule_holds_exactly_the_repository_groups() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from exporter.config import FLAGS, build_parser
-from exporter.sources.scenario import list_presets
+from exporter.sources.simulated.scenario import list_presets
 from tests.deploy.stack import (
     DOCKER,
     REPO,

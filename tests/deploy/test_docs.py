@@ -6,13 +6,13 @@ import re
 
 import yaml
 
-from exporter.catalogue import BY_NAME
 from exporter.config import FLAGS
+from exporter.metrics import BY_NAME
 from tests.deploy.helm_render import CHART_DIR
 from tests.deploy.stack import REPO
 
 DOC = REPO / "docs" / "deploy.md"
-#: Options of other programs the page shows (helm, docker, pip, helm/sync-files.sh).
+#: Options of other programs the page shows (helm, docker, pip).
 OTHER_TOOLS = {"set", "set-json", "api-versions", "gpus", "pid", "user", "no-deps", "check"}
 
 

@@ -22,7 +22,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from exporter import __version__
-from exporter.catalogue import GPU_UP
+from exporter.metrics import GPU_UP
 from tests.deploy.dockerfile import Stage, exec_form, parse, split_run
 from tests.deploy.stack import DOCKER, REPO
 from tests.processes import free_port, stop_all

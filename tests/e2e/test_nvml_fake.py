@@ -10,7 +10,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import catalogue as cat
+from exporter import metrics as cat
 from tests.e2e.server import ExporterProcess
 
 pytestmark = pytest.mark.slow

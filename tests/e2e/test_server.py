@@ -15,7 +15,7 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import catalogue as cat
+from exporter import metrics as cat
 from tests.e2e.server import ExporterProcess
 
 pytestmark = pytest.mark.slow

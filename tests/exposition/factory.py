@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from exporter import metrics
 from exporter.snapshot import (
-    EccCounts,
     GpuIdentity,
     GpuProcess,
     GpuReading,
@@ -13,7 +13,7 @@ from exporter.snapshot import (
     ProcessOwner,
     ProcessType,
     Snapshot,
-    ThrottleReasons,
+    Value,
 )
 from exporter.state import ExporterState
 
@@ -58,31 +58,59 @@ def process(
     )
 
 
-def reading(index: int, processes: tuple[GpuProcess, ...] = (), **fields: object) -> GpuReading:
-    """A fully populated reading of one healthy GPU; ``fields`` override any reading."""
-    base = GpuReading(
-        identity=identity(index),
-        memory_used_bytes=40 * GIB,
-        memory_free_bytes=101 * GIB,
-        memory_reserved_bytes=512 * 1024**2,
-        utilization_ratio=0.75,
-        memory_utilization_ratio=0.5,
-        temperature_celsius=61.0,
-        power_usage_watts=450.5,
-        power_limit_watts=700.0,
-        energy_joules=1.5e9,
-        pcie_rx_bytes_per_second=1.0e9,
-        pcie_tx_bytes_per_second=2.0e8,
-        fan_speed_ratio=0.4,
-        sm_clock_hertz=1.98e9,
-        memory_clock_hertz=2.619e9,
-        graphics_clock_hertz=1.98e9,
-        performance_state=0,
-        throttle=ThrottleReasons({"gpu_idle": False, "sw_power_cap": True}),
-        ecc=EccCounts(corrected=3, uncorrected=0),
-        processes=processes,
-    )
-    return replace(base, **fields)  # type: ignore[arg-type]
+#: Per-GPU rows by their JSON field name (how tests name a reading to override).
+ROWS_BY_FIELD = {row.json_field: row for row in metrics.GPU_ROWS if row.json_field}
+
+
+def reading(index: int, processes: tuple[GpuProcess, ...] = (), *, up: bool = True,
+            error: str | None = None, **fields: Value | None) -> GpuReading:
+    """A fully populated reading of one healthy GPU (``up=False``: no values, as a source
+    gives); ``fields`` override values by JSON field name (None removes one)."""
+    values: dict[str, Value] = {
+        metrics.MEMORY_TOTAL.name: 141 * GIB,
+        metrics.MEMORY_USED.name: 40 * GIB,
+        metrics.MEMORY_FREE.name: 101 * GIB,
+        metrics.MEMORY_RESERVED.name: 512 * 1024**2,
+        metrics.UTILIZATION.name: 0.75,
+        metrics.MEMORY_UTILIZATION.name: 0.5,
+        metrics.TEMPERATURE.name: 61.0,
+        metrics.POWER_USAGE.name: 450.5,
+        metrics.POWER_LIMIT.name: 700.0,
+        metrics.ENERGY.name: 1.5e9,
+        metrics.PCIE_THROUGHPUT.name: {"rx": 1.0e9, "tx": 2.0e8},
+        metrics.FAN_SPEED.name: 0.4,
+        metrics.SM_CLOCK.name: 1.98e9,
+        metrics.MEMORY_CLOCK.name: 2.619e9,
+        metrics.GRAPHICS_CLOCK.name: 1.98e9,
+        metrics.PERFORMANCE_STATE.name: 0,
+        metrics.THROTTLE_ACTIVE.name: {"gpu_idle": 0.0, "sw_power_cap": 1.0},
+        metrics.ECC_ERRORS.name: {"corrected": 3, "uncorrected": 0},
+    }
+    for row in metrics.GPU_ROWS:  # rows without a typical value above: any plausible one
+        if row.name not in values:
+            values[row.name] = dict.fromkeys(row.label_values, 1) if row.label_values else 1
+    for field_name, value in fields.items():
+        name = ROWS_BY_FIELD[field_name].name
+        if value is None:
+            values.pop(name, None)
+        else:
+            values[name] = value
+    if not up:
+        values = {}
+    return GpuReading(identity=identity(index), up=up, error=error, values=values,
+                      processes=processes)
+
+
+def with_values(gpu: GpuReading, **fields: Value | None) -> GpuReading:
+    """``gpu`` with values overridden by JSON field name (None removes one)."""
+    values = dict(gpu.values)
+    for field_name, value in fields.items():
+        name = ROWS_BY_FIELD[field_name].name
+        if value is None:
+            values.pop(name, None)
+        else:
+            values[name] = value
+    return replace(gpu, values=values)
 
 
 def snapshot(*gpus: GpuReading, **fields: object) -> Snapshot:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
-from exporter import catalogue as cat
-from exporter.catalogue import Group, Kind
+from exporter import metrics as cat
 from exporter.exposition import ExporterCollector, build_registry
+from exporter.metrics import Group, Kind
 from exporter.state import ExporterState, ExpositionOptions
 from tests.exposition import factory as f
 from tests.exposition.parse import families, openmetrics_families

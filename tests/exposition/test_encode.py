@@ -9,12 +9,12 @@ from dataclasses import replace
 import pytest
 from prometheus_client.utils import floatToGoString
 
-from exporter import catalogue as cat
-from exporter.catalogue import Group
+from exporter import metrics as cat
 from exporter.exposition import snapshot_families
 from exporter.exposition.encode import EOF, Families, FastEncoder, format_value
 from exporter.exposition.families import FamilyData, family
 from exporter.exposition.render import negotiate
+from exporter.metrics import Group
 from exporter.snapshot import PodRef
 from exporter.state import ExpositionOptions
 from tests.exposition import factory as f
@@ -113,10 +113,11 @@ def test_reused_lines_follow_changing_snapshots(accept: str | None) -> None:
     changes = [
         base,
         base,  # identical: every line reused
-        replace(base, gpus=(replace(gpu0, temperature_celsius=-0.0), gpu1)),
-        replace(base, gpus=(replace(gpu0, temperature_celsius=0.0), gpu1)),
-        replace(base, gpus=(replace(gpu0, temperature_celsius=-0.0), gpu1)),  # equal rows
-        replace(base, gpus=(replace(gpu0, temperature_celsius=math.nan, processes=()), gpu1)),
+        replace(base, gpus=(f.with_values(gpu0, temperature_celsius=-0.0), gpu1)),
+        replace(base, gpus=(f.with_values(gpu0, temperature_celsius=0.0), gpu1)),
+        replace(base, gpus=(f.with_values(gpu0, temperature_celsius=-0.0), gpu1)),  # equal rows
+        replace(base, gpus=(replace(f.with_values(gpu0, temperature_celsius=math.nan),
+                                    processes=()), gpu1)),
         replace(base, gpus=(gpu1,)),
         base,
     ]

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from exporter import catalogue as cat
-from exporter.catalogue import Group
-from exporter.snapshot import ThrottleReasons
+from exporter import metrics as cat
+from exporter.metrics import Group
 from exporter.state import ExpositionOptions, default_groups
 from tests.exposition import factory as f
 from tests.exposition.parse import collect_text, samples, series, value
@@ -60,7 +59,7 @@ def test_none_readings_leave_their_series_out() -> None:
         memory_reserved_bytes=None,
         fan_speed_ratio=None,
         temperature_celsius=None,
-        throttle=None,
+        throttle_reasons=None,
         ecc=None,
         power_usage_watts=None,
     )
@@ -108,9 +107,9 @@ def test_opt_in_groups_are_off_by_default() -> None:
 
 
 def test_only_catalogue_throttle_reasons_are_exposed() -> None:
-    odd = ThrottleReasons({"hw_slowdown": True, "brand_new_reason": True})
+    odd = {"hw_slowdown": 1.0, "brand_new_reason": 1.0}
     text = collect_text(
-        f.state(f.snapshot(f.reading(0, throttle=odd))), ExpositionOptions()
+        f.state(f.snapshot(f.reading(0, throttle_reasons=odd))), ExpositionOptions()
     )
     reasons = {s["reason"] for s in series(text, cat.THROTTLE_ACTIVE.name)}
     assert reasons == {"hw_slowdown"}

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 from fastapi import FastAPI
 
-from exporter.catalogue import Group
 from exporter.exposition import SnapshotResponse
+from exporter.metrics import Group
 from exporter.snapshot import PodRef, ProcessOwner
 from exporter.state import ExpositionOptions, default_groups
 from tests.exposition import factory as f
@@ -45,7 +45,7 @@ def test_mirrors_the_snapshot() -> None:
     assert gpu0.memory_total_bytes == 141 * f.GIB
     assert gpu0.throttle_reasons == {"gpu_idle": False, "sw_power_cap": True}
     assert gpu0.ecc is not None
-    assert gpu0.ecc.corrected == 3
+    assert gpu0.ecc["corrected"] == 3
     assert gpu1.fan_speed_ratio is None
     assert gpu2.up is False
     assert gpu2.error == "GPU is lost"

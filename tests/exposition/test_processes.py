@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from exporter import catalogue as cat
-from exporter.catalogue import Group
+from exporter import metrics as cat
 from exporter.exposition.processes import process_families, process_label_names, process_series
+from exporter.metrics import Group
 from exporter.snapshot import PodRef
 from exporter.state import ExpositionOptions
 from tests.exposition import factory as f
@@ -156,12 +156,10 @@ def _series_rows(snap: f.Snapshot, options: ExpositionOptions) -> dict[str, list
         found, folded = process_series(gpu, options)
         rows["overflow"].append(folded)
         for s in found:
-            if s.memory_bytes is not None:
-                rows["memory"].append((s.labels, s.memory_bytes))
-            if s.start_time_seconds is not None:
-                rows["start"].append((s.labels, s.start_time_seconds))
-            if s.utilization_ratio is not None:
-                rows["util"].append((s.labels, s.utilization_ratio))
+            for key, row in (("memory", cat.PROCESS_MEMORY), ("start", cat.PROCESS_START_TIME),
+                             ("util", cat.PROCESS_UTILIZATION)):
+                if s.value(row) is not None:
+                    rows[key].append((s.labels, s.value(row)))
     return rows
 
 

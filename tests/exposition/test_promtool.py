@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from exporter.catalogue import Group
 from exporter.exposition import MetricsRenderer
+from exporter.metrics import Group
 from exporter.state import ExpositionOptions
 from tests.exposition import factory as f
 

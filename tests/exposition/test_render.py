@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST
 
-from exporter import catalogue as cat
+from exporter import metrics as cat
 from exporter.exposition import ExporterCollector, MetricsRenderer
 from exporter.exposition.render import MAX_CACHED_FORMATS
 from exporter.state import ExporterState, ExpositionOptions
@@ -166,19 +166,6 @@ def test_concurrent_scrapes_of_changing_snapshots_are_consistent() -> None:
     assert all(not t.is_alive() for t in threads)
 
 
-def test_warm_prerenders_text_and_openmetrics() -> None:
-    renderer = MetricsRenderer(process_metrics=False)
-    state = f.state(f.fleet(1, 2))
-    renderer.warm(state, OPTIONS)
-    entry = renderer._entry
-    assert entry is not None
-    assert entry.snapshot is state.snapshot
-    assert len(entry.bodies) == 2
-    assert all(b.gzip_chunks is not None for b in entry.bodies.values())
-    body, _ = renderer.render(state, OPTIONS, OM, "gzip")
-    assert gzip.decompress(body) == _uncached(state, OM)
-
-
 def test_invalid_gzip_level_is_rejected() -> None:
     with pytest.raises(ValueError, match="gzip_level"):
         MetricsRenderer(gzip_level=11)
@@ -205,9 +192,9 @@ def test_gzip_chunks_of_unchanged_families_are_reused_across_snapshots(
     renderer = MetricsRenderer(process_metrics=False, gzip_level=1)  # process_* move
     base = f.fleet(2, 3)
     gpu0, gpu1 = base.gpus
-    hotter = replace(base, gpus=(replace(gpu0, temperature_celsius=91.0), gpu1))
-    signed = replace(base, gpus=(replace(gpu0, temperature_celsius=-0.0), gpu1))
-    zero = replace(base, gpus=(replace(gpu0, temperature_celsius=0.0), gpu1))
+    hotter = replace(base, gpus=(f.with_values(gpu0, temperature_celsius=91.0), gpu1))
+    signed = replace(base, gpus=(f.with_values(gpu0, temperature_celsius=-0.0), gpu1))
+    zero = replace(base, gpus=(f.with_values(gpu0, temperature_celsius=0.0), gpu1))
     reused = []
     for snap in (base, replace(base), hotter, signed, zero, base):
         state = f.state(snap)

@@ -19,15 +19,15 @@ from typing import Any
 
 import pytest
 
-from exporter.catalogue import THROTTLE_REASONS
+from exporter.metrics import SWITCHABLE_GROUPS, THROTTLE_REASONS, default_groups
 from exporter.snapshot import ProcessType, Snapshot
-from exporter.sources.base import CollectOptions, SourceUnavailable
-from exporter.sources.nvml import NvmlSource
+from exporter.sources.base import SourceUnavailable
+from exporter.sources.nvml.source import NvmlSource
 
 pytestmark = pytest.mark.gpu
 LOAD = Path(__file__).resolve().parents[2] / "scripts" / "gpu" / "cuda_load.py"
 GIB = 1 << 30
-ALL = CollectOptions(energy=True, pcie=True)
+ALL = frozenset(SWITCHABLE_GROUPS)
 
 
 class CountingNvml(types.ModuleType):
@@ -73,7 +73,7 @@ def source(counting: CountingNvml) -> Iterator[NvmlSource]:
 
 
 def test_identity_and_versions_match_pynvml(source: NvmlSource, pynvml: types.ModuleType) -> None:
-    snap = source.collect(CollectOptions())
+    snap = source.collect(default_groups())
     assert len(snap.gpus) == pynvml.nvmlDeviceGetCount()
     assert snap.driver_version == pynvml.nvmlSystemGetDriverVersion()
     assert re.fullmatch(r"\d+\.\d+", snap.cuda_driver_version or "")
@@ -96,48 +96,57 @@ def test_every_group_plausible_with_opt_ins(source: NvmlSource, pynvml: types.Mo
     for g in snap.gpus:
         assert g.up, g.error
         total = g.identity.memory_total_bytes
-        assert g.memory_used_bytes is not None
-        assert g.memory_free_bytes is not None
-        assert g.memory_reserved_bytes is not None  # memory info v2 on a current driver
-        accounted = g.memory_used_bytes + g.memory_free_bytes + g.memory_reserved_bytes
+        assert g.value("gpu_memory_used_bytes") is not None
+        assert g.value("gpu_memory_free_bytes") is not None
+        reserved = g.value("gpu_memory_reserved_bytes")
+        assert reserved is not None  # memory info v2 on a current driver
+        accounted = (g.value("gpu_memory_used_bytes") + g.value("gpu_memory_free_bytes")
+                     + reserved)
         print(f"GPU {g.identity.index}: total-used-free-reserved = {total - accounted} B")
         assert abs(total - accounted) <= total // 100
-        assert g.utilization_ratio is not None
-        assert 0.0 <= g.utilization_ratio <= 1.0
-        assert g.memory_utilization_ratio is not None
-        assert 0.0 <= g.memory_utilization_ratio <= 1.0
-        assert g.temperature_celsius is not None
-        assert 5 <= g.temperature_celsius <= 110
-        assert g.power_limit_watts is not None
-        assert g.power_limit_watts > 50
-        assert g.power_usage_watts is not None
-        assert 5 < g.power_usage_watts < g.power_limit_watts * 1.5
-        for clock in (g.sm_clock_hertz, g.memory_clock_hertz, g.graphics_clock_hertz):
+        assert g.value("gpu_utilization_ratio") is not None
+        assert 0.0 <= g.value("gpu_utilization_ratio") <= 1.0
+        assert g.value("gpu_memory_utilization_ratio") is not None
+        assert 0.0 <= g.value("gpu_memory_utilization_ratio") <= 1.0
+        assert g.value("gpu_temperature_celsius") is not None
+        assert 5 <= g.value("gpu_temperature_celsius") <= 110
+        assert g.value("gpu_power_limit_watts") is not None
+        assert g.value("gpu_power_limit_watts") > 50
+        assert g.value("gpu_power_usage_watts") is not None
+        assert 5 < g.value("gpu_power_usage_watts") < g.value("gpu_power_limit_watts") * 1.5
+        for name in ("gpu_sm_clock_hertz", "gpu_memory_clock_hertz", "gpu_graphics_clock_hertz"):
+            clock = g.value(name)
             assert clock is not None
             assert 1e7 < clock < 1e10
-        assert g.performance_state is not None
-        assert 0 <= g.performance_state <= 15
-        assert g.throttle is not None
-        assert set(g.throttle.active) == set(THROTTLE_REASONS)
+        assert g.value("gpu_performance_state") is not None
+        assert 0 <= g.value("gpu_performance_state") <= 15
+        assert g.labelled("gpu_throttle_reason_active") is not None
+        assert set(g.labelled("gpu_throttle_reason_active")) == set(THROTTLE_REASONS)
         handle = pynvml.nvmlDeviceGetHandleByIndex(g.identity.index)
         try:
             ecc_on = pynvml.nvmlDeviceGetEccMode(handle)[0] == pynvml.NVML_FEATURE_ENABLED
         except pynvml.NVMLError:
             ecc_on = False
-        assert (g.ecc is not None) == ecc_on
-        assert g.energy_joules is not None
-        assert g.energy_joules > 0
-        assert g.pcie_rx_bytes_per_second is not None
-        assert g.pcie_rx_bytes_per_second >= 0
-        assert g.pcie_tx_bytes_per_second is not None
-        assert g.pcie_tx_bytes_per_second >= 0
+        assert (g.labelled("gpu_ecc_errors_total") is not None) == ecc_on
+        assert g.value("gpu_energy_consumed_joules_total") is not None
+        assert g.value("gpu_energy_consumed_joules_total") > 0
+        assert g.labelled("gpu_pcie_throughput_bytes_per_second") is not None
+        assert g.labelled("gpu_pcie_throughput_bytes_per_second")["rx"] >= 0
+        assert g.labelled("gpu_pcie_throughput_bytes_per_second")["tx"] is not None
+        assert g.labelled("gpu_pcie_throughput_bytes_per_second")["tx"] >= 0
+        bar1 = pynvml.nvmlDeviceGetBAR1MemoryInfo(handle)
+        assert g.value("gpu_memory_bar1_total_bytes") == bar1.bar1Total  # H200: 256 GiB
+        assert g.value("gpu_memory_bar1_total_bytes") >= total
+        used = g.value("gpu_memory_bar1_used_bytes")
+        assert used is not None
+        assert 0 < used <= bar1.bar1Total
         print(g)
 
 
 def test_energy_counter_grows(source: NvmlSource) -> None:
-    first = source.collect(ALL).gpus[0].energy_joules
+    first = source.collect(ALL).gpus[0].value("gpu_energy_consumed_joules_total")
     time.sleep(1.5)
-    second = source.collect(ALL).gpus[0].energy_joules
+    second = source.collect(ALL).gpus[0].value("gpu_energy_consumed_joules_total")
     assert first is not None
     assert second is not None
     assert second > first  # an H200 idles at ~70 W: ~100 J in 1.5 s
@@ -153,21 +162,21 @@ def test_not_supported_fan_is_asked_once(
     except pynvml.NVMLError_NotSupported:
         pass
     for _ in range(3):
-        snap = source.collect(CollectOptions())
-    assert all(g.fan_speed_ratio is None for g in snap.gpus)
+        snap = source.collect(default_groups())
+    assert all(g.value("gpu_fan_speed_ratio") is None for g in snap.gpus)
     assert counting.calls["nvmlDeviceGetFanSpeed"] == len(snap.gpus)
-    assert all("fan" in fields for fields in source.unsupported_fields().values())
+    assert all("nvmlDeviceGetFanSpeed" in fields for fields in source.unsupported_fields().values())
     print("unsupported fields:", source.unsupported_fields())
 
 
 def test_close_then_start_again(source: NvmlSource) -> None:
-    before = [g.identity for g in source.collect(CollectOptions()).gpus]
+    before = [g.identity for g in source.collect(default_groups()).gpus]
     source.close()
     assert not source.started
     with pytest.raises(SourceUnavailable):
-        source.collect(CollectOptions())
+        source.collect(default_groups())
     source.start()
-    after = source.collect(CollectOptions())
+    after = source.collect(default_groups())
     assert [g.identity for g in after.gpus] == before
     assert all(g.up for g in after.gpus)
 
@@ -195,7 +204,7 @@ def test_processes_memory_and_utilization(source: NvmlSource) -> None:
         seen_idle: list[float | None] = []
         for _ in range(6):
             time.sleep(0.5)
-            snap = source.collect(CollectOptions())
+            snap = source.collect(default_groups())
             b, i = _find(snap, busy.pid), _find(snap, idle.pid)
             assert b is not None, snap.gpus[0].processes
             assert i is not None, snap.gpus[0].processes
@@ -218,7 +227,7 @@ def test_processes_memory_and_utilization(source: NvmlSource) -> None:
             proc.wait(timeout=30)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        snap = source.collect(CollectOptions())
+        snap = source.collect(default_groups())
         if _find(snap, busy.pid) is None and _find(snap, idle.pid) is None:
             break
         time.sleep(0.2)

@@ -261,6 +261,11 @@ class FakeNvml(types.ModuleType):
             version=version, total=g.memory_total, reserved=g.memory_reserved, used=g.memory_used,
             free=g.memory_total - g.memory_used - g.memory_reserved)
 
+    def nvmlDeviceGetBAR1MemoryInfo(self, h: FakeHandle) -> types.SimpleNamespace:
+        self._enter("nvmlDeviceGetBAR1MemoryInfo", h)
+        total, used = 274_877_906_944, 1_703_936  # measured on an H200
+        return types.SimpleNamespace(bar1Total=total, bar1Free=total - used, bar1Used=used)
+
     def nvmlDeviceGetUtilizationRates(self, h: FakeHandle) -> types.SimpleNamespace:
         g = self._enter("nvmlDeviceGetUtilizationRates", h)
         return types.SimpleNamespace(gpu=g.util_gpu, memory=g.util_memory)

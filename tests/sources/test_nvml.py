@@ -6,16 +6,20 @@ import logging
 
 import pytest
 
-from exporter.catalogue import THROTTLE_REASONS, UNKNOWN_VALUE
+from exporter.metrics import (
+    SWITCHABLE_GROUPS,
+    THROTTLE_REASONS,
+    UNKNOWN_VALUE,
+    Group,
+    default_groups,
+)
 from exporter.snapshot import GpuReading
-from exporter.sources.base import CollectOptions, SourceUnavailable
-from exporter.sources.nvml import NvmlSource, cuda_version_text, shuffles_process_structs
+from exporter.sources.base import SourceUnavailable
+from exporter.sources.nvml.source import NvmlSource, cuda_version_text, shuffles_process_structs
 from tests.sources.fake_nvml import FakeNvml, FakeProcess, h200, missing_pynvml
 
-ALL = CollectOptions(energy=True, pcie=True)
-NONE = CollectOptions(memory=False, utilization=False, temperature=False, power=False,
-                      clocks=False, throttle=False, ecc=False, fan=False, processes=False,
-                      process_utilization=False)
+ALL = frozenset(SWITCHABLE_GROUPS)
+NONE: frozenset[Group] = frozenset()
 
 
 def started(fake: FakeNvml) -> NvmlSource:
@@ -24,8 +28,8 @@ def started(fake: FakeNvml) -> NvmlSource:
     return source
 
 
-def gpu(source: NvmlSource, index: int, options: CollectOptions = ALL) -> GpuReading:
-    return source.collect(options).gpus[index]
+def gpu(source: NvmlSource, index: int, groups: frozenset[Group] = ALL) -> GpuReading:
+    return source.collect(groups).gpus[index]
 
 
 def test_start_reads_identity_and_system_versions_once() -> None:
@@ -66,31 +70,32 @@ def test_every_group_converted_to_base_units() -> None:
     total = fake.gpus[0].memory_total
     assert g.up
     assert g.error is None
-    assert g.memory_used_bytes == 10 << 30
-    assert g.memory_reserved_bytes == 512 << 20
-    assert g.memory_free_bytes == total - (10 << 30) - (512 << 20)
-    assert (g.utilization_ratio, g.memory_utilization_ratio) == (0.42, 0.07)
-    assert g.temperature_celsius == 67.0
-    assert (g.power_usage_watts, g.power_limit_watts) == (312.5, 650.0)
-    assert (g.sm_clock_hertz, g.memory_clock_hertz, g.graphics_clock_hertz) == (
-        1975e6, 3201e6, 1980e6)
-    assert g.performance_state == 2
-    assert g.throttle is not None
-    assert set(g.throttle.active) == set(THROTTLE_REASONS)
-    active = {name for name, on in g.throttle.active.items() if on}
+    assert g.value("gpu_memory_used_bytes") == 10 << 30
+    assert g.value("gpu_memory_reserved_bytes") == 512 << 20
+    assert g.value("gpu_memory_free_bytes") == total - (10 << 30) - (512 << 20)
+    assert g.value("gpu_utilization_ratio") == 0.42
+    assert g.value("gpu_memory_utilization_ratio") == 0.07
+    assert g.value("gpu_temperature_celsius") == 67.0
+    assert (g.value("gpu_power_usage_watts"), g.value("gpu_power_limit_watts")) == (312.5, 650.0)
+    clocks = ("gpu_sm_clock_hertz", "gpu_memory_clock_hertz", "gpu_graphics_clock_hertz")
+    assert [g.value(name) for name in clocks] == [1975e6, 3201e6, 1980e6]
+    assert g.value("gpu_performance_state") == 2
+    assert g.labelled("gpu_throttle_reason_active") is not None
+    assert set(g.labelled("gpu_throttle_reason_active")) == set(THROTTLE_REASONS)
+    active = {name for name, on in g.labelled("gpu_throttle_reason_active").items() if on}
     assert active == {"sw_power_cap", "sw_thermal_slowdown"}
-    assert g.ecc is not None
-    assert (g.ecc.corrected, g.ecc.uncorrected) == (5, 1)
-    assert g.fan_speed_ratio == 0.4
-    assert g.energy_joules == 9000.5
-    assert (g.pcie_rx_bytes_per_second, g.pcie_tx_bytes_per_second) == (10240.0, 3072.0)
+    assert g.labelled("gpu_ecc_errors_total") is not None
+    assert g.labelled("gpu_ecc_errors_total") == {"corrected": 5, "uncorrected": 1}
+    assert g.value("gpu_fan_speed_ratio") == 0.4
+    assert g.value("gpu_energy_consumed_joules_total") == 9000.5
+    assert g.labelled("gpu_pcie_throughput_bytes_per_second") == {"rx": 10240.0, "tx": 3072.0}
 
 
 def test_opt_in_groups_are_not_read_by_default() -> None:
     fake = FakeNvml([h200(0)])
-    g = gpu(started(fake), 0, CollectOptions())
-    assert g.energy_joules is None
-    assert g.pcie_rx_bytes_per_second is None
+    g = gpu(started(fake), 0, default_groups())
+    assert g.value("gpu_energy_consumed_joules_total") is None
+    assert g.labelled("gpu_pcie_throughput_bytes_per_second") is None
     assert fake.calls[("nvmlDeviceGetTotalEnergyConsumption", 0)] == 0
     assert fake.calls[("nvmlDeviceGetPcieThroughput", 0)] == 0
 
@@ -99,8 +104,8 @@ def test_disabled_groups_make_no_calls() -> None:
     fake = FakeNvml([h200(0)])
     g = gpu(started(fake), 0, NONE)
     assert g.up
-    assert g.memory_used_bytes is None
-    assert g.temperature_celsius is None
+    assert g.value("gpu_memory_used_bytes") is None
+    assert g.value("gpu_temperature_celsius") is None
     device_calls = {name for (name, idx), n in fake.calls.items() if idx == 0 and n}
     assert device_calls == {"nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetUUID",
                             "nvmlDeviceGetName", "nvmlDeviceGetPciInfo_v3",
@@ -113,20 +118,20 @@ def test_not_supported_is_asked_once_then_cached_per_gpu() -> None:
     fake = FakeNvml([h200(0), h200(1, unsupported=set())])
     source = started(fake)
     for _ in range(3):
-        snap = source.collect(CollectOptions())
-    assert snap.gpus[0].fan_speed_ratio is None
-    assert snap.gpus[1].fan_speed_ratio == 0.4
+        snap = source.collect(default_groups())
+    assert snap.gpus[0].value("gpu_fan_speed_ratio") is None
+    assert snap.gpus[1].value("gpu_fan_speed_ratio") == 0.4
     assert fake.calls[("nvmlDeviceGetFanSpeed", 0)] == 1
     assert fake.calls[("nvmlDeviceGetFanSpeed", 1)] == 3
     assert snap.errors == {}
-    assert source.unsupported_fields() == {0: frozenset({"fan"}), 1: frozenset()}
+    assert source.unsupported_fields() == {0: frozenset({"nvmlDeviceGetFanSpeed"}), 1: frozenset()}
 
 
 def test_unsupported_ecc_leaves_ecc_none() -> None:
     fake = FakeNvml([h200(0, unsupported={"nvmlDeviceGetTotalEccErrors"})])
     source = started(fake)
-    assert gpu(source, 0).ecc is None
-    assert gpu(source, 0).ecc is None
+    assert gpu(source, 0).labelled("gpu_ecc_errors_total") is None
+    assert gpu(source, 0).labelled("gpu_ecc_errors_total") is None
     assert fake.calls[("nvmlDeviceGetTotalEccErrors", 0)] == 1
 
 
@@ -136,14 +141,15 @@ def test_old_driver_falls_back_and_probes_once() -> None:
     fake.gpus[0].compute = [FakeProcess(pid=321, used_memory=1 << 30)]
     source = started(fake)
     for _ in range(2):
-        snap = source.collect(CollectOptions())
+        snap = source.collect(default_groups())
     g = snap.gpus[0]
-    assert g.memory_reserved_bytes is None  # reserved exists only in v2
+    assert g.value("gpu_memory_reserved_bytes") is None  # reserved exists only in v2
     # v1 "used" includes the driver reserve
-    assert g.memory_used_bytes == fake.gpus[0].memory_used + fake.gpus[0].memory_reserved
-    assert g.temperature_celsius == 31.0
-    assert g.throttle is not None
-    assert g.throttle.active["gpu_idle"]
+    used = fake.gpus[0].memory_used + fake.gpus[0].memory_reserved
+    assert g.value("gpu_memory_used_bytes") == used
+    assert g.value("gpu_temperature_celsius") == 31.0
+    assert g.labelled("gpu_throttle_reason_active") is not None
+    assert g.labelled("gpu_throttle_reason_active")["gpu_idle"]
     assert [p.pid for p in g.processes] == [321]
     assert source.process_list_functions() == {
         "compute": "nvmlDeviceGetComputeRunningProcesses_v2",
@@ -161,8 +167,8 @@ def test_old_binding_without_functions_uses_older_calls() -> None:
     fake = FakeNvml([h200(0)])
     fake.old_binding("nvmlDeviceGetTemperatureV", "nvmlDeviceGetCurrentClocksEventReasons")
     g = gpu(started(fake), 0)
-    assert g.temperature_celsius == 31.0
-    assert g.throttle is not None
+    assert g.value("gpu_temperature_celsius") == 31.0
+    assert g.labelled("gpu_throttle_reason_active") is not None
     assert fake.calls[("nvmlDeviceGetTemperature", 0)] == 1
 
 
@@ -170,13 +176,13 @@ def test_other_error_on_one_field_counts_nvml_call_and_keeps_asking() -> None:
     fake = FakeNvml([h200(0)])
     fake.fail("nvmlDeviceGetPowerUsage", fake.NVML_ERROR_TIMEOUT, gpu=0, times=1)
     source = started(fake)
-    snap = source.collect(CollectOptions())
+    snap = source.collect(default_groups())
     assert snap.gpus[0].up
-    assert snap.gpus[0].power_usage_watts is None
-    assert snap.gpus[0].power_limit_watts == 700.0
+    assert snap.gpus[0].value("gpu_power_usage_watts") is None
+    assert snap.gpus[0].value("gpu_power_limit_watts") == 700.0
     assert snap.errors == {"nvml_call": 1}
-    again = source.collect(CollectOptions())
-    assert again.gpus[0].power_usage_watts == 75.123
+    again = source.collect(default_groups())
+    assert again.gpus[0].value("gpu_power_usage_watts") == 75.123
     assert again.errors == {}
 
 
@@ -188,18 +194,18 @@ def test_gpu_down_codes_mark_only_that_gpu(code: int, kind: str) -> None:
     fake = FakeNvml([h200(0), h200(1)])
     fake.fail("nvmlDeviceGetUtilizationRates", code, gpu=1, times=1)
     source = started(fake)
-    snap = source.collect(CollectOptions())
+    snap = source.collect(default_groups())
     lost, healthy = snap.gpus[1], snap.gpus[0]
     assert not lost.up
     assert lost.error
     assert str(code) in lost.error
-    assert lost.memory_used_bytes is None
+    assert lost.value("gpu_memory_used_bytes") is None
     assert lost.processes == ()
     assert lost.identity.uuid == fake.gpus[1].uuid
     assert healthy.up
-    assert healthy.memory_used_bytes is not None
+    assert healthy.value("gpu_memory_used_bytes") is not None
     assert snap.errors == {kind: 1}
-    back = source.collect(CollectOptions())  # handle re-acquired, GPU answers again
+    back = source.collect(default_groups())  # handle re-acquired, GPU answers again
     assert back.gpus[1].up
     assert back.errors == {}
     assert fake.calls[("nvmlDeviceGetHandleByIndex_v2", 1)] == 2
@@ -210,21 +216,21 @@ def test_lost_gpu_stays_down_until_it_recovers() -> None:
     source = started(fake)
     fake.lose(0)
     for _ in range(2):
-        snap = source.collect(CollectOptions())
+        snap = source.collect(default_groups())
         assert not snap.gpus[0].up
         assert snap.gpus[1].up
         assert snap.errors == {"gpu_lost": 1}
     fake.recover(0)
-    snap = source.collect(CollectOptions())
+    snap = source.collect(default_groups())
     assert snap.gpus[0].up
-    assert snap.gpus[0].temperature_celsius == 31.0
+    assert snap.gpus[0].value("gpu_temperature_celsius") == 31.0
     assert snap.gpus[0].identity.uuid == fake.gpus[0].uuid
 
 
 def test_handle_refused_for_one_index_others_fine_and_retried() -> None:
     fake = FakeNvml([h200(0, handle_error=4), h200(1)])  # NO_PERMISSION on GPU 0
     source = started(fake)
-    snap = source.collect(CollectOptions())
+    snap = source.collect(default_groups())
     bad, good = snap.gpus
     assert not bad.up
     assert bad.error is not None
@@ -236,7 +242,7 @@ def test_handle_refused_for_one_index_others_fine_and_retried() -> None:
     assert good.identity.uuid == fake.gpus[1].uuid
     assert snap.errors == {"gpu_open_failed": 1}
     fake.gpus[0].handle_error = None
-    snap = source.collect(CollectOptions())
+    snap = source.collect(default_groups())
     assert snap.gpus[0].up
     assert snap.gpus[0].identity.uuid == fake.gpus[0].uuid
 
@@ -259,7 +265,7 @@ def test_default_import_uses_pynvml(monkeypatch: pytest.MonkeyPatch) -> None:
     fake.install(monkeypatch)
     source = NvmlSource(hostname="h")
     source.start()
-    assert source.collect(CollectOptions()).gpus[0].identity.uuid == fake.gpus[0].uuid
+    assert source.collect(default_groups()).gpus[0].identity.uuid == fake.gpus[0].uuid
 
 
 def test_init_failure_then_recovery() -> None:
@@ -270,9 +276,9 @@ def test_init_failure_then_recovery() -> None:
         source.start()
     assert not source.started
     with pytest.raises(SourceUnavailable, match="not started"):
-        source.collect(CollectOptions())
+        source.collect(default_groups())
     source.start()
-    assert source.collect(CollectOptions()).gpus[0].up
+    assert source.collect(default_groups()).gpus[0].up
 
 
 def test_device_count_failure_is_source_unavailable_and_shuts_down() -> None:
@@ -290,18 +296,18 @@ def test_whole_library_broken_raises_for_reinit(code: int) -> None:
     source = started(fake)
     fake.break_library(code)
     with pytest.raises(SourceUnavailable, match="stopped working"):
-        source.collect(CollectOptions())
+        source.collect(default_groups())
     assert not source.started
     fake.fix_library()
     source.start()
-    assert all(g.up for g in source.collect(CollectOptions()).gpus)
+    assert all(g.up for g in source.collect(default_groups()).gpus)
     assert fake.init_count == 2
 
 
 def test_fatal_code_on_one_gpu_only_marks_that_gpu() -> None:
     fake = FakeNvml([h200(0), h200(1)])
     fake.fail("nvmlDeviceGetPowerUsage", 18, gpu=0, times=1)
-    snap = started(fake).collect(CollectOptions())
+    snap = started(fake).collect(default_groups())
     assert not snap.gpus[0].up
     assert snap.gpus[1].up
     assert snap.errors == {"nvml_unavailable": 1}
@@ -311,7 +317,7 @@ def test_unexpected_exception_marks_gpu_down_not_the_collection() -> None:
     fake = FakeNvml([h200(0), h200(1)])
     source = started(fake)
     fake.gpus[0].memory_used = None  # type: ignore[assignment]  # an odd answer
-    snap = source.collect(CollectOptions())
+    snap = source.collect(default_groups())
     assert not snap.gpus[0].up
     assert "unexpected" in (snap.gpus[0].error or "")
     assert snap.gpus[1].up
@@ -326,16 +332,16 @@ def test_close_shuts_down_and_start_again_rereads() -> None:
     assert fake.shutdown_count == 1
     assert not source.started
     with pytest.raises(SourceUnavailable):
-        source.collect(CollectOptions())
+        source.collect(default_groups())
     fake.gpus.append(h200(1))
     source.start()
-    assert len(source.collect(CollectOptions()).gpus) == 2
+    assert len(source.collect(default_groups()).gpus) == 2
     assert fake.init_count == 2
 
 
 def test_collection_timing_fields() -> None:
     fake = FakeNvml([h200(0)])
-    snap = started(fake).collect(CollectOptions())
+    snap = started(fake).collect(default_groups())
     assert snap.taken_at > 1.6e9
     assert 0 <= snap.duration_seconds < 1.0
 
@@ -359,7 +365,7 @@ def test_r535_driver_range(driver: str | None, shuffled: bool) -> None:
 
 
 def test_r535_driver_warns_at_start(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="exporter.sources.nvml"):
+    with caplog.at_level(logging.WARNING, logger="exporter.sources.nvml.source"):
         started(FakeNvml([h200(0)], driver="535.54.03"))
     assert any("garbled process lists" in r.getMessage() for r in caplog.records)
 
@@ -378,9 +384,9 @@ def test_lost_gpu_warns_once_and_logs_recovery(caplog: pytest.LogCaptureFixture)
     fake.lose(0)
     with caplog.at_level(logging.DEBUG, logger="exporter.sources"):
         for _ in range(4):
-            source.collect(CollectOptions())
+            source.collect(default_groups())
         fake.recover(0)
-        source.collect(CollectOptions())
+        source.collect(default_groups())
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1
     assert "GPU 0 down" in warnings[0].getMessage()

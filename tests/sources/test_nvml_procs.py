@@ -8,10 +8,10 @@ import types
 
 import pytest
 
+from exporter.metrics import Group, default_groups
 from exporter.snapshot import GpuProcess, ProcessType
-from exporter.sources.base import CollectOptions
-from exporter.sources.nvml import NvmlSource
-from exporter.sources.nvml_procs import PID_MAX_LIMIT, clean_entries, newest_samples
+from exporter.sources.nvml.processes import PID_MAX_LIMIT, clean_entries, newest_samples
+from exporter.sources.nvml.source import NvmlSource
 from tests.sources.fake_nvml import FakeNvml, FakeProcess, FakeSample, h200
 
 GIB = 1 << 30
@@ -23,7 +23,7 @@ def collect(
     if source is None:
         source = NvmlSource(hostname="h", nvml=fake)
         source.start()
-    snap = source.collect(CollectOptions())
+    snap = source.collect(default_groups())
     return source, {p.pid: p for p in snap.gpus[0].processes}, dict(snap.errors)
 
 
@@ -53,7 +53,7 @@ def test_idle_gpu_has_no_processes_and_skips_process_utilization() -> None:
     source, procs, _ = collect(fake)
     assert procs == {}
     assert fake.calls[("nvmlDeviceGetProcessUtilization", 0)] == 0
-    assert source.collect(CollectOptions()).gpus[0].processes == ()
+    assert source.collect(default_groups()).gpus[0].processes == ()
 
 
 @pytest.mark.parametrize(
@@ -158,7 +158,7 @@ def test_process_utilization_disabled_is_not_called() -> None:
     fake.gpus[0].compute = [FakeProcess(10, GIB)]
     source = NvmlSource(nvml=fake)
     source.start()
-    snap = source.collect(CollectOptions(process_utilization=False))
+    snap = source.collect(default_groups() - {Group.PROCESS_UTILIZATION})
     assert snap.gpus[0].processes[0].sm_utilization_ratio is None
     assert fake.calls[("nvmlDeviceGetProcessUtilization", 0)] == 0
 
@@ -169,7 +169,7 @@ def test_process_list_lost_gpu_marks_gpu_down() -> None:
     fake.fail("nvmlDeviceGetComputeRunningProcesses_v3", 15, gpu=0, times=1)
     source = NvmlSource(nvml=fake)
     source.start()
-    snap = source.collect(CollectOptions())
+    snap = source.collect(default_groups())
     assert not snap.gpus[0].up
     assert [p.pid for p in snap.gpus[1].processes] == [10]
 
@@ -194,7 +194,7 @@ def test_fake_hang_blocks_until_released() -> None:
     source.start()
     entered = fake.hang("nvmlDeviceGetMemoryInfo", gpu=1)  # covers the _v2 symbol
     result: list[object] = []
-    worker = threading.Thread(target=lambda: result.append(source.collect(CollectOptions())))
+    worker = threading.Thread(target=lambda: result.append(source.collect(default_groups())))
     worker.start()
     assert entered.wait(timeout=5)
     worker.join(timeout=0.2)

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from exporter.snapshot import ProcessType
-from exporter.sources import scenario as sc
-from exporter.sources.scenario import ScenarioError, load_scenario, parse_scenario
+from exporter.sources.simulated import scenario as sc
+from exporter.sources.simulated.scenario import ScenarioError, load_scenario, parse_scenario
 
 REQUIRED_PRESETS = ("shared-workstation", "training-node", "memory-leak", "overheating",
                     "kubernetes-node", "calm")

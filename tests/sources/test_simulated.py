@@ -8,18 +8,19 @@ from collections.abc import Iterator
 
 import pytest
 
+from exporter.metrics import SWITCHABLE_GROUPS, Group, default_groups
 from exporter.snapshot import GpuProcess, GpuReading, Snapshot
-from exporter.sources.base import CollectOptions, Source
-from exporter.sources.scenario import (
+from exporter.sources.base import Source
+from exporter.sources.simulated.scenario import (
     Scenario,
     load_scenario,
     parse_scenario,
     synthetic_fleet,
 )
-from exporter.sources.simulated import SimulatedSource
+from exporter.sources.simulated.source import SimulatedSource
 
 T0 = 1_750_000_000.0  # wall-clock origin of the fake clock
-ALL = CollectOptions(energy=True, pcie=True)
+ALL = frozenset(SWITCHABLE_GROUPS)
 GROUPS = ("memory", "utilization", "temperature", "power", "clocks", "throttle", "ecc", "fan",
           "processes", "process_utilization")
 
@@ -44,24 +45,24 @@ def make_source(name: str | Scenario, seed: int = 0, speed: float = 1.0) -> tupl
 
 
 def play(name: str, until: float, step: float,
-          options: CollectOptions = ALL) -> Iterator[tuple[float, Snapshot]]:
+          groups: frozenset[Group] = ALL) -> Iterator[tuple[float, Snapshot]]:
     """Snapshots every ``step`` simulated seconds from 0 to ``until`` (speed 1)."""
     source, clock = make_source(name)
     t = 0.0
     while t <= until:
         clock.now = T0 + t
-        yield t, source.collect(options)
+        yield t, source.collect(groups)
         t += step
 
 
 def memory_ratio(gpu: GpuReading) -> float:
-    assert gpu.memory_used_bytes is not None
-    return gpu.memory_used_bytes / gpu.identity.memory_total_bytes
+    assert gpu.value("gpu_memory_used_bytes") is not None
+    return gpu.value("gpu_memory_used_bytes") / gpu.identity.memory_total_bytes
 
 
 def active_reasons(gpu: GpuReading) -> set[str]:
-    assert gpu.throttle is not None
-    return {reason for reason, on in gpu.throttle.active.items() if on}
+    assert gpu.labelled("gpu_throttle_reason_active") is not None
+    return {reason for reason, on in gpu.labelled("gpu_throttle_reason_active").items() if on}
 
 
 def process_of(gpu: GpuReading, user: str) -> GpuProcess:
@@ -72,7 +73,7 @@ def test_implements_the_source_protocol() -> None:
     source, _ = make_source("calm")
     as_source: Source = source
     assert as_source.name == "simulated"
-    snap = source.collect(CollectOptions())
+    snap = source.collect(default_groups())
     assert (snap.source, snap.hostname, snap.source_up) == ("simulated", "calm-node-01", True)
     assert snap.taken_at == T0
     assert 0 < snap.duration_seconds < 0.1
@@ -81,7 +82,7 @@ def test_implements_the_source_protocol() -> None:
     source.close()
     source.close()  # idempotent
     named = SimulatedSource(load_scenario("calm"), clock=FakeClock(), hostname="box")
-    assert named.collect(CollectOptions()).hostname == "box"
+    assert named.collect(default_groups()).hostname == "box"
 
 
 def test_same_inputs_give_equal_snapshots_and_seed_changes_noise() -> None:
@@ -96,7 +97,7 @@ def test_same_inputs_give_equal_snapshots_and_seed_changes_noise() -> None:
         runs.append(snaps)
     assert runs[0] == runs[1]
     assert runs[0] != runs[2]
-    utils = [[g.utilization_ratio for s in run for g in s.gpus] for run in runs]
+    utils = [[g.value("gpu_utilization_ratio") for s in run for g in s.gpus] for run in runs]
     assert utils[0] != utils[2]  # different noise
     uuids = [{g.identity.uuid for g in run[0].gpus} for run in runs]
     assert uuids[0] == uuids[1]
@@ -132,24 +133,22 @@ def test_speed_factor_compresses_simulated_time() -> None:
         SimulatedSource(load_scenario("calm"), speed=0)
 
 
-def test_options_turn_groups_off() -> None:
+def test_groups_turn_reads_off() -> None:
     source, _ = make_source("shared-workstation")
-    default = source.collect(CollectOptions())
+    default = source.collect(default_groups())
     gpu = default.gpus[0]
-    assert gpu.energy_joules is None
-    assert gpu.pcie_rx_bytes_per_second is None
-    assert gpu.fan_speed_ratio is not None
-    assert gpu.ecc is None
+    assert gpu.value("gpu_energy_consumed_joules_total") is None
+    assert gpu.labelled("gpu_pcie_throughput_bytes_per_second") is None
+    assert gpu.value("gpu_fan_speed_ratio") is not None
+    assert gpu.labelled("gpu_ecc_errors_total") is None
     every = source.collect(ALL).gpus[0]
-    assert every.energy_joules
-    assert every.pcie_rx_bytes_per_second is not None
-    off = source.collect(CollectOptions(**dict.fromkeys(GROUPS, False)))
+    assert every.value("gpu_energy_consumed_joules_total")
+    assert every.labelled("gpu_pcie_throughput_bytes_per_second") is not None
+    off = source.collect(frozenset())
     for reading in off.gpus:
-        values = [v for k, v in dataclasses.asdict(reading).items()
-                  if k not in ("identity", "up", "error", "processes")]
-        assert values == [None] * len(values)
+        assert reading.values == {}
         assert reading.processes == ()
-    no_putil = source.collect(CollectOptions(process_utilization=False))
+    no_putil = source.collect(default_groups() - {Group.PROCESS_UTILIZATION})
     assert all(p.sm_utilization_ratio is None for g in no_putil.gpus for p in g.processes)
     assert all(p.used_memory_bytes for g in no_putil.gpus for p in g.processes)
 
@@ -159,11 +158,12 @@ def test_energy_integrates_power() -> None:
     first = source.collect(ALL).gpus[0]
     clock.now += 600
     second = source.collect(ALL).gpus[0]
-    assert first.energy_joules is not None
-    assert second.energy_joules is not None
-    mean_watts = (second.energy_joules - first.energy_joules) / 600
-    assert second.power_usage_watts is not None
-    assert mean_watts == pytest.approx(second.power_usage_watts, rel=0.1)
+    assert first.value("gpu_energy_consumed_joules_total") is not None
+    assert second.value("gpu_energy_consumed_joules_total") is not None
+    energy = "gpu_energy_consumed_joules_total"
+    mean_watts = (second.value(energy) - first.value(energy)) / 600
+    assert second.value("gpu_power_usage_watts") is not None
+    assert mean_watts == pytest.approx(second.value("gpu_power_usage_watts"), rel=0.1)
 
 
 def test_time_going_backwards_is_harmless() -> None:
@@ -193,7 +193,7 @@ def test_restart_cycles_and_processes_exit_at_stop() -> None:
 
 def test_synthetic_fleet_collect_is_fast() -> None:
     source, clock = make_source(synthetic_fleet(gpus=8, processes_per_gpu=32))
-    options = CollectOptions()
+    options = default_groups()
     rounds = 300
     began = time.perf_counter()
     for i in range(rounds):

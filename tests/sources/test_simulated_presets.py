@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from exporter.sources.scenario import list_presets, load_scenario
+from exporter.sources.simulated.scenario import list_presets, load_scenario
 from tests.sources.test_simulated import (
     ALL,
     T0,
@@ -25,7 +25,7 @@ def test_memory_leak_passes_90_percent_then_ooms_and_restarts() -> None:
         ratios.append(memory_ratio(gpu0))
         pids.append(tuple(p.pid for p in gpu0.processes))
         assert memory_ratio(gpu0) <= 1.0
-        assert gpu0.memory_free_bytes is not None
+        assert gpu0.value("gpu_memory_free_bytes") is not None
         assert 0.5 < memory_ratio(snap.gpus[1]) < 0.6  # the other GPU is unaffected
         if exit_t is None and not gpu0.processes:
             exit_t = t
@@ -45,29 +45,29 @@ def test_overheating_climbs_past_80_then_90_and_throttles() -> None:
     seen: dict[str, float] = {}
     for t, snap in play("overheating", until=300, step=2):
         hot = snap.gpus[2]
-        temp = hot.temperature_celsius
+        temp = hot.value("gpu_temperature_celsius")
         assert temp is not None
         for mark in (80, 90):
             if temp > mark:
                 seen.setdefault(f">{mark}", t)
         if "sw_thermal_slowdown" in active_reasons(hot):
             seen.setdefault("sw", t)
-            assert hot.sm_clock_hertz is not None
+            assert hot.value("gpu_sm_clock_hertz") is not None
             assert temp >= 88
         if "hw_thermal_slowdown" in active_reasons(hot):
             seen.setdefault("hw", t)
         for other in (snap.gpus[0], snap.gpus[1], snap.gpus[3]):
-            assert other.temperature_celsius is not None
-            assert other.temperature_celsius < 75
+            assert other.value("gpu_temperature_celsius") is not None
+            assert other.value("gpu_temperature_celsius") < 75
             assert not active_reasons(other) & {"sw_thermal_slowdown", "hw_thermal_slowdown"}
     assert seen[">80"] < seen[">90"] <= 120
     assert seen[">80"] <= seen["sw"] <= seen["hw"]
     cool, _ = make_source("overheating")
     normal = cool.collect(ALL).gpus[0]
-    assert normal.sm_clock_hertz is not None
+    assert normal.value("gpu_sm_clock_hertz") is not None
     last_hot = snap.gpus[2]
-    assert last_hot.sm_clock_hertz is not None
-    assert last_hot.sm_clock_hertz < normal.sm_clock_hertz
+    assert last_hot.value("gpu_sm_clock_hertz") is not None
+    assert last_hot.value("gpu_sm_clock_hertz") < normal.value("gpu_sm_clock_hertz")
 
 
 def test_calm_stays_under_every_threshold_for_an_hour() -> None:
@@ -77,21 +77,21 @@ def test_calm_stays_under_every_threshold_for_an_hour() -> None:
         for gpu in snap.gpus:
             assert gpu.up
             assert memory_ratio(gpu) < 0.7
-            assert gpu.temperature_celsius is not None
-            assert gpu.temperature_celsius < 70
-            assert gpu.utilization_ratio is not None
-            assert gpu.utilization_ratio >= 0.4
-            assert gpu.power_usage_watts is not None
-            assert gpu.power_limit_watts is not None
-            assert gpu.power_usage_watts / gpu.power_limit_watts >= 0.4
+            assert gpu.value("gpu_temperature_celsius") is not None
+            assert gpu.value("gpu_temperature_celsius") < 70
+            assert gpu.value("gpu_utilization_ratio") is not None
+            assert gpu.value("gpu_utilization_ratio") >= 0.4
+            assert gpu.value("gpu_power_usage_watts") is not None
+            assert gpu.value("gpu_power_limit_watts") is not None
+            assert gpu.value("gpu_power_usage_watts") / gpu.value("gpu_power_limit_watts") >= 0.4
             assert active_reasons(gpu) == set()
-            assert gpu.ecc is not None
-            assert gpu.ecc.uncorrected == 0
+            assert gpu.labelled("gpu_ecc_errors_total") is not None
+            assert gpu.labelled("gpu_ecc_errors_total")["uncorrected"] == 0
             assert gpu.processes
             for proc in gpu.processes:
                 assert proc.sm_utilization_ratio is not None
                 assert proc.sm_utilization_ratio > 0.3
-        energies.append([g.energy_joules or 0.0 for g in snap.gpus])
+        energies.append([g.value("gpu_energy_consumed_joules_total") or 0.0 for g in snap.gpus])
     for earlier, later in itertools.pairwise(energies):
         assert all(b > a > 0 for a, b in zip(earlier, later, strict=True))
 
@@ -107,10 +107,10 @@ def test_forgotten_process_is_idle_with_an_old_start_time() -> None:
         assert alice.sm_utilization_ratio == 0.0
         assert alice.used_memory_bytes is not None
         assert alice.used_memory_bytes > 30 * 2**30
-        assert gpu2.utilization_ratio == 0.0
+        assert gpu2.value("gpu_utilization_ratio") == 0.0
         assert "gpu_idle" in active_reasons(gpu2)
-        assert gpu2.sm_clock_hertz is not None
-        assert gpu2.sm_clock_hertz < 500e6
+        assert gpu2.value("gpu_sm_clock_hertz") is not None
+        assert gpu2.value("gpu_sm_clock_hertz") < 500e6
 
 
 @pytest.mark.parametrize(("preset", "gpu", "user"),
@@ -120,13 +120,13 @@ def test_starved_gpu_holds_memory_with_low_utilization_and_power(preset: str, gp
     utils = []
     for _, snap in play(preset, until=900, step=15):
         reading = snap.gpus[gpu]
-        assert reading.power_usage_watts is not None
-        assert reading.power_limit_watts is not None
-        assert reading.power_usage_watts / reading.power_limit_watts < 0.4
+        assert reading.value("gpu_power_usage_watts") is not None
+        assert reading.value("gpu_power_limit_watts") is not None
+        assert reading.value("gpu_power_usage_watts") / reading.value("gpu_power_limit_watts") < 0.4
         assert memory_ratio(reading) > 0.5
         assert process_of(reading, user).used_memory_bytes
-        assert reading.utilization_ratio is not None
-        utils.append(reading.utilization_ratio)
+        assert reading.value("gpu_utilization_ratio") is not None
+        utils.append(reading.value("gpu_utilization_ratio"))
     assert 0.05 <= sum(utils) / len(utils) < 0.4
     assert len(set(utils)) > 5  # it fluctuates
 
@@ -136,10 +136,10 @@ def test_training_node_is_busy_hot_ish_and_healthy() -> None:
         assert len(snap.gpus) == 8
         for gpu in snap.gpus:
             assert 0.7 <= memory_ratio(gpu) <= 0.85
-            assert gpu.temperature_celsius is not None
-            assert 65 <= gpu.temperature_celsius < 80
-            assert gpu.utilization_ratio is not None
-            assert gpu.utilization_ratio > 0.8
+            assert gpu.value("gpu_temperature_celsius") is not None
+            assert 65 <= gpu.value("gpu_temperature_celsius") < 80
+            assert gpu.value("gpu_utilization_ratio") is not None
+            assert gpu.value("gpu_utilization_ratio") > 0.8
             assert len(gpu.processes) == 1
             assert gpu.processes[0].pid == 61000 + gpu.identity.index
             assert active_reasons(gpu) == set()
@@ -170,39 +170,40 @@ def test_one_lost_gpu_does_not_hide_the_others_and_ecc_is_injected() -> None:
     before = source.collect(ALL)
     assert all(g.up for g in before.gpus)
     assert not before.errors
-    assert before.gpus[1].ecc is not None
-    assert before.gpus[1].ecc.uncorrected == 0
+    assert before.gpus[1].labelled("gpu_ecc_errors_total") is not None
+    assert before.gpus[1].labelled("gpu_ecc_errors_total")["uncorrected"] == 0
     clock.now = T0 + 3600
     after = source.collect(ALL)
     lost = after.gpus[3]
     assert (lost.up, lost.error, lost.processes) == (False, "GPU is lost", ())
-    assert lost.memory_used_bytes is None
-    assert lost.temperature_celsius is None
+    assert lost.value("gpu_memory_used_bytes") is None
+    assert lost.value("gpu_temperature_celsius") is None
     assert lost.identity == before.gpus[3].identity
     assert after.errors == {"gpu_lost": 1}
     for gpu in after.gpus[:3]:
         assert gpu.up
-        assert gpu.memory_used_bytes
+        assert gpu.value("gpu_memory_used_bytes")
         assert gpu.processes
-    ecc = after.gpus[1].ecc
+    ecc = after.gpus[1].labelled("gpu_ecc_errors_total")
     assert ecc is not None
-    assert ecc.uncorrected == 2
-    assert ecc.corrected == 30
-    assert after.gpus[0].ecc == before.gpus[0].ecc
+    assert ecc["uncorrected"] == 2
+    assert ecc["corrected"] == 30
+    ecc_name = "gpu_ecc_errors_total"
+    assert after.gpus[0].labelled(ecc_name) == before.gpus[0].labelled(ecc_name)
 
 
 def test_power_cap_holds_power_at_the_lowered_limit() -> None:
     source, _ = make_source("shared-workstation")
     capped, free = source.collect(ALL).gpus[:2]
-    assert capped.power_limit_watts == 300.0
-    assert free.power_limit_watts == 450.0
+    assert capped.value("gpu_power_limit_watts") == 300.0
+    assert free.value("gpu_power_limit_watts") == 450.0
     assert "sw_power_cap" in active_reasons(capped)
     assert "sw_power_cap" not in active_reasons(free)
-    assert capped.power_usage_watts is not None
-    assert 0.95 * 300 <= capped.power_usage_watts <= 300
-    assert capped.sm_clock_hertz is not None
-    assert free.sm_clock_hertz is not None
-    assert capped.sm_clock_hertz < free.sm_clock_hertz
+    assert capped.value("gpu_power_usage_watts") is not None
+    assert 0.95 * 300 <= capped.value("gpu_power_usage_watts") <= 300
+    assert capped.value("gpu_sm_clock_hertz") is not None
+    assert free.value("gpu_sm_clock_hertz") is not None
+    assert capped.value("gpu_sm_clock_hertz") < free.value("gpu_sm_clock_hertz")
 
 
 @pytest.mark.parametrize("name", list_presets())
@@ -213,20 +214,24 @@ def test_invariants_hold_in_every_preset(name: str) -> None:
             if not gpu.up:
                 continue
             spec = scenario.gpus[gpu.identity.index]
-            used, free = gpu.memory_used_bytes, gpu.memory_free_bytes
+            used, free = gpu.value("gpu_memory_used_bytes"), gpu.value("gpu_memory_free_bytes")
             assert used is not None
             assert free is not None
-            assert used + free + (gpu.memory_reserved_bytes or 0) == gpu.identity.memory_total_bytes
+            reserved = gpu.value("gpu_memory_reserved_bytes") or 0
+            assert used + free + reserved == gpu.identity.memory_total_bytes
             assert sum(p.used_memory_bytes or 0 for p in gpu.processes) < used
-            assert gpu.utilization_ratio is not None
-            assert 0.0 <= gpu.utilization_ratio <= 1.0
-            assert gpu.power_usage_watts is not None
-            assert gpu.power_limit_watts is not None
-            assert spec.model.idle_watts * 0.9 <= gpu.power_usage_watts <= gpu.power_limit_watts
-            assert gpu.temperature_celsius is not None
-            assert spec.idle_celsius - 2 <= gpu.temperature_celsius <= spec.full_load_celsius + 2
-            assert (gpu.performance_state == 8) == (not gpu.processes)
-            assert ("gpu_idle" in active_reasons(gpu)) == (gpu.utilization_ratio < 0.02)
+            assert gpu.value("gpu_utilization_ratio") is not None
+            assert 0.0 <= gpu.value("gpu_utilization_ratio") <= 1.0
+            assert gpu.value("gpu_power_usage_watts") is not None
+            assert gpu.value("gpu_power_limit_watts") is not None
+            watts = gpu.value("gpu_power_usage_watts")
+            assert spec.model.idle_watts * 0.9 <= watts <= gpu.value("gpu_power_limit_watts")
+            assert gpu.value("gpu_temperature_celsius") is not None
+            celsius = gpu.value("gpu_temperature_celsius")
+            assert spec.idle_celsius - 2 <= celsius <= spec.full_load_celsius + 2
+            assert (gpu.value("gpu_performance_state") == 8) == (not gpu.processes)
+            idle = gpu.value("gpu_utilization_ratio") < 0.02
+            assert ("gpu_idle" in active_reasons(gpu)) == idle
             for proc in gpu.processes:
                 assert proc.owner is not None
                 assert proc.owner.start_time_seconds <= snap.taken_at

@@ -7,6 +7,7 @@ from dataclasses import replace
 from exporter.snapshot import GpuProcess, PodRef, ProcessOwner, ProcessType, Snapshot
 from exporter.state import ExporterState
 from exporter.web.page import TOP_PROCESSES, render_landing
+from tests.exposition.factory import ROWS_BY_FIELD
 from tests.scheduler_fakes import make_snapshot
 
 GIB = 1 << 30
@@ -23,8 +24,12 @@ def _render(snapshot: Snapshot, **kwargs: object) -> str:
 
 
 def _gpu(snapshot: Snapshot, index: int = 0, **fields: object) -> Snapshot:
+    """``snapshot`` with GPU ``index`` changed: reading fields, or values by JSON field name."""
     gpus = list(snapshot.gpus)
-    gpus[index] = replace(gpus[index], **fields)  # type: ignore[arg-type]
+    values = dict(gpus[index].values)
+    for name in [n for n in fields if n in ROWS_BY_FIELD]:
+        values[ROWS_BY_FIELD[name].name] = fields.pop(name)  # type: ignore[assignment]
+    gpus[index] = replace(gpus[index], values=values, **fields)  # type: ignore[arg-type]
     return replace(snapshot, gpus=tuple(gpus))
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.pidcache import CollectionScoped, PidCache
+from exporter.attribution.pidcache import CollectionScoped, PidCache
 
 
 class _Counting(CollectionScoped[str, int]):

@@ -33,19 +33,18 @@ import time
 import uuid
 from collections.abc import Callable
 
-from exporter.catalogue import THROTTLE_REASONS
+from exporter.metrics import GPU_ROWS, Group
 from exporter.snapshot import (
-    EccCounts,
     GpuIdentity,
     GpuProcess,
     GpuReading,
     PodRef,
     ProcessOwner,
     Snapshot,
-    ThrottleReasons,
+    Value,
 )
-from exporter.sources.base import CollectOptions
-from exporter.sources.scenario import CONTEXT_BYTES, GpuSpec, ProcessSpec, Scenario
+from exporter.sources.simulated.physics import SimulatedGpu
+from exporter.sources.simulated.scenario import CONTEXT_BYTES, GpuSpec, ProcessSpec, Scenario
 
 _M64 = (1 << 64) - 1
 _BUCKET = 5.0  # seconds of simulated time between independent noise values
@@ -229,7 +228,6 @@ class SimulatedSource:
         self.scenario, self.seed, self._clock, self.speed = scenario, seed, clock, float(speed)
         self.hostname = hostname or scenario.hostname or socket.gethostname()
         self._start: float | None = None
-        self._throttle_cache: dict[tuple[bool, ...], ThrottleReasons] = {}
         self._gpus = [self._build_gpu(g) for g in scenario.gpus]
 
     def _key(self, entity: str) -> int:
@@ -263,7 +261,7 @@ class SimulatedSource:
     def close(self) -> None:
         """Nothing to release; the origin is kept so a restart continues the same timeline."""
 
-    def collect(self, options: CollectOptions) -> Snapshot:
+    def collect(self, groups: frozenset[Group]) -> Snapshot:
         """The fleet at the current simulated time (starts the source if needed; never raises)."""
         self.start()
         now = self._clock()
@@ -277,10 +275,10 @@ class SimulatedSource:
                 lost += 1
                 readings.append(GpuReading(identity=gpu.identity, up=False, error="GPU is lost"))
             else:
-                readings.append(self._read(gpu, t, start, options))
-        n = len(self._gpus)
-        cost = n * (0.00012 + 0.0018 * options.process_utilization + 0.0028 * options.energy
-                    + 0.021 * options.pcie)
+                readings.append(self._read(gpu, t, start, groups))
+        cost = len(self._gpus) * (0.00012 + 0.0018 * (Group.PROCESS_UTILIZATION in groups)
+                                  + 0.0028 * (Group.ENERGY in groups)
+                                  + 0.021 * (Group.PCIE in groups))
         return Snapshot(
             source=self.name, hostname=self.hostname, taken_at=now,
             duration_seconds=cost + 2e-6 * sum(len(r.processes) for r in readings),
@@ -291,11 +289,12 @@ class SimulatedSource:
         )
 
     # --- one GPU -----------------------------------------------------------------------------
-    def _read(self, gpu: _Gpu, t: float, start: float, options: CollectOptions) -> GpuReading:
+    def _read(self, gpu: _Gpu, t: float, start: float, groups: frozenset[Group]) -> GpuReading:
         model, spec = gpu.spec.model, gpu.spec
         used, util, mem_util = _DRIVER_BYTES, 0.0, 0.0
         procs: list[GpuProcess] = []
-        want_procs, want_putil = options.processes, options.process_utilization
+        want_procs = Group.PROCESSES in groups
+        want_putil = want_procs and Group.PROCESS_UTILIZATION in groups
         for p in gpu.procs:
             # the hot loop (8 GPUs x 32 processes per collect): _Proc.cycle/memory inlined
             age = t - p.t0
@@ -344,36 +343,38 @@ class SimulatedSource:
                 factor *= max(0.5, 1.0 - 0.04 * (temp - model.slowdown_celsius + 1.0))
             sm_clock = round(model.sm_clock_max_hertz * factor / 15e6) * 15e6  # 15 MHz steps
             mem_clock = model.memory_clock_max_hertz
-        ecc = None
-        if model.ecc and options.ecc:
-            uncorrected = sum(e.count for e in spec.ecc_uncorrected if e.at <= t)
-            ecc = EccCounts(corrected=int(spec.ecc_corrected_per_hour * t / 3600.0),
-                            uncorrected=uncorrected)
-        pcie = util * model.pcie_bytes_per_second
-        return GpuReading(
-            identity=gpu.identity,
-            memory_used_bytes=used if options.memory else None,
-            memory_free_bytes=free if options.memory else None,
-            memory_reserved_bytes=model.reserved_bytes if options.memory else None,
-            utilization_ratio=util if options.utilization else None,
-            memory_utilization_ratio=mem_util if options.utilization else None,
-            temperature_celsius=temp if options.temperature else None,
-            power_usage_watts=round(power, 3) if options.power else None,
-            power_limit_watts=gpu.limit if options.power else None,
-            energy_joules=round(energy, 3) if options.energy else None,
-            pcie_rx_bytes_per_second=round(0.06 * pcie, 0) if options.pcie else None,
-            pcie_tx_bytes_per_second=round(0.015 * pcie, 0) if options.pcie else None,
-            fan_speed_ratio=(round(min(1.0, max(0.3, 0.3 + (temp - 40.0) * 0.016)), 2)
-                             if model.has_fan and options.fan else None),
-            sm_clock_hertz=sm_clock if options.clocks else None,
-            memory_clock_hertz=mem_clock if options.clocks else None,
-            graphics_clock_hertz=sm_clock if options.clocks else None,
-            performance_state=(model.busy_pstate if busy else 8) if options.clocks else None,
-            throttle=self._throttle(idle, capped and not idle, sw_hot, hw_hot)
-            if options.throttle else None,
-            ecc=ecc,
-            processes=tuple(procs),
+        state = SimulatedGpu(
+            model=model,
+            memory_total_bytes=model.memory_bytes,
+            memory_used_bytes=used,
+            memory_free_bytes=free,
+            memory_reserved_bytes=model.reserved_bytes,
+            utilization_ratio=util,
+            memory_utilization_ratio=mem_util,
+            temperature_celsius=temp,
+            power_usage_watts=round(power, 3),
+            power_limit_watts=gpu.limit,
+            energy_joules=round(energy, 3),
+            pcie_bytes_per_second=util * model.pcie_bytes_per_second,
+            sm_clock_hertz=sm_clock,
+            memory_clock_hertz=mem_clock,
+            performance_state=model.busy_pstate if busy else 8,
+            busy=busy,
+            idle=idle,
+            power_capped=capped,
+            thermal_slowdown=sw_hot,
+            hardware_slowdown=hw_hot,
+            ecc_corrected=int(spec.ecc_corrected_per_hour * t / 3600.0),
+            ecc_uncorrected=sum(e.count for e in spec.ecc_uncorrected if e.at <= t),
+            processes=len(procs),
         )
+        values: dict[str, Value] = {}
+        for row in GPU_ROWS:
+            if row.simulate is not None and row.group in groups:
+                value = row.simulate(state)
+                if value is not None:
+                    values[row.name] = value
+        return GpuReading(identity=gpu.identity, values=values, processes=tuple(procs))
 
     def _owner(self, p: _Proc, k: int, start: float) -> ProcessOwner:
         """The owner of restart ``k`` of ``p`` (cached: it only changes on a restart)."""
@@ -382,13 +383,3 @@ class SimulatedSource:
             p.owner = (k, ProcessOwner(uid=p.spec.uid, user=p.spec.user, name=p.spec.name,
                                        start_time_seconds=start + begin / self.speed))
         return p.owner[1]
-
-    def _throttle(self, idle: bool, capped: bool, sw_hot: bool, hw_hot: bool) -> ThrottleReasons:
-        flags = (idle, capped, sw_hot, hw_hot)
-        cached = self._throttle_cache.get(flags)
-        if cached is None:
-            active = dict.fromkeys(THROTTLE_REASONS, False)
-            active.update(gpu_idle=idle, sw_power_cap=capped, sw_thermal_slowdown=sw_hot,
-                          hw_thermal_slowdown=hw_hot, hw_slowdown=hw_hot)
-            cached = self._throttle_cache[flags] = ThrottleReasons(active=active)
-        return cached

@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import Any, Final
 
 from exporter.snapshot import GpuProcess, ProcessType
-from exporter.sources.nvml_errors import (
+from exporter.sources.nvml.errors import (
     FUNCTION_NOT_FOUND,
     INSUFFICIENT_SIZE,
     NOT_FOUND,

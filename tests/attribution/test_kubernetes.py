@@ -1,4 +1,4 @@
-"""Tests for exporter.kubernetes: cgroup parsing, the kubelet log tree, the resolver's caches."""
+"""Tests for attribution.cgroup and attribution.kubernetes: cgroup parsing, the log tree."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter.kubernetes import (
-    CgroupIdentity,
+from exporter.attribution.cgroup import CgroupIdentity, parse_cgroup, read_cgroup
+from exporter.attribution.kubernetes import (
     PodResolver,
-    parse_cgroup,
     parse_container_log_name,
     parse_pod_log_dir_name,
 )
@@ -88,13 +87,26 @@ def tree(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def make_resolver(tree: Path, clock: FakeClock | None = None) -> PodResolver:
-    return PodResolver(
-        procfs=str(tree / "proc"),
+class Resolver:
+    """Reads a pid's cgroup from the fake tree and names it, as the enricher does."""
+
+    def __init__(self, procfs: Path, pods: PodResolver) -> None:
+        self.procfs, self.pods = str(procfs), pods
+
+    def resolve(self, pid: int) -> PodRef | None:
+        identity = read_cgroup(self.procfs, pid)
+        return None if identity is None else self.pods.names(identity)
+
+    def take_errors(self) -> dict[str, int]:
+        return self.pods.take_errors()
+
+
+def make_resolver(tree: Path, clock: FakeClock | None = None) -> Resolver:
+    return Resolver(tree / "proc", PodResolver(
         pod_logs_dir=str(tree / "pods"),
         container_logs_dir=str(tree / "containers"),
         clock=clock or FakeClock(),
-    )
+    ))
 
 
 def test_resolves_names_from_the_log_tree(tree: Path) -> None:
@@ -162,57 +174,15 @@ def test_listings_are_not_repeated_on_hits(tree: Path, monkeypatch: pytest.Monke
     assert len(listed) == 4  # TTL expired: re-listed
 
 
-def test_cgroup_cache_needs_the_start_time(tree: Path) -> None:
-    resolver = make_resolver(tree)
-    with resolver.collection():
-        first = resolver.resolve(10, start_time=1234.5)
-    (tree / "proc" / "10" / "cgroup").unlink()
-    with resolver.collection():
-        assert resolver.resolve(10, start_time=1234.5) == first  # cached: no read
-    with resolver.collection():
-        assert resolver.resolve(10, start_time=9999.0) is None  # another process: read again
-    assert resolver.take_errors() == {}
-
-
-def test_no_start_time_reads_every_collection(tree: Path) -> None:
-    resolver = make_resolver(tree)
-    with resolver.collection():
-        assert resolver.resolve(10) is not None
-    (tree / "proc" / "10" / "cgroup").unlink()
-    with resolver.collection():
-        assert resolver.resolve(10) is None
-
-
-def test_pids_not_seen_are_evicted(tree: Path) -> None:
-    resolver = make_resolver(tree)
-    with resolver.collection():
-        resolver.resolve(10, start_time=1.0)
-        resolver.resolve(11, start_time=1.0)
-    with resolver.collection():
-        resolver.resolve(10, start_time=1.0)
-    assert set(resolver._pids.entries) == {10}
-
-
-def test_unreadable_cgroup_is_counted(tree: Path) -> None:
-    cgroup = tree / "proc" / "10" / "cgroup"
-    cgroup.unlink()
-    cgroup.mkdir()
-    resolver = make_resolver(tree)
-    assert resolver.resolve(10) is None
-    assert resolver.take_errors() == {"pod_lookup": 1}
-
-
-def test_missing_process_is_none_without_errors(tree: Path) -> None:
-    resolver = make_resolver(tree)
-    assert resolver.resolve(4321) is None
-    assert resolver.take_errors() == {}
+def test_missing_process_raises_file_not_found(tree: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        make_resolver(tree).resolve(4321)
 
 
 def test_own_process_via_the_real_proc_is_not_a_pod() -> None:
     with open("/proc/self/cgroup") as handle:
         in_pod = "kubepods" in handle.read()
-    ref = PodResolver().resolve(os.getpid())
-    assert (ref is not None) == in_pod
+    assert (read_cgroup("/proc", os.getpid()) is not None) == in_pod
 
 
 def test_crio_and_two_containers_of_one_pod(tmp_path: Path) -> None:
@@ -224,7 +194,7 @@ def test_crio_and_two_containers_of_one_pod(tmp_path: Path) -> None:
                              f"pod{systemd_b}.slice/crio-{cid}.scope\n")
     write_kubelet_logs(tmp_path / "pods", tmp_path / "containers", namespace="team-a",
                        pod="infer-7f9c", pod_uid=UID_B, containers={"model": CID_A, "proxy": CID_B})
-    resolver = PodResolver(procfs=str(proc), pod_logs_dir=str(tmp_path / "pods"),
-                           container_logs_dir=str(tmp_path / "containers"))
+    resolver = Resolver(proc, PodResolver(pod_logs_dir=str(tmp_path / "pods"),
+                                          container_logs_dir=str(tmp_path / "containers")))
     assert resolver.resolve(20) == PodRef(UID_B, CID_A, "team-a", "infer-7f9c", "model")
     assert resolver.resolve(21) == PodRef(UID_B, CID_B, "team-a", "infer-7f9c", "proxy")

@@ -1,4 +1,4 @@
-"""Tests for exporter.passwd: parsing, start-up validation, change detection at runtime."""
+"""Tests for attribution.passwd: parsing, start-up validation, change detection at runtime."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from exporter import passwd
-from exporter.passwd import PasswdFile, PasswdFileError, check_passwd_file, parse_passwd
+from exporter.attribution import passwd
+from exporter.attribution.passwd import PasswdFile, PasswdFileError, check_passwd_file, parse_passwd
 
-FIXTURE = Path(__file__).parent / "fixtures" / "host_passwd"
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "host_passwd"
 
 
 class FakeClock:

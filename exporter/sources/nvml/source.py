@@ -20,9 +20,10 @@ import time
 from types import ModuleType
 from typing import Any
 
-from exporter.snapshot import GpuReading, Snapshot, ThrottleReasons
-from exporter.sources.base import CollectOptions, SourceUnavailable
-from exporter.sources.nvml_errors import (
+from exporter.metrics import Group
+from exporter.snapshot import GpuReading, Snapshot
+from exporter.sources.base import SourceUnavailable
+from exporter.sources.nvml.errors import (
     FATAL_CODES,
     GPU_DOWN_KINDS,
     LIBRARY_NOT_FOUND,
@@ -30,7 +31,7 @@ from exporter.sources.nvml_errors import (
     NvmlFatal,
     describe,
 )
-from exporter.sources.nvml_fields import (
+from exporter.sources.nvml.reader import (
     GpuReader,
     GpuState,
     NvmlCalls,
@@ -77,7 +78,7 @@ class NvmlSource:
         self._nvml: ModuleType | None = None
         self._calls: NvmlCalls | None = None
         self._gpus: list[GpuState] = []
-        self._throttle_cache: dict[int, ThrottleReasons] = {}
+        self._throttle_cache: dict[int, dict[str, float]] = {}
         self._started = False
         self._lock = threading.Lock()  # start/close may come from another thread than collect
         self.driver_version: str | None = None
@@ -156,8 +157,8 @@ class NvmlSource:
                           else f"{g.index}=({g.error})" for g in self._gpus),
             )
 
-    def collect(self, options: CollectOptions) -> Snapshot:
-        """Read every GPU once.
+    def collect(self, groups: frozenset[Group]) -> Snapshot:
+        """Read the rows of ``groups`` from every GPU once.
 
         Raises:
             SourceUnavailable: not started, or every GPU answered that NVML itself is gone
@@ -182,7 +183,7 @@ class NvmlSource:
                     readings.append(GpuReading(identity=gpu.identity, up=False, error=gpu.error))
                     continue
             try:
-                readings.append(reader.read(gpu, options))
+                readings.append(reader.read(gpu, groups))
             except GpuDown as down:
                 log.warning("GPU %d down: %s", gpu.index, down.message)
                 reader.count(down.kind)

@@ -1,14 +1,19 @@
-"""pid -> owner (uid, user name, process name, start time) from a procfs tree.
+"""pid -> owner (uid, user name, process name, start time) and cgroup, from a procfs tree.
+
+This is the one step that reads ``/proc/<pid>``: with ``cgroups=True`` the same lookup also
+reads ``<pid>/cgroup`` (the pod/container identity, ``exporter.attribution.cgroup``), and
+both are cached together per (pid, start time).
 
 Everything is read from ``<procfs>/<pid>/...`` with a configurable root, so the exporter works
 in the host PID namespace (``/proc``) and with the host's procfs mounted elsewhere (e.g.
-``/host/proc``). Names come from a passwd file (``exporter.passwd``), never from the
+``/host/proc``). Names come from a passwd file (``exporter.attribution.passwd``), never from the
 container's NSS (so no ``psutil.Process.username()``).
 
 Cost: entries are cached by (pid, start time in clock ticks). The warm path is one read of
-``<procfs>/<pid>/stat`` per pid per collection (a pid seen on several GPUs is read once); a
-reused pid has a different start time and is resolved afresh. ``end_collection`` evicts pids
-not looked up since the previous collection, and the cache is capped at ``max_entries``.
+``<procfs>/<pid>/stat`` per pid per collection, for owner and cgroup alike (a pid seen on
+several GPUs is read once); a reused pid has a different start time and is resolved afresh.
+``end_collection`` evicts pids not looked up since the previous collection, and the cache is
+capped at ``max_entries``.
 
 Each lookup says *why* it has no owner (``OwnerStatus``), because the enricher must tell two
 cases apart:
@@ -35,12 +40,15 @@ from enum import Enum
 
 import psutil
 
-from exporter.passwd import PASSWD_ERROR_KIND, PasswdFile
-from exporter.pidcache import CollectionScoped
+from exporter.attribution.cgroup import CgroupIdentity, read_cgroup
+from exporter.attribution.passwd import PASSWD_ERROR_KIND, PasswdFile
+from exporter.attribution.pidcache import CollectionScoped
 from exporter.snapshot import ProcessOwner
 
 #: Kind counted in ``Snapshot.errors`` for processes whose owner could not be read.
 OWNER_ERROR_KIND = "owner_lookup"
+#: Kind counted when a process's cgroup file cannot be read (its pod stays unknown).
+CGROUP_ERROR_KIND = "pod_lookup"
 
 _CMDLINE_LIMIT = 4096  # bytes; a longer command line is cut (it is opt-in and for display)
 _STATUS_LIMIT = 16384  # Uid: is on line 9; the limit only guards against odd procfs files
@@ -63,10 +71,12 @@ class OwnerStatus(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class OwnerLookup:
-    """The owner of a pid (None unless FOUND or PARTIAL) and how the lookup went."""
+    """The owner of a pid (None unless FOUND or PARTIAL), how the lookup went, and the
+    identity its cgroup gives (None: a host process, or cgroups not read)."""
 
     status: OwnerStatus
     owner: ProcessOwner | None = None
+    cgroup: CgroupIdentity | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +84,7 @@ class _Entry:
     start_ticks: int
     owner: ProcessOwner
     passwd_generation: int
+    cgroup: CgroupIdentity | None
 
 
 class ProcfsFormatError(ValueError):
@@ -174,11 +185,15 @@ class OwnerResolver(CollectionScoped[_Entry, OwnerLookup]):
         procfs: str = "/proc",
         passwd_file: str = "/etc/passwd",
         include_cmdline: bool = False,
+        cgroups: bool = False,
         clock: Callable[[], float] = time.monotonic,
         passwd_check_interval: float = 1.0,
         max_entries: int = 16384,
     ) -> None:
+        """``cgroups``: also read each process's cgroup (for pod labels)."""
         super().__init__(max_entries)
+        self._cgroups = cgroups
+        self._cgroup_errors = 0
         self._procfs = procfs.rstrip("/")
         self._passwd = PasswdFile(passwd_file, check_interval=passwd_check_interval, clock=clock)
         self._include_cmdline = include_cmdline
@@ -199,10 +214,12 @@ class OwnerResolver(CollectionScoped[_Entry, OwnerLookup]):
             errors: dict[str, int] = {}
             if self._errors:
                 errors[OWNER_ERROR_KIND] = self._errors
+            if self._cgroup_errors:
+                errors[CGROUP_ERROR_KIND] = self._cgroup_errors
             passwd_errors = self._passwd.take_errors()
             if passwd_errors:
                 errors[PASSWD_ERROR_KIND] = passwd_errors
-            self._errors = 0
+            self._errors = self._cgroup_errors = 0
             return errors
 
     # --- lookups ------------------------------------------------------------------------------
@@ -235,7 +252,7 @@ class OwnerResolver(CollectionScoped[_Entry, OwnerLookup]):
         except (OSError, ProcfsFormatError):
             return OwnerLookup(OwnerStatus.DENIED)
         if cached is not None and cached.start_ticks == start_ticks:
-            return OwnerLookup(OwnerStatus.FOUND, self._fresh_name(pid, cached))
+            return OwnerLookup(OwnerStatus.FOUND, self._fresh_name(pid, cached), cached.cgroup)
         # From here the entry is known to have existed: ENOENT/ESRCH means it exited.
         try:
             uid, status_name = parse_status(_read(f"{base}/status", _STATUS_LIMIT))
@@ -258,6 +275,16 @@ class OwnerResolver(CollectionScoped[_Entry, OwnerLookup]):
                 return self._vanished(pid)
             except OSError:
                 partial = True
+        cgroup: CgroupIdentity | None = None
+        cgroup_failed = False  # the owner is fine; the entry is not cached so it is retried
+        if self._cgroups:
+            try:
+                cgroup = read_cgroup(self._procfs, pid)
+            except (FileNotFoundError, ProcessLookupError):
+                return self._vanished(pid)
+            except OSError:
+                self._cgroup_errors += 1
+                cgroup_failed = True
         boot_time = self._get_boot_time()
         if boot_time is None:
             return OwnerLookup(OwnerStatus.DENIED)
@@ -268,11 +295,12 @@ class OwnerResolver(CollectionScoped[_Entry, OwnerLookup]):
             start_time_seconds=boot_time + start_ticks / self._ticks,
             cmdline=cmdline,
         )
-        if partial:  # not cached: retried (and counted) every collection
+        if partial or cgroup_failed:  # not cached: retried (and counted) every collection
             self._pids.entries.pop(pid, None)
-            return OwnerLookup(OwnerStatus.PARTIAL, owner)
-        self._pids.put(pid, _Entry(start_ticks, owner, self._passwd.generation))
-        return OwnerLookup(OwnerStatus.FOUND, owner)
+            status = OwnerStatus.PARTIAL if partial else OwnerStatus.FOUND
+            return OwnerLookup(status, owner, cgroup)
+        self._pids.put(pid, _Entry(start_ticks, owner, self._passwd.generation, cgroup))
+        return OwnerLookup(OwnerStatus.FOUND, owner, cgroup)
 
     def _vanished(self, pid: int) -> OwnerLookup:
         self._pids.entries.pop(pid, None)
@@ -283,7 +311,8 @@ class OwnerResolver(CollectionScoped[_Entry, OwnerLookup]):
         if entry.passwd_generation == self._passwd.generation:
             return entry.owner
         owner = replace(entry.owner, user=self._passwd.name(entry.owner.uid))
-        self._pids.entries[pid] = _Entry(entry.start_ticks, owner, self._passwd.generation)
+        self._pids.entries[pid] = replace(entry, owner=owner,
+                                          passwd_generation=self._passwd.generation)
         return owner
 
     def _get_boot_time(self) -> float | None:

@@ -1,4 +1,4 @@
-"""Tests for exporter.owners against fake procfs trees (and once against the real /proc)."""
+"""Tests for attribution.owners against fake procfs trees (and once against the real /proc)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from exporter import owners
-from exporter.owners import (
+from exporter.attribution import owners
+from exporter.attribution.owners import (
     OwnerLookup,
     OwnerResolver,
     OwnerStatus,
@@ -22,7 +22,7 @@ from exporter.owners import (
 )
 from tests.fixtures.fakeproc import BOOT_TIME, stat_line, write_boot, write_process
 
-PASSWD = Path(__file__).parent / "fixtures" / "host_passwd"
+PASSWD = Path(__file__).parent.parent / "fixtures" / "host_passwd"
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -337,3 +337,39 @@ def test_concurrent_lookups_are_consistent(procfs: Path) -> None:
     assert len(results) == 4
     assert all(result == results[0] for result in results)
     assert all(owner is not None for owner in results[0])
+
+
+POD_CGROUP = "12:memory:/kubepods/besteffort/pod{uid}/{cid}\n".format(
+    uid="5f0e7c2a-3b1d-4e8f-9a6b-1c2d3e4f5a6b", cid="ab" * 32)
+
+
+def test_cgroup_is_read_with_the_owner_and_cached_per_start_time(procfs: Path) -> None:
+    write_process(procfs, 300, uid=1001, comm="train", start_ticks=7, cgroup=POD_CGROUP)
+    resolver = make_resolver(procfs, cgroups=True)
+    with resolver.collection():
+        first = resolver.lookup(300)
+    assert first.cgroup is not None
+    assert first.cgroup.container_id == "ab" * 32
+    (procfs / "300" / "cgroup").unlink()
+    with resolver.collection():
+        assert resolver.lookup(300).cgroup == first.cgroup  # same process: nothing re-read
+    write_process(procfs, 300, uid=1001, comm="train", start_ticks=8)  # pid reused, no cgroup
+    with resolver.collection():
+        assert resolver.lookup(300).status is OwnerStatus.VANISHED  # a new process: re-read
+    assert resolver.take_errors() == {}
+
+
+def test_unreadable_cgroup_keeps_the_owner_and_is_counted(procfs: Path) -> None:
+    write_process(procfs, 301, uid=1001, comm="train", start_ticks=7)
+    (procfs / "301" / "cgroup").mkdir()
+    resolver = make_resolver(procfs, cgroups=True)
+    found = resolver.lookup(301)
+    assert found.status is OwnerStatus.FOUND
+    assert found.owner is not None
+    assert found.cgroup is None
+    assert resolver.take_errors() == {"pod_lookup": 1}
+
+
+def test_cgroups_are_not_read_unless_asked(procfs: Path) -> None:
+    write_process(procfs, 302, uid=1001, comm="train", start_ticks=7, cgroup=POD_CGROUP)
+    assert make_resolver(procfs).lookup(302).cgroup is None

@@ -1,4 +1,4 @@
-"""Tests for exporter.enrich: owners and pods filled, vanished vs invisible processes, errors."""
+"""Tests for attribution.enrich: owners and pods filled, vanished vs invisible processes, errors."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from exporter import owners
-from exporter.enrich import OwnerEnricher, PodEnricher, chain, merge_errors
-from exporter.kubernetes import PodResolver
-from exporter.owners import OwnerResolver
+from exporter.attribution import owners
+from exporter.attribution.enrich import ProcessEnricher, merge_errors
+from exporter.attribution.kubernetes import PodResolver
+from exporter.attribution.owners import OwnerResolver
 from exporter.snapshot import (
     GpuIdentity,
     GpuProcess,
@@ -24,7 +24,7 @@ from exporter.snapshot import (
 from tests.fixtures.cgroups import CID_A, UID_A
 from tests.fixtures.fakeproc import write_boot, write_kubelet_logs, write_process
 
-PASSWD = Path(__file__).parent / "fixtures" / "host_passwd"
+PASSWD = Path(__file__).parent.parent / "fixtures" / "host_passwd"
 POD_CGROUP = (
     f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
     f"{UID_A.replace('-', '_')}.slice/cri-containerd-{CID_A}.scope\n"
@@ -57,13 +57,15 @@ def node(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def owner_enricher(node: Path) -> OwnerEnricher:
-    return OwnerEnricher(OwnerResolver(procfs=str(node / "proc"), passwd_file=str(PASSWD)))
+def owner_enricher(node: Path) -> ProcessEnricher:
+    return ProcessEnricher(OwnerResolver(procfs=str(node / "proc"), passwd_file=str(PASSWD)))
 
 
-def pod_enricher(node: Path) -> PodEnricher:
-    return PodEnricher(PodResolver(procfs=str(node / "proc"), pod_logs_dir=str(node / "pods"),
-                                   container_logs_dir=str(node / "containers")))
+def pod_enricher(node: Path) -> ProcessEnricher:
+    """Owners and pods, as with --kubernetes."""
+    return ProcessEnricher(
+        OwnerResolver(procfs=str(node / "proc"), passwd_file=str(PASSWD), cgroups=True),
+        PodResolver(pod_logs_dir=str(node / "pods"), container_logs_dir=str(node / "containers")))
 
 
 def by_pid(snap: Snapshot, index: int) -> dict[int, GpuProcess]:
@@ -136,7 +138,7 @@ def test_existing_owners_and_pods_are_left_alone(node: Path) -> None:
                    owner=PRESET_OWNER, pod=preset_pod),
         GpuProcess(pid=9999, type=ProcessType.GRAPHICS, used_memory_bytes=2, owner=PRESET_OWNER),
     ))
-    after = chain(owner_enricher(node), pod_enricher(node)).enrich(snapshot(reading))
+    after = pod_enricher(node).enrich(snapshot(reading))
     assert after.gpus[0].processes[0].owner == PRESET_OWNER
     assert after.gpus[0].processes[0].pod == preset_pod
     assert after.gpus[0].processes[1].owner == PRESET_OWNER  # pid 9999 not in /proc: kept
@@ -146,12 +148,12 @@ def test_existing_owners_and_pods_are_left_alone(node: Path) -> None:
 def test_simulated_snapshots_are_not_looked_up_on_this_host(node: Path) -> None:
     # pid 100 exists in this (fake) host's /proc, but a simulated pid is not that process.
     before = snapshot(gpu(0, 100, 555), source="simulated")
-    after = chain(owner_enricher(node), pod_enricher(node)).enrich(before)
+    after = pod_enricher(node).enrich(before)
     assert after == before
 
 
-def test_chain_fills_owners_then_pods(node: Path) -> None:
-    after = chain(owner_enricher(node), pod_enricher(node)).enrich(
+def test_one_step_fills_owners_and_pods(node: Path) -> None:
+    after = pod_enricher(node).enrich(
         snapshot(gpu(0, 100, 101), gpu(1), gpu(2, 100, up=True))
     )
     procs = by_pid(after, 0)
@@ -163,16 +165,11 @@ def test_chain_fills_owners_then_pods(node: Path) -> None:
     assert after.gpus[1].processes == ()
 
 
-def test_empty_chain_is_identity() -> None:
-    before = snapshot(gpu(0, 1))
-    assert chain().enrich(before) is before
-
-
 def test_pod_errors_are_merged(node: Path) -> None:
     cgroup = node / "proc" / "100" / "cgroup"
     cgroup.unlink()
     cgroup.mkdir()  # unreadable cgroup file
-    after = chain(owner_enricher(node), pod_enricher(node)).enrich(
+    after = pod_enricher(node).enrich(
         snapshot(gpu(0, 100), errors={"pod_lookup": 3})
     )
     assert by_pid(after, 0)[100].pod is None
@@ -182,6 +179,7 @@ def test_pod_errors_are_merged(node: Path) -> None:
 
 def test_merge_errors() -> None:
     assert merge_errors({"a": 1, "b": 2}, {"b": 3, "c": 4}) == {"a": 1, "b": 5, "c": 4}
+    assert merge_errors({"a": 1}, {"a": 1}, {"a": 1}) == {"a": 3}
     assert merge_errors({}, {}) == {}
 
 
@@ -196,17 +194,17 @@ def test_warm_collections_read_one_file_per_distinct_pid(
         write_process(proc, pid, uid=1001, comm="w", start_ticks=pid, cgroup=POD_CGROUP)
     gpus = [gpu(i, *(pids[(i % 4) * 32:(i % 4) * 32 + 32])) for i in range(8)]
     before = snapshot(*gpus)
-    enricher = chain(
-        OwnerEnricher(OwnerResolver(procfs=str(proc), passwd_file=str(PASSWD))),
-        PodEnricher(PodResolver(procfs=str(proc), pod_logs_dir=str(tmp_path / "none"),
-                                container_logs_dir=str(tmp_path / "none"))),
+    enricher = ProcessEnricher(
+        OwnerResolver(procfs=str(proc), passwd_file=str(PASSWD), cgroups=True),
+        PodResolver(pod_logs_dir=str(tmp_path / "none"),
+                    container_logs_dir=str(tmp_path / "none")),
     )
     cold = enricher.enrich(before)
 
     reads: list[str] = []
     real_open = os.open
 
-    def counting_open(path: str, flags: int, *args: int) -> int:  # both resolvers open by os.open
+    def counting_open(path: str, flags: int, *args: int) -> int:  # procfs is read by os.open
         reads.append(path)
         return real_open(path, flags, *args)
 

@@ -57,8 +57,8 @@ from typing import Any
 import yaml
 
 from exporter.snapshot import ProcessType
-from exporter.sources.gpu_models import GPU_MODELS, GpuModel
-from exporter.sources.scenario_fields import Reader, ScenarioError, items, kind
+from exporter.sources.simulated.gpu_models import GPU_MODELS, GpuModel
+from exporter.sources.simulated.scenario_fields import Reader, ScenarioError, items, kind
 
 __all__ = [
     "GPU_MODELS",
@@ -275,7 +275,7 @@ def _check_fits(scenario: Scenario, top: Reader) -> None:
 
 # --- loading ---------------------------------------------------------------------------------
 def _preset_dir() -> Any:
-    return resources.files("exporter.sources").joinpath("scenarios")
+    return resources.files("exporter.sources.simulated").joinpath("scenarios")
 
 
 def list_presets() -> list[str]:

@@ -1,0 +1,1 @@
+"""Who owns a GPU process: procfs + passwd (user), cgroup (pod/job/container), allocation."""

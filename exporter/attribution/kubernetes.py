@@ -1,0 +1,172 @@
+"""Kubernetes names for a cgroup identity, from the kubelet's log tree (no API permission).
+
+The pod UID and container ID come from the process's cgroup (``exporter.attribution.cgroup``,
+read by the owner resolver once per process). Names come from the kubelet's log tree (a
+read-only hostPath mount):
+``/var/log/containers/<pod>_<namespace>_<container>-<containerid>.log`` (container ID ->
+namespace, pod, container) and ``/var/log/pods/<namespace>_<pod>_<uid>/`` (pod UID ->
+namespace, pod). Kubernetes names cannot contain ``_``, so the split is unambiguous.
+Listings are cached: re-listed every ``listing_ttl`` seconds, or on a lookup miss at most
+every ``miss_relist_interval`` seconds. When the tree is not mounted the ``PodRef`` has the
+UID and container ID only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+
+from exporter.attribution.cgroup import CgroupIdentity
+from exporter.snapshot import PodRef
+
+#: Kind counted in ``Snapshot.errors`` when a cgroup file or log directory cannot be read.
+POD_ERROR_KIND = "pod_lookup"
+
+_POD_UID_ONLY = re.compile(r"^(?:[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}"
+                           r"[-_][0-9a-f]{12}|[0-9a-f]{32})$")
+_CONTAINER_ID_ONLY = re.compile(r"^[0-9a-f]{64}$")
+
+
+def parse_container_log_name(name: str) -> tuple[str, str, str, str] | None:
+    """``<pod>_<namespace>_<container>-<id>.log`` -> (id, namespace, pod, container) or None."""
+    if not name.endswith(".log"):
+        return None
+    rest, _, container_id = name[:-4].rpartition("-")
+    parts = rest.split("_")
+    if len(parts) != 3 or not all(parts) or not _CONTAINER_ID_ONLY.match(container_id):
+        return None
+    pod, namespace, container = parts
+    return container_id, namespace, pod, container
+
+
+def parse_pod_log_dir_name(name: str) -> tuple[str, str, str] | None:
+    """``<namespace>_<pod>_<uid>`` -> (uid, namespace, pod) or None."""
+    parts = name.split("_")
+    if len(parts) != 3 or not all(parts) or not _POD_UID_ONLY.match(parts[2]):
+        return None
+    namespace, pod, uid = parts
+    return uid, namespace, pod
+
+
+class _LogIndex:
+    """Cached listings of the kubelet log tree. Not thread-safe (PodResolver locks)."""
+
+    def __init__(
+        self,
+        pod_logs_dir: str,
+        container_logs_dir: str,
+        *,
+        clock: Callable[[], float],
+        ttl: float,
+        miss_interval: float,
+        max_entries: int,
+    ) -> None:
+        self._pod_logs_dir = pod_logs_dir
+        self._container_logs_dir = container_logs_dir
+        self._clock = clock
+        self._ttl = ttl
+        self._miss_interval = miss_interval
+        self._max_entries = max_entries
+        self._listed_at: float | None = None
+        self.pods: dict[str, tuple[str, str]] = {}  # uid -> (namespace, pod)
+        self.containers: dict[str, tuple[str, str, str]] = {}  # id -> (namespace, pod, container)
+        self.errors = 0
+
+    def refresh(self, *, miss: bool) -> None:
+        """Re-list if the listing is older than the TTL (or the miss interval, on a miss)."""
+        now = self._clock()
+        if self._listed_at is not None:
+            age = now - self._listed_at
+            if age < (self._miss_interval if miss else self._ttl):
+                return
+        self._listed_at = now
+        pods: dict[str, tuple[str, str]] = {}
+        for name in self._list(self._pod_logs_dir):
+            parsed = parse_pod_log_dir_name(name)
+            if parsed:
+                pods[parsed[0]] = (parsed[1], parsed[2])
+        containers: dict[str, tuple[str, str, str]] = {}
+        for name in self._list(self._container_logs_dir):
+            found = parse_container_log_name(name)
+            if found:
+                containers[found[0]] = found[1:]
+        self.pods, self.containers = pods, containers
+
+    def _list(self, directory: str) -> list[str]:
+        """Entry names (at most ``max_entries``); [] if missing, counted if unreadable."""
+        names: list[str] = []
+        try:
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    if len(names) >= self._max_entries:
+                        break
+                    names.append(entry.name)
+        except FileNotFoundError:
+            return []  # the tree is not mounted: names stay unknown, which is not an error
+        except OSError:
+            self.errors += 1
+        return names
+
+
+class PodResolver:
+    """Names the pod and container of a cgroup identity from the kubelet log tree.
+
+    Thread-safe. Listing problems are counted until ``take_errors``.
+    """
+
+    def __init__(
+        self,
+        *,
+        pod_logs_dir: str = "/var/log/pods",
+        container_logs_dir: str = "/var/log/containers",
+        clock: Callable[[], float] = time.monotonic,
+        listing_ttl: float = 30.0,
+        miss_relist_interval: float = 2.0,
+        max_entries: int = 16384,
+    ) -> None:
+        self._lock = threading.Lock()
+        self._index = _LogIndex(
+            pod_logs_dir,
+            container_logs_dir,
+            clock=clock,
+            ttl=listing_ttl,
+            miss_interval=miss_relist_interval,
+            max_entries=max_entries,
+        )
+
+    def take_errors(self) -> dict[str, int]:
+        """Error counts by kind since the last call (only non-zero kinds), and reset them."""
+        with self._lock:
+            count, self._index.errors = self._index.errors, 0
+            return {POD_ERROR_KIND: count} if count else {}
+
+    def names(self, identity: CgroupIdentity) -> PodRef:
+        """The pod of ``identity`` with whatever names the log tree has. Never raises."""
+        with self._lock:
+            self._index.refresh(miss=False)
+            ref = self._lookup_names(identity)
+            if ref.pod is None or (identity.container_id is not None and ref.container is None):
+                self._index.refresh(miss=True)
+                ref = self._lookup_names(identity)
+            return ref
+
+    def _lookup_names(self, identity: CgroupIdentity) -> PodRef:
+        namespace = pod = container = None
+        if identity.container_id is not None:
+            found = self._index.containers.get(identity.container_id)
+            if found is not None:
+                namespace, pod, container = found
+        if pod is None:
+            by_uid = self._index.pods.get(identity.pod_uid)
+            if by_uid is not None:
+                namespace, pod = by_uid
+        return PodRef(
+            pod_uid=identity.pod_uid,
+            container_id=identity.container_id,
+            namespace=namespace,
+            pod=pod,
+            container=container,
+        )

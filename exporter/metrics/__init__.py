@@ -1,0 +1,121 @@
+"""The one catalogue of every metric gpu-exporter exposes: one row (``Metric``) per metric.
+
+Rows live in ``gpu`` (per GPU), ``process`` (per process and per user) and ``self_metrics``
+(the exporter itself); ``core`` says what a row holds. The NVML read, the simulated value,
+the families, the JSON model, the README table and the dashboards' names all follow from the
+rows. ``CATALOGUE`` is every row in documentation order; ``GPU_ROWS`` and ``PROCESS_ROWS``
+are the rows the generic code paths walk.
+
+Run ``python -m exporter.metrics`` to print the Markdown table used in the README.
+"""
+
+from __future__ import annotations
+
+from exporter.metrics import gpu, process, self_metrics
+from exporter.metrics.core import (
+    GPU_LABELS,
+    KUBERNETES_LABELS,
+    OPT_IN_GROUPS,
+    OVERFLOW_VALUE,
+    PREFIX,
+    PROCESS_LABELS,
+    SELF_PREFIX,
+    SWITCHABLE_GROUPS,
+    UNITS,
+    UNKNOWN_VALUE,
+    Constant,
+    Fold,
+    Group,
+    Kind,
+    Metric,
+    NvmlRead,
+    NvmlSpecial,
+    Scope,
+    default_groups,
+    nvml,
+)
+from exporter.metrics.gpu import (
+    ECC_ERRORS,
+    ENERGY,
+    FAN_SPEED,
+    GPU_INFO,
+    GPU_UP,
+    GRAPHICS_CLOCK,
+    MEMORY_CLOCK,
+    MEMORY_FREE,
+    MEMORY_RESERVED,
+    MEMORY_TOTAL,
+    MEMORY_USED,
+    MEMORY_UTILIZATION,
+    PCIE_THROUGHPUT,
+    PERFORMANCE_STATE,
+    POWER_LIMIT,
+    POWER_THROTTLE_REASONS,
+    POWER_USAGE,
+    SM_CLOCK,
+    TEMPERATURE,
+    THERMAL_THROTTLE_REASONS,
+    THROTTLE_ACTIVE,
+    THROTTLE_REASONS,
+    UTILIZATION,
+)
+from exporter.metrics.process import (
+    PROCESS_MEMORY,
+    PROCESS_START_TIME,
+    PROCESS_UTILIZATION,
+    PROCESSES,
+    USER_MEMORY,
+    USER_PROCESSES,
+)
+from exporter.metrics.self_metrics import (
+    BUILD_INFO,
+    COLLECTION_DURATION,
+    COLLECTION_SUCCESS,
+    DATA_AGE,
+    ERRORS,
+    LAST_SUCCESS,
+    PROCESS_SERIES_OVERFLOW,
+    SOURCE_UP,
+)
+from exporter.snapshot import Value
+
+#: The modules holding rows, in documentation order (a new row module is added here).
+_ROW_MODULES = (gpu, process, self_metrics)
+
+#: Every row, in documentation order (per GPU, per process, the exporter itself).
+CATALOGUE: tuple[Metric, ...] = tuple(
+    row for module in _ROW_MODULES for row in vars(module).values() if isinstance(row, Metric)
+)
+BY_NAME: dict[str, Metric] = {metric.name: metric for metric in CATALOGUE}
+#: Rows whose values the sources store in ``GpuReading.values`` (exposition order).
+GPU_ROWS: tuple[Metric, ...] = tuple(m for m in CATALOGUE if m.scope is Scope.GPU)
+#: One series per process (exposition order within each group).
+PROCESS_ROWS: tuple[Metric, ...] = tuple(m for m in CATALOGUE if m.scope is Scope.PROCESS)
+
+
+def markdown_table() -> str:
+    """The README's metric table, one row per metric."""
+    lines = ["| metric | type | labels | group | meaning |", "|---|---|---|---|---|"]
+    for metric in CATALOGUE:
+        labels = ", ".join(f"`{label}`" for label in metric.labels) or "-"
+        group = metric.group.value + (" (opt-in)" if metric.group in OPT_IN_GROUPS else "")
+        lines.append(
+            f"| `{metric.name}` | {metric.kind.value} | {labels} | {group} | {metric.help} |"
+        )
+    return "\n".join(lines)
+
+
+__all__ = [
+    "BUILD_INFO", "BY_NAME", "CATALOGUE", "COLLECTION_DURATION", "COLLECTION_SUCCESS",
+    "DATA_AGE", "ECC_ERRORS", "ENERGY", "ERRORS", "FAN_SPEED", "GPU_INFO", "GPU_LABELS",
+    "GPU_ROWS", "GPU_UP", "GRAPHICS_CLOCK", "KUBERNETES_LABELS", "LAST_SUCCESS", "MEMORY_CLOCK",
+    "MEMORY_FREE", "MEMORY_RESERVED", "MEMORY_TOTAL", "MEMORY_USED", "MEMORY_UTILIZATION",
+    "OPT_IN_GROUPS", "OVERFLOW_VALUE", "PCIE_THROUGHPUT", "PERFORMANCE_STATE", "POWER_LIMIT",
+    "POWER_THROTTLE_REASONS", "POWER_USAGE", "PREFIX", "PROCESSES", "PROCESS_LABELS",
+    "PROCESS_MEMORY", "PROCESS_ROWS", "PROCESS_SERIES_OVERFLOW", "PROCESS_START_TIME",
+    "PROCESS_UTILIZATION", "SELF_PREFIX", "SM_CLOCK", "SOURCE_UP", "SWITCHABLE_GROUPS",
+    "TEMPERATURE", "THERMAL_THROTTLE_REASONS", "THROTTLE_ACTIVE", "THROTTLE_REASONS", "UNITS",
+    "UNKNOWN_VALUE", "USER_MEMORY", "USER_PROCESSES", "UTILIZATION", "Constant", "Fold",
+    "Group", "Kind", "Metric", "NvmlRead", "NvmlSpecial", "Scope", "Value", "default_groups",
+    "markdown_table", "nvml",
+]

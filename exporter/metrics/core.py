@@ -1,0 +1,210 @@
+"""What a metric row is: name, type, group, labels, and how each source and output fills it.
+
+A row (``Metric``) is the one declaration of a metric. Everything else follows from it:
+
+- the NVML source reads per-GPU rows through their ``nvml`` spec (``NvmlRead`` for a plain
+  call, ``NvmlSpecial`` for the few reads that are genuinely special);
+- the simulated source fills per-GPU rows with their ``simulate`` function of the simulated
+  GPU's physical state;
+- exposition builds one family per row (per-GPU rows generically from ``GpuReading.values``,
+  per-process rows from ``process_value`` with ``fold`` for merged series);
+- the JSON model of ``/api/v1/snapshot`` gets a field per row with a ``json_field``;
+- the README's metric table and the dashboards' metric names come from the rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, TypeAlias
+
+from exporter.snapshot import GpuProcess, Value
+
+if TYPE_CHECKING:  # only for annotations: metrics never import sources at run time
+    from exporter.sources.simulated.physics import SimulatedGpu
+
+
+
+class Kind(str, Enum):
+    GAUGE = "gauge"
+    COUNTER = "counter"
+    INFO = "info"
+
+
+class Group(str, Enum):
+    """Collector groups, each switched with ``--collector.<group>`` / ``--no-collector.<group>``."""
+
+    INFO = "info"
+    MEMORY = "memory"
+    UTILIZATION = "utilization"
+    TEMPERATURE = "temperature"
+    POWER = "power"
+    ENERGY = "energy"
+    PCIE = "pcie"
+    FAN = "fan"
+    CLOCKS = "clocks"
+    THROTTLE = "throttle"
+    ECC = "ecc"
+    PROCESSES = "processes"
+    PROCESS_UTILIZATION = "process_utilization"
+    EXPORTER = "exporter"  # self-metrics, always on
+
+
+#: Groups that cost milliseconds per GPU and are therefore off unless asked for.
+OPT_IN_GROUPS: frozenset[Group] = frozenset({Group.ENERGY, Group.PCIE})
+#: Groups with ``--collector.<group>`` flags (the exporter's own metrics are always on).
+SWITCHABLE_GROUPS: tuple[Group, ...] = tuple(g for g in Group if g is not Group.EXPORTER)
+
+
+def default_groups() -> frozenset[Group]:
+    """Every group except the expensive opt-in ones."""
+    return frozenset(g for g in Group if g not in OPT_IN_GROUPS)
+
+
+class Scope(str, Enum):
+    """What one series of the metric describes, and so which code fills it."""
+
+    GPU = "gpu"  # a value in ``GpuReading.values``, read by the sources from the row's specs
+    GPU_STATUS = "gpu_status"  # gpu_info / gpu_up: from the reading's identity and health
+    PROCESS = "process"  # one series per process, from ``process_value`` (capped, folded)
+    GPU_SUMMARY = "gpu_summary"  # per GPU or per (GPU, user) from its process list
+    EXPORTER = "exporter"  # the exporter's own health
+
+
+class Fold(str, Enum):
+    """How values of processes merged into one series combine."""
+
+    SUM = "sum"
+    SUM_RATIO = "sum_ratio"  # summed, at most 1 (shares of one sample period)
+    OLDEST = "oldest"  # the smallest (start times)
+
+
+PREFIX = "gpu_"
+SELF_PREFIX = "gpu_exporter_"
+
+#: Labels on every per-GPU series.
+GPU_LABELS: tuple[str, ...] = ("gpu", "uuid")
+#: Labels of per-process series (``pid`` can be switched off; pod labels only on Kubernetes).
+PROCESS_LABELS: tuple[str, ...] = (*GPU_LABELS, "pid", "process", "user", "uid")
+KUBERNETES_LABELS: tuple[str, ...] = ("namespace", "pod", "container")
+#: Label value used for processes folded into the overflow series when the per-GPU cap is hit,
+#: and for processes whose owner could not be resolved.
+OVERFLOW_VALUE = "__overflow__"
+UNKNOWN_VALUE = "unknown"
+
+#: Base units a metric name may end in (longest first, so bytes_per_second wins over seconds).
+UNITS: tuple[str, ...] = ("bytes_per_second", "bytes", "celsius", "watts", "joules", "ratio",
+                          "hertz", "seconds")
+
+
+@dataclass(frozen=True, slots=True)
+class Constant:
+    """An NVML constant passed to a call: its pynvml name and its nvml.h value (used when the
+    binding lacks the name)."""
+
+    name: str
+    value: int
+
+
+Argument: TypeAlias = "int | Constant"
+
+
+@dataclass(frozen=True, slots=True)
+class NvmlRead:
+    """A per-GPU metric read with plain NVML calls: ``function(handle, *args)``.
+
+    ``functions`` lists pynvml names newest first; the next is asked once a GPU answers that
+    one is unsupported. The value is ``result.<attribute>`` (or the result) times ``scale``
+    (to base units). ``per_label`` is for a metric with one label after the GPU labels: label
+    value -> the args of its call. One GPU read calls each (function, args) once, so rows
+    reading different attributes of one struct share the call. The value is
+    ``raw * scale / divisor`` (divide for milli-units so the float is exact). Values outside
+    ``valid`` are left out (NVML's "unknown" markers).
+    """
+
+    functions: tuple[str, ...]
+    args: tuple[Argument, ...] = ()
+    attribute: str | None = None
+    scale: float = 1.0
+    divisor: float = 1.0
+    per_label: Mapping[str, tuple[Argument, ...]] | None = None
+    valid: tuple[float, float] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NvmlSpecial:
+    """A per-GPU metric whose read is genuinely special (fallbacks across struct versions,
+    bitmasks): ``name`` selects a reader in ``exporter.sources.nvml.special``. One reader may
+    fill several rows and runs once per GPU read."""
+
+    name: str
+
+
+def nvml(function: str, *args: Argument, attribute: str | None = None, scale: float = 1.0,
+         divisor: float = 1.0, fallback: tuple[str, ...] = (),
+         per_label: Mapping[str, tuple[Argument, ...]] | None = None,
+         valid: tuple[float, float] | None = None) -> NvmlRead:
+    """Shorthand for ``NvmlRead`` in the row tables (``fallback``: older functions to try)."""
+    return NvmlRead((function, *fallback), args, attribute, scale, divisor, per_label, valid)
+
+
+@dataclass(frozen=True, slots=True, eq=False)  # a row is its own identity
+class Metric:
+    """One metric family: the single declaration everything else follows from.
+
+    ``name`` is the full exposed name (for info metrics including ``_info``; for counters
+    including ``_total``). ``labels`` lists the label names in exposition order; per-process
+    metrics may add ``KUBERNETES_LABELS`` and drop ``pid`` according to configuration.
+    ``label_values`` lists, for a per-GPU metric with one extra label, that label's values in
+    exposition order (other values a source reports are left out).
+
+    Per-GPU rows (``Scope.GPU``): ``nvml`` says how the NVML source reads it, ``simulate``
+    how the simulator derives it from a simulated GPU (None from either: not provided by that
+    source), ``json_field``/``json_type`` name its field in ``/api/v1/snapshot`` (for a
+    labelled metric ``json_field`` may contain ``{}``: one field per label value; without it
+    the field is an object keyed by label value).
+
+    Per-process rows (``Scope.PROCESS``): ``process_value`` reads it from a ``GpuProcess``;
+    ``fold`` merges processes that share a series.
+
+    ``charted`` False: no shipped dashboard shows it (otherwise a test requires one to).
+    """
+
+    name: str
+    kind: Kind
+    group: Group
+    help: str
+    labels: tuple[str, ...] = GPU_LABELS
+    scope: Scope = Scope.GPU
+    label_values: tuple[str, ...] = ()
+    nvml: NvmlRead | NvmlSpecial | None = None
+    simulate: Callable[[SimulatedGpu], Value | None] | None = field(default=None, compare=False)
+    json_field: str | None = None
+    json_type: type[float] | type[int] | type[bool] = float
+    process_value: Callable[[GpuProcess], float | None] | None = field(default=None,
+                                                                       compare=False)
+    fold: Fold = Fold.SUM
+    charted: bool = True  # a shipped dashboard shows it (tests check that one does)
+
+    @property
+    def unit(self) -> str:
+        """The OpenMetrics unit: the base-unit suffix of the name ("" for unitless counts)."""
+        stem = self.name.removesuffix("_total")
+        return next((u for u in UNITS if stem.endswith("_" + u)), "")
+
+    @property
+    def family_name(self) -> str:
+        """The name to pass to prometheus_client families (which add ``_info``/``_total``)."""
+        if self.kind is Kind.INFO:
+            return self.name.removesuffix("_info")
+        if self.kind is Kind.COUNTER:
+            return self.name.removesuffix("_total")
+        return self.name
+
+    @property
+    def extra_label(self) -> str | None:
+        """The label after the GPU labels of a labelled per-GPU metric, else None."""
+        if self.scope is Scope.GPU and len(self.labels) == len(GPU_LABELS) + 1:
+            return self.labels[-1]
+        return None

@@ -1,0 +1,1 @@
+"""NVML source: real GPUs through nvidia-ml-py (``pynvml``)."""

@@ -1,0 +1,262 @@
+"""Reading one GPU through NVML: static identity once, then the rows of the enabled groups.
+
+Each per-GPU row (``exporter.metrics``) says how it is read: ``NvmlRead`` rows go through
+``GpuReader.plain`` (one call per (function, args) per GPU read, shared by rows reading
+different attributes of one struct); ``NvmlSpecial`` rows through the readers in
+``exporter.sources.nvml.special``. Functions and constants are looked up once per ``start``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from exporter.metrics import GPU_ROWS, UNKNOWN_VALUE, Constant, Group, NvmlRead, NvmlSpecial
+from exporter.snapshot import GpuIdentity, GpuProcess, GpuReading, Value
+from exporter.sources.nvml.errors import (
+    GPU_DOWN_KINDS,
+    GpuDown,
+    NvmlFatal,
+    Reaction,
+    describe,
+    reaction_for,
+)
+from exporter.sources.nvml.processes import (
+    ProcessLister,
+    clean_entries,
+    merge_processes,
+    newest_samples,
+    process_utilization_call,
+)
+from exporter.sources.nvml.special import SPECIAL_READERS
+
+log = logging.getLogger(__name__)
+
+@dataclass(eq=False, slots=True)
+class GpuState:
+    """What the source keeps per GPU index between collections."""
+
+    index: int
+    identity: GpuIdentity
+    handle: Any = None  # None: not acquired yet, or dropped after the GPU was lost
+    identity_known: bool = False
+    error: str | None = None  # why the GPU is not answering (handle refused, lost, ...)
+    unsupported: set[str] = field(default_factory=set)  # fields never to ask for again
+    last_seen_timestamp: int = 0  # newest process-utilisation sample seen (microseconds)
+    garbled_seen: bool = False  # garbled process entries were already reported in the log
+
+
+def placeholder_identity(index: int) -> GpuIdentity:
+    """Identity for a GPU whose handle could not be opened (so nothing is known about it)."""
+    return GpuIdentity(index=index, uuid=UNKNOWN_VALUE, name=UNKNOWN_VALUE,
+                       pci_bus_id=UNKNOWN_VALUE, memory_total_bytes=0)
+
+
+def _optional(nvml: ModuleType, name: str, handle: Any) -> Any:
+    fn = getattr(nvml, name, None)
+    if fn is None:
+        return None
+    try:
+        return fn(handle)
+    except nvml.NVMLError as exc:
+        log.debug("GPU identity field %s unavailable: %s", name, describe(exc))
+        return None
+
+
+def read_identity(nvml: ModuleType, index: int, handle: Any) -> GpuIdentity:
+    """Static facts of one GPU.
+
+    Raises:
+        NVMLError: UUID, name, PCI info or memory total could not be read.
+    """
+    default_limit = _optional(nvml, "nvmlDeviceGetPowerManagementDefaultLimit", handle)
+    serial = _optional(nvml, "nvmlDeviceGetSerial", handle)
+    vbios = _optional(nvml, "nvmlDeviceGetVbiosVersion", handle)
+    return GpuIdentity(
+        index=index,
+        uuid=str(nvml.nvmlDeviceGetUUID(handle)),
+        name=str(nvml.nvmlDeviceGetName(handle)),
+        pci_bus_id=str(nvml.nvmlDeviceGetPciInfo(handle).busId),
+        memory_total_bytes=int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
+        serial=str(serial) if serial else None,
+        vbios_version=str(vbios) if vbios else None,
+        power_limit_default_watts=None if default_limit is None else default_limit / 1000.0,
+    )
+
+
+class NvmlCalls:
+    """The binding's functions and constants, resolved once per ``start``.
+
+    A function the binding lacks is ``None``; the reader then treats the field as unsupported.
+    """
+
+    def __init__(self, nvml: ModuleType) -> None:
+        self.nvml = nvml
+        self.error: type[BaseException] = nvml.NVMLError
+        nvml.nvmlDeviceGetMemoryInfo  # noqa: B018 - AttributeError: not nvidia-ml-py
+        self.mismatch: type[BaseException] | tuple[()] = (
+            getattr(nvml, "NVMLLibraryMismatchError", None) or ())
+        self._functions: dict[str, Callable[..., Any] | None] = {}
+        self.compute = ProcessLister(nvml, "Compute")
+        self.graphics = ProcessLister(nvml, "Graphics")
+        self.process_utilization = process_utilization_call(nvml)
+
+    def function(self, name: str) -> Callable[..., Any] | None:
+        """pynvml's ``name``, or None when the binding lacks it."""
+        if name not in self._functions:
+            self._functions[name] = getattr(self.nvml, name, None)
+        return self._functions[name]
+
+    def argument(self, argument: int | Constant) -> int:
+        """An argument's value (a constant the binding lacks takes its nvml.h value)."""
+        if isinstance(argument, Constant):
+            return int(getattr(self.nvml, argument.name, argument.value))
+        return argument
+
+
+class GpuReader:
+    """Reads GPUs for one collection, counting problems into ``errors``."""
+
+    def __init__(self, calls: NvmlCalls, errors: dict[str, int],
+                 throttle_cache: dict[int, dict[str, float]]) -> None:
+        self.calls = calls
+        self._error = calls.error
+        self._mismatch = calls.mismatch
+        self.errors = errors
+        self.throttle_cache = throttle_cache
+
+    def count(self, kind: str, n: int = 1) -> None:
+        """Add ``n`` to the ``kind`` error counter of this collection."""
+        self.errors[kind] = self.errors.get(kind, 0) + n
+
+    def call(self, gpu: GpuState, name: str, function: Callable[..., Any] | None,
+             *args: Any) -> Any:
+        """One NVML call for one field; None when unsupported or failed.
+
+        ``name`` identifies the field in ``gpu.unsupported`` (asked once, then never again).
+
+        Raises:
+            GpuDown: the GPU is lost, needs a reset, or answered "unknown error".
+            NvmlFatal: NVML itself stopped working.
+        """
+        if name in gpu.unsupported:
+            return None
+        if function is None:
+            gpu.unsupported.add(name)
+            return None
+        try:
+            return function(gpu.handle, *args)
+        except self._mismatch:
+            gpu.unsupported.add(name)
+            return None
+        except self._error as exc:
+            code = getattr(exc, "value", None)
+            reaction = reaction_for(code) if isinstance(code, int) else Reaction.TRANSIENT
+            if reaction is Reaction.UNSUPPORTED:
+                log.info("GPU %d: %s not supported (%s); not asking again",
+                         gpu.index, name, describe(exc))
+                gpu.unsupported.add(name)
+                return None
+            if reaction is Reaction.GPU_DOWN:
+                assert isinstance(code, int)
+                raise GpuDown(GPU_DOWN_KINDS[code], describe(exc)) from exc
+            if reaction is Reaction.FATAL:
+                raise NvmlFatal(describe(exc)) from exc
+            log.debug("GPU %d: %s failed: %s", gpu.index, name, describe(exc))
+            self.count("nvml_call")
+            return None
+
+    def call_newest(self, gpu: GpuState, names: tuple[str, ...], *args: Any) -> Any:
+        """``call`` on the first of ``names`` this GPU has not found unsupported."""
+        for name in names:
+            result = self.call(gpu, name, self.calls.function(name), *args)
+            if result is not None or name not in gpu.unsupported:
+                return result
+        return None
+
+    def plain(self, gpu: GpuState, spec: NvmlRead,
+              memo: dict[tuple[Any, ...], Any]) -> Value | None:
+        """The value of an ``NvmlRead`` row (None: unsupported, failed or out of range)."""
+        if spec.per_label is None:
+            return self._one(gpu, spec, spec.args, memo)
+        values: dict[str, float] = {}
+        for label, args in spec.per_label.items():
+            value = self._one(gpu, spec, args, memo)
+            if value is not None:
+                values[label] = value
+        return values or None
+
+    def _one(self, gpu: GpuState, spec: NvmlRead, args: tuple[int | Constant, ...],
+             memo: dict[tuple[Any, ...], Any]) -> float | None:
+        values = tuple(self.calls.argument(a) for a in args)
+        key = (spec.functions, values)
+        if key in memo:
+            result = memo[key]
+        else:
+            result = memo[key] = self.call_newest(gpu, spec.functions, *values)
+        if result is None:
+            return None
+        raw = result if spec.attribute is None else getattr(result, spec.attribute)
+        if spec.valid is not None and not spec.valid[0] <= raw <= spec.valid[1]:
+            return None
+        if spec.scale == 1.0 and spec.divisor == 1.0:
+            return raw  # type: ignore[no-any-return]  # ints stay ints (counts, P-states)
+        return raw * spec.scale / spec.divisor  # type: ignore[no-any-return]
+
+    def read(self, gpu: GpuState, groups: frozenset[Group]) -> GpuReading:
+        """Every row of the enabled ``groups`` of one GPU.
+
+        Raises:
+            GpuDown: as ``call``; the partial reading is abandoned.
+            NvmlFatal: as ``call``.
+        """
+        values: dict[str, Value] = {}
+        memo: dict[tuple[Any, ...], Any] = {}
+        specials: set[str] = set()
+        for row in GPU_ROWS:
+            spec = row.nvml
+            if spec is None or row.group not in groups:
+                continue
+            if isinstance(spec, NvmlSpecial):
+                if spec.name not in specials:
+                    specials.add(spec.name)
+                    values.update(SPECIAL_READERS[spec.name](self, gpu))
+                continue
+            value = self.plain(gpu, spec, memo)
+            if value is not None:
+                values[row.name] = value
+        for name in [n for n in values if n not in _ROW_GROUPS or _ROW_GROUPS[n] not in groups]:
+            del values[name]  # a special reader filled a row of a group that is off
+        processes: tuple[GpuProcess, ...] = ()
+        if Group.PROCESSES in groups:
+            processes = self._processes(gpu, Group.PROCESS_UTILIZATION in groups)
+        return GpuReading(identity=gpu.identity, values=values, processes=processes)
+
+    def _processes(self, gpu: GpuState, with_utilization: bool) -> tuple[GpuProcess, ...]:
+        calls = self.calls
+        total = gpu.identity.memory_total_bytes
+        compute, bad_compute = clean_entries(
+            self.call(gpu, "processes_compute", calls.compute) or (), total)
+        graphics, bad_graphics = clean_entries(
+            self.call(gpu, "processes_graphics", calls.graphics) or (), total)
+        garbled = bad_compute + bad_graphics
+        if garbled:
+            log.log(logging.DEBUG if gpu.garbled_seen else logging.WARNING,
+                    "GPU %d: dropped %d garbled process entries (driver R535.43-535.86?)",
+                    gpu.index, garbled)
+            gpu.garbled_seen = True
+            self.count("garbled_process_entry", garbled)
+        utilization: dict[int, float] | None = None
+        if with_utilization and (compute or graphics):
+            samples = self.call(gpu, "process_utilization", calls.process_utilization,
+                                gpu.last_seen_timestamp)
+            if samples is not None:
+                utilization, gpu.last_seen_timestamp = newest_samples(
+                    samples, gpu.last_seen_timestamp)
+        return merge_processes(compute, graphics, utilization)
+
+
+_ROW_GROUPS: dict[str, Group] = {row.name: row.group for row in GPU_ROWS}

@@ -1,0 +1,1 @@
+"""Simulated source: scenario presets played as a changing fleet (no GPU needed)."""

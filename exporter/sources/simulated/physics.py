@@ -1,0 +1,58 @@
+"""The simulated state of one GPU at one moment: what the metric rows' ``simulate`` read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exporter.sources.simulated.gpu_models import GpuModel
+
+
+@dataclass(frozen=True, slots=True)
+class SimulatedGpu:
+    """Physical quantities of one simulated GPU (base units), computed once per collection."""
+
+    model: GpuModel
+    memory_total_bytes: int
+    memory_used_bytes: int
+    memory_free_bytes: int
+    memory_reserved_bytes: int
+    utilization_ratio: float
+    memory_utilization_ratio: float
+    temperature_celsius: float
+    power_usage_watts: float
+    power_limit_watts: float
+    energy_joules: float
+    pcie_bytes_per_second: float  # both directions together
+    sm_clock_hertz: float
+    memory_clock_hertz: float
+    performance_state: int
+    busy: bool  # a process holds a context
+    idle: bool  # (almost) no kernel runs
+    power_capped: bool
+    thermal_slowdown: bool  # software thermal slowdown
+    hardware_slowdown: bool  # hardware thermal slowdown
+    ecc_corrected: int
+    ecc_uncorrected: int
+    processes: int  # processes holding a context
+
+    @property
+    def fan_speed_ratio(self) -> float | None:
+        """Fans follow temperature; passively cooled boards have none."""
+        if not self.model.has_fan:
+            return None
+        return round(min(1.0, max(0.3, 0.3 + (self.temperature_celsius - 40.0) * 0.016)), 2)
+
+    @property
+    def throttle_reasons(self) -> dict[str, float]:
+        """Active clock event reasons (1.0) by name; the rest 0.0."""
+        return {
+            "gpu_idle": float(self.idle),
+            "applications_clocks_setting": 0.0,
+            "sw_power_cap": float(self.power_capped and not self.idle),
+            "hw_slowdown": float(self.hardware_slowdown),
+            "sync_boost": 0.0,
+            "sw_thermal_slowdown": float(self.thermal_slowdown),
+            "hw_thermal_slowdown": float(self.hardware_slowdown),
+            "hw_power_brake_slowdown": 0.0,
+            "display_clock_setting": 0.0,
+        }
