@@ -21,10 +21,11 @@ from types import FrameType
 import uvicorn
 
 from exporter import __version__
-from exporter.attribution.enrich import Enricher, ProcessEnricher
+from exporter.attribution.enrich import Enricher, ProcessEnricher, chain
 from exporter.attribution.kubernetes import PodResolver
 from exporter.attribution.owners import OwnerResolver, ProcfsError, check_procfs
 from exporter.attribution.passwd import PasswdFileError, check_passwd_file
+from exporter.attribution.torchstats import TorchEnricher, TorchStatsReader, ensure_directory
 from exporter.config import (
     Config,
     ConfigError,
@@ -34,6 +35,7 @@ from exporter.config import (
     unknown_env,
 )
 from exporter.logs import setup_logging
+from exporter.metrics import Group
 from exporter.scheduler import Scheduler
 from exporter.sources.base import Source
 from exporter.web.app import create_app
@@ -124,7 +126,8 @@ def build_source(config: Config) -> Source:
 
 
 def build_enricher(config: Config) -> Enricher | None:
-    """Owner (and with ``--kubernetes`` pod) enrichment; None for the simulated source."""
+    """Owner (and with ``--kubernetes`` pod) enrichment, then the published PyTorch allocator
+    figures (``--collector.torch``); None for the simulated source."""
     if config.source == "simulated":
         return None  # its processes carry owners and pods; this host's /proc is unrelated
     owners = OwnerResolver(
@@ -134,7 +137,11 @@ def build_enricher(config: Config) -> Enricher | None:
     pods = PodResolver(
         pod_logs_dir=config.pod_logs_dir, container_logs_dir=config.container_logs_dir,
     ) if config.kubernetes else None
-    return ProcessEnricher(owners, pods)
+    if Group.TORCH not in config.groups:
+        return ProcessEnricher(owners, pods)
+    reader = TorchStatsReader(config.torch_dir, procfs=config.procfs,
+                              max_age=config.torch_max_age, max_files=config.torch_max_files)
+    return chain(ProcessEnricher(owners, pods), TorchEnricher(reader))
 
 
 #: errno values meaning "no IPv6 here" (kernel without it, or disabled in this namespace).
@@ -228,6 +235,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not os.path.isdir(path):  # a missing mount: pods stay unresolved, not fatal
                 log.warning("%s %s is not a directory; mount the host's directory there or "
                             "processes get no pod labels", flag, path)
+    if Group.TORCH in config.groups and config.source == "nvml":
+        for warning in ensure_directory(config.torch_dir):  # not fatal: no allocator series
+            log.warning("--torch.dir: %s", warning)
     try:
         sock = bind(config.listen_address)
     except OSError as exc:

@@ -245,6 +245,14 @@ FLAGS: tuple[Flag, ...] = (
          "(mounted from the host).", "/var/log/pods", _parse_path, "DIR"),
     Flag("kubernetes.container-logs-dir", "container_logs_dir", "The kubelet's container log "
          "symlink directory (mounted from the host).", "/var/log/containers", _parse_path, "DIR"),
+    Flag("torch.dir", "torch_dir", "Directory where processes publish PyTorch allocator "
+         "statistics (gpu_exporter_torch; group torch). Created with mode 1777 if missing.",
+         "/run/gpu-exporter/torch", _parse_path, "DIR"),
+    Flag("torch.max-age", "torch_max_age", "Allocator statistics files not rewritten for this "
+         "long are ignored (their process stopped publishing).", "60s", parse_duration,
+         "DURATION"),
+    Flag("torch.max-files", "torch_max_files", "Most files of the torch directory read per "
+         "collection.", 4096, _parse_int(1), "N"),
     Flag("log.level", "log_level", "Log level: debug, info, warn, error.", "info",
          _parse_choice(LOG_LEVELS), "LEVEL"),
     Flag("log.format", "log_format", "Log format: logfmt or json.", "logfmt",
@@ -280,6 +288,9 @@ class Config:
     kubernetes: bool = False
     pod_logs_dir: str = "/var/log/pods"
     container_logs_dir: str = "/var/log/containers"
+    torch_dir: str = "/run/gpu-exporter/torch"
+    torch_max_age: float = 60.0
+    torch_max_files: int = 4096
     log_level: str = "info"
     log_format: str = "logfmt"
 
@@ -371,6 +382,8 @@ def _check(config: Config) -> None:
         raise ConfigError("--collector.timeout must be greater than 0")
     if config.stale_after <= 0:
         raise ConfigError("--collector.stale-after must be greater than 0")
+    if config.torch_max_age <= 0:
+        raise ConfigError("--torch.max-age must be greater than 0")
 
 
 def unknown_env(environ: Mapping[str, str]) -> list[str]:

@@ -48,11 +48,13 @@ class Group(str, Enum):
     ECC = "ecc"
     PROCESSES = "processes"
     PROCESS_UTILIZATION = "process_utilization"
+    TORCH = "torch"  # PyTorch allocator figures published by the processes themselves
     EXPORTER = "exporter"  # self-metrics, always on
 
 
-#: Groups that cost milliseconds per GPU and are therefore off unless asked for.
-OPT_IN_GROUPS: frozenset[Group] = frozenset({Group.ENERGY, Group.PCIE})
+#: Groups off unless asked for: energy and PCIe cost milliseconds per GPU; torch needs the
+#: publisher in the training processes and a directory shared with them.
+OPT_IN_GROUPS: frozenset[Group] = frozenset({Group.ENERGY, Group.PCIE, Group.TORCH})
 #: Groups with ``--collector.<group>`` flags (the exporter's own metrics are always on).
 SWITCHABLE_GROUPS: tuple[Group, ...] = tuple(g for g in Group if g is not Group.EXPORTER)
 

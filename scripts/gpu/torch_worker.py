@@ -23,6 +23,7 @@ The first line, once the memory is held, is a report with ``"event": "ready"``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import select
@@ -92,10 +93,8 @@ def main() -> int:
         if command in ("", "exit"):
             break
         if command == "oom":
-            try:
+            with contextlib.suppress(torch.cuda.OutOfMemoryError):  # caught, as programs do
                 torch.empty(400 << 30, dtype=torch.uint8, device=device)
-            except torch.cuda.OutOfMemoryError:
-                pass
             report(torch, args.gpu, "oom")
         elif command == "report":
             report(torch, args.gpu, "report")

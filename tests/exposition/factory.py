@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from exporter import metrics
+from exporter.metrics import allocator
 from exporter.snapshot import (
     GpuIdentity,
     GpuProcess,
@@ -43,7 +44,10 @@ def process(
     utilization: float | None = 0.25,
     pod: PodRef | None = None,
     start: float = 1_700_000_000.0,
+    torch_allocated: int | None = None,
 ) -> GpuProcess:
+    """A process; ``torch_allocated`` adds the figures its allocator publisher would report
+    (reserved = allocated + 1/8 of it as cache, one OOM and three retries counted)."""
     owner = None
     if user is not None:
         uid = 1000 + USERS.index(user) if user in USERS else 2000
@@ -55,7 +59,19 @@ def process(
         sm_utilization_ratio=utilization,
         owner=owner,
         pod=pod,
+        values=torch_values(torch_allocated) if torch_allocated is not None else {},
     )
+
+
+def torch_values(allocated: int) -> dict[str, float]:
+    """Published allocator figures of a process with ``allocated`` bytes in tensors."""
+    reserved = allocated + allocated // 8
+    return {
+        allocator.TORCH_ALLOCATED.name: allocated, allocator.TORCH_RESERVED.name: reserved,
+        allocator.TORCH_ACTIVE.name: allocated, allocator.TORCH_INACTIVE_SPLIT.name: 2 << 20,
+        allocator.TORCH_PEAK_ALLOCATED.name: reserved, allocator.TORCH_ALLOC_RETRIES.name: 3,
+        allocator.TORCH_OOMS.name: 1,
+    }
 
 
 #: Per-GPU rows by their JSON field name (how tests name a reading to override).
@@ -158,6 +174,8 @@ def fleet(gpus: int = 8, processes_per_gpu: int = 32) -> Snapshot:
                     name=f"worker{slot % 5}",
                     utilization=(slot % 10) / 10,
                     pod=pod,
+                    # every fourth process publishes allocator figures (group torch)
+                    torch_allocated=(slot + 1) * 32 * 1024**2 if slot % 4 == 1 else None,
                 )
             )
         readings.append(reading(index, tuple(procs)))

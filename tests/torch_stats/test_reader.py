@@ -11,8 +11,12 @@ from typing import Any
 
 import pytest
 
-from exporter import torchstats
-from exporter.torchstats import TORCH_FILE_ERROR_KIND, TorchStatsReader, ensure_directory
+from exporter.attribution import torchstats
+from exporter.attribution.torchstats import (
+    TORCH_FILE_ERROR_KIND,
+    TorchStatsReader,
+    ensure_directory,
+)
 from gpu_exporter_torch import Publisher, read_self_stat
 from tests.fixtures.fakeproc import stat_line, write_boot
 

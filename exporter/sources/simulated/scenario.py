@@ -37,6 +37,11 @@ running); they also accept ``30s``, ``15m``, ``2h``, ``3d``. Sizes are bytes or 
         memory_utilization: 0.4   # memory-bandwidth busy ratio at full utilisation
         restart_after: 1m      # after exiting (stop or OOM) it starts again with pid + 101
         pod: {namespace: ml, pod: trainer-0, container: pytorch}   # optional Kubernetes pod
+        torch:                 # optional: the process runs the PyTorch allocator publisher
+          cache: 0.1           # share of the allocator's reserve that is cache, not tensors
+          fragmentation: 0.02  # inactive split bytes as a share of the reserve
+          retries_per_hour: 0  # allocation retries (cache flushes) per hour of its life
+          ooms: [{at: 20s, count: 1}]   # out-of-memory errors the program catches
 
 Any mistake (unknown key, wrong type, negative size, unknown model, a process on a GPU that does
 not exist) raises ``ScenarioError`` with one line naming the file and the field.
@@ -107,6 +112,23 @@ class PodSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class OomEvent:
+    at: float  # simulated seconds
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class TorchSpec:
+    """PyTorch allocator figures a process publishes: its memory minus the CUDA context is the
+    allocator's reserve, of which ``cache`` is freed blocks kept for reuse."""
+
+    cache: float = 0.1
+    fragmentation: float = 0.02
+    retries_per_hour: float = 0.0
+    ooms: tuple[OomEvent, ...] = ()  # out-of-memory errors the program caught
+
+
+@dataclass(frozen=True, slots=True)
 class ProcessSpec:
     gpu: int
     pid: int
@@ -124,6 +146,7 @@ class ProcessSpec:
     memory_utilization: float = 0.4
     restart_after: float | None = None
     pod: PodSpec | None = None
+    torch: TorchSpec | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,8 +168,9 @@ _GPU = ("model", "count", "idle_celsius", "full_load_celsius", "thermal_time_con
         "power_limit_watts", "ecc_corrected_per_hour", "ecc_uncorrected", "lost_at")
 _PROC = ("gpu", "pid", "user", "uid", "name", "type", "start", "stop", "memory", "ramp",
          "leak_per_second", "utilization", "utilization_jitter", "memory_utilization",
-         "restart_after", "pod")
+         "restart_after", "pod", "torch")
 _POD = ("namespace", "pod", "container")
+_TORCH = ("cache", "fragmentation", "retries_per_hour", "ooms")
 
 
 def parse_scenario(data: object, origin: str, default_name: str = "scenario") -> Scenario:
@@ -236,6 +260,8 @@ def _parse_process(r: Reader, position: int, gpus: list[GpuSpec]) -> list[Proces
     if r.has("pod"):
         sub = Reader(r.raw("pod"), r.origin, f"{r.path}.pod", _POD)
         pod = PodSpec(*(sub.text(k, required=True) or "" for k in _POD))
+    torch = _parse_torch(Reader(r.raw("torch"), r.origin, f"{r.path}.torch", _TORCH)) \
+        if r.has("torch") else None
     memory = r.size("memory", 2 * GiB)
     base_pid = r.integer("pid", 4000 + 211 * position, low=1)
     common: dict[str, Any] = {
@@ -247,7 +273,7 @@ def _parse_process(r: Reader, position: int, gpus: list[GpuSpec]) -> list[Proces
         "utilization": r.number("utilization", 0.0, high=1.0),
         "utilization_jitter": r.number("utilization_jitter", 0.0, high=1.0),
         "memory_utilization": r.number("memory_utilization", 0.4, high=1.0),
-        "restart_after": r.seconds("restart_after", None), "pod": pod,
+        "restart_after": r.seconds("restart_after", None), "pod": pod, "torch": torch,
     }
     for target in targets:
         if memory > gpus[target].model.memory_bytes:
@@ -255,6 +281,20 @@ def _parse_process(r: Reader, position: int, gpus: list[GpuSpec]) -> list[Proces
             r.fail(f"{memory / GiB:.1f} GiB do not fit GPU {target} ({total / GiB:.1f} GiB)",
                    "memory")
     return [ProcessSpec(gpu=g, pid=base_pid + rank, **common) for rank, g in enumerate(targets)]
+
+
+def _parse_torch(r: Reader) -> TorchSpec:
+    ooms = []
+    for j, item in enumerate(items(r.raw("ooms"), r, "ooms")):
+        sub = Reader(item, r.origin, f"{r.path}.ooms[{j}]", ("at", "count"))
+        ooms.append(OomEvent(at=sub.seconds("at", 0.0, negative=True) or 0.0,
+                             count=sub.integer("count", 1, low=1)))
+    return TorchSpec(
+        cache=r.number("cache", 0.1, high=1.0),
+        fragmentation=r.number("fragmentation", 0.02, high=1.0),
+        retries_per_hour=r.number("retries_per_hour", 0.0),
+        ooms=tuple(sorted(ooms, key=lambda e: e.at)),
+    )
 
 
 def _check_fits(scenario: Scenario, top: Reader) -> None:

@@ -25,15 +25,21 @@ of exited processes in the exporter's PID namespace, are deleted when the export
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import stat
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from exporter.owners import ProcfsFormatError, parse_stat
-from exporter.pidcache import CollectionScoped
+from exporter.attribution.enrich import SKIPPED_SOURCES, merge_errors
+from exporter.attribution.owners import ProcfsFormatError, parse_stat
+from exporter.attribution.pidcache import CollectionScoped
+from exporter.metrics.allocator import PUBLISHED_FIELDS
+from exporter.snapshot import GpuProcess, GpuReading, Snapshot
+
+log = logging.getLogger(__name__)
 
 #: Kind counted in ``Snapshot.errors`` for publisher files that were rejected.
 TORCH_FILE_ERROR_KIND = "torch_stats_file"
@@ -461,3 +467,55 @@ def ensure_directory(directory: str) -> Iterable[str]:
     except OSError as err:
         warnings.append(f"cannot prepare {directory}: {err.strerror or err}")
     return warnings
+
+
+class TorchEnricher:
+    """Adds the published allocator figures to the processes of a snapshot (by pid and GPU
+    uuid), as ``GpuProcess.values`` under the ``exporter.metrics.allocator`` row names.
+    Processes without a trusted, fresh file are returned as they are. Never raises."""
+
+    def __init__(self, reader: TorchStatsReader, *,
+                 skip_sources: frozenset[str] = SKIPPED_SOURCES) -> None:
+        self.reader = reader
+        self.skip_sources = skip_sources
+        self._reported_scan_error: str | None = None
+
+    def enrich(self, snapshot: Snapshot) -> Snapshot:
+        """Return a new snapshot with allocator figures where a process published them."""
+        if snapshot.source in self.skip_sources:
+            return snapshot
+        with self.reader.collection():
+            self._report_scan_error()
+            gpus = snapshot.gpus
+            if self.reader.has_files:
+                gpus = tuple(self._gpu(gpu) for gpu in snapshot.gpus)
+        errors = self.reader.take_errors()
+        if not errors and gpus is snapshot.gpus:
+            return snapshot
+        return replace(snapshot, gpus=gpus, errors=merge_errors(snapshot.errors, errors))
+
+    def _report_scan_error(self) -> None:
+        error = self.reader.scan_error
+        if error != self._reported_scan_error:
+            self._reported_scan_error = error
+            if error is not None:
+                log.warning("cannot read the torch statistics directory %s; no process gets "
+                            "allocator series until it can", error)
+
+    def _gpu(self, gpu: GpuReading) -> GpuReading:
+        if not gpu.processes:
+            return gpu
+        processes = tuple(self._process(process, gpu.identity.uuid) for process in gpu.processes)
+        return replace(gpu, processes=processes)
+
+    def _process(self, process: GpuProcess, uuid: str) -> GpuProcess:
+        file = self.reader.lookup(process.pid)
+        memory = file.device(uuid) if file is not None else None
+        if memory is None:
+            return process
+        values = dict(process.values)
+        for row_name, field_name in PUBLISHED_FIELDS.items():
+            value = getattr(memory, field_name)
+            if value is not None:
+                values[row_name] = float(value)
+        return replace(process, values=values)
