@@ -11,6 +11,7 @@ from dashboards import thresholds as t
 from dashboards.promql import NOT_OVERFLOW, PROCESS_ONLY_LABELS, num, reason_in, sel
 from dashboards.rules import AlertRule, RuleGroup
 from exporter import metrics as c
+from exporter.metrics import allocator
 
 UNCORRECTED = 'type="uncorrected"'
 # On Kubernetes the instance is a pod address; the ServiceMonitor's node label says where.
@@ -305,9 +306,53 @@ def exporter_group() -> RuleGroup:
     return RuleGroup("gpu-exporter", (exporter_down, source_down, failing, stale, errors))
 
 
+def torch_group() -> RuleGroup:
+    """Inside the process: PyTorch out-of-memory errors and allocation retries (the series
+    exist only for processes running the publisher, with ``--collector.torch``)."""
+    ooms = sel(allocator.TORCH_OOMS, NOT_OVERFLOW)
+    window = t.TORCH_OOM_WINDOW
+    oom = AlertRule(
+        alert="GpuProcessTorchOutOfMemory",
+        # The second term catches a process whose first published figures already count an
+        # OOM (increase() needs two samples of a series).
+        expr=(
+            f"increase({ooms}[{window}]) > 0\n"
+            f"or ({ooms} > 0 unless {ooms} offset {window})\n"
+        ),
+        for_="0s",
+        severity="warning",
+        summary="A process hit a CUDA out-of-memory error in PyTorch.",
+        description=(
+            "Process {{ $labels.process }} (pid {{ $labels.pid }}, user {{ $labels.user }}) "
+            f"on {_WHERE} raised {{{{ $value | humanize }}}} PyTorch out-of-memory error(s) "
+            f"in the last {window} (counted whether or not the program caught them). Compare "
+            "its tensors, cache and context on the node dashboard, then look inside the code."
+        ),
+    )
+    retries = AlertRule(
+        alert="GpuProcessTorchAllocRetries",
+        expr=(
+            f"increase({sel(allocator.TORCH_ALLOC_RETRIES, NOT_OVERFLOW)}"
+            f"[{t.TORCH_RETRIES_WINDOW}]) > {num(t.TORCH_RETRIES_THRESHOLD)}\n"
+        ),
+        for_=t.TORCH_RETRIES_FOR,
+        severity="warning",
+        summary="PyTorch keeps flushing its cache to satisfy allocations (fragmentation).",
+        description=(
+            "Process {{ $labels.process }} (pid {{ $labels.pid }}, user {{ $labels.user }}) "
+            f"on {_WHERE} retried {{{{ $value | humanize }}}} failed cudaMalloc calls in "
+            f"{t.TORCH_RETRIES_WINDOW}, for {t.TORCH_RETRIES_FOR}: each retry frees the "
+            "allocator's cache and synchronises (slow steps), and the next failure is an "
+            "out-of-memory error. Fragmentation (inactive split bytes) or a GPU shared too tightly."
+        ),
+    )
+    return RuleGroup("gpu-torch", (oom, retries))
+
+
 def groups() -> tuple[RuleGroup, ...]:
     """Every alert group, in file order."""
-    return (memory_group(), idle_group(), thermal_group(), health_group(), exporter_group())
+    return (memory_group(), idle_group(), thermal_group(), health_group(), torch_group(),
+            exporter_group())
 
 
 def all_alerts() -> tuple[AlertRule, ...]:

@@ -49,6 +49,7 @@ SPEEDS = {
     "input-starved": 1.0,
     "kubernetes-node": 1.0,
     "training-node": 1.0,
+    "torch-memory-pressure": 1.0,  # carol's job catches an OOM at 20 s simulated
 }
 #: Seconds of real time after an exporter came up at which its alerts are evaluated.
 EVAL_AFTER = 40.0
@@ -70,6 +71,8 @@ TRIGGERS: dict[str, list[tuple[str, str | None]]] = {
     "GpuPowerCapped": [("shared-workstation", "0")],
     "GpuDown": [("gpu-failure", "3")],
     "GpuEccUncorrectedErrors": [("gpu-failure", "1")],
+    "GpuProcessTorchOutOfMemory": [("torch-memory-pressure", "0")],
+    "GpuProcessTorchAllocRetries": [("torch-memory-pressure", "0")],
     "GpuExporterDown": [("down", None)],
     "GpuExporterCollectionFailing": [("gpu-failure", None)],
     "GpuExporterErrors": [("gpu-failure", None)],
