@@ -189,13 +189,20 @@ class Flag:
         return "" if self.default is None else str(self.default)
 
 
+#: Why an opt-in group is off by default (its flag's help).
+_OPT_IN_NOTES = {
+    **{group: " (opt-in: costs milliseconds per GPU)." for group in OPT_IN_GROUPS},
+    Group.TORCH: " (opt-in: PyTorch allocator figures published by processes running "
+    "gpu_exporter_torch into --torch.dir; see docs/pytorch-allocator.md).",
+}
+
+
 def _group_flags() -> list[Flag]:
     return [
         Flag(
             name=f"collector.{group.value}",
             dest=f"collector_{group.value}",
-            help=f"Collect the {group.value} metrics"
-            + (" (opt-in: costs milliseconds per GPU)." if group in OPT_IN_GROUPS else "."),
+            help=f"Collect the {group.value} metrics" + _OPT_IN_NOTES.get(group, "."),
             default=group not in OPT_IN_GROUPS,
         )
         for group in SWITCHABLE_GROUPS
