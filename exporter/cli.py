@@ -18,14 +18,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from types import FrameType
 
-import uvicorn
-
 from exporter import __version__
 from exporter.attribution.enrich import Enricher, ProcessEnricher, chain
-from exporter.attribution.kubernetes import PodResolver
 from exporter.attribution.owners import OwnerResolver, ProcfsError, check_procfs
 from exporter.attribution.passwd import PasswdFileError, check_passwd_file
-from exporter.attribution.torchstats import TorchEnricher, TorchStatsReader, ensure_directory
 from exporter.config import (
     Config,
     ConfigError,
@@ -35,10 +31,14 @@ from exporter.config import (
     unknown_env,
 )
 from exporter.logs import setup_logging
+from exporter.memory import tune_malloc
 from exporter.metrics import Group
 from exporter.scheduler import Scheduler
 from exporter.sources.base import Source
+from exporter.sources.simulated import list_presets
 from exporter.web.app import create_app
+from exporter.web.server import ServerLimits, build_server
+from exporter.web.webconfig import WebConfigError, WebConfigWatcher
 
 __all__ = ["build_enricher", "build_source", "main", "parse_config"]
 
@@ -52,8 +52,6 @@ SHUTDOWN_GRACE_SECONDS = 3
 
 def _presets() -> list[str]:
     try:
-        from exporter.sources.simulated.scenario import list_presets  # noqa: PLC0415
-
         return list_presets()
     except Exception:  # a broken install must not break --help
         return []
@@ -101,7 +99,8 @@ def build_source(config: Config) -> Source:
     if config.source == "nvml":
         from exporter.sources.nvml.source import NvmlSource  # noqa: PLC0415 (pynvml loads lazily)
 
-        return NvmlSource(hostname=config.hostname)
+        # Half the collection timeout: a hung GPU is answered down while scrapes still wait.
+        return NvmlSource(hostname=config.hostname, gpu_timeout=config.timeout / 2)
     from exporter.sources.simulated.scenario import (  # noqa: PLC0415
         ScenarioError,
         load_scenario,
@@ -134,14 +133,23 @@ def build_enricher(config: Config) -> Enricher | None:
         procfs=config.procfs, passwd_file=config.passwd_file,
         include_cmdline=config.cmdline, cgroups=config.kubernetes,
     )
-    pods = PodResolver(
-        pod_logs_dir=config.pod_logs_dir, container_logs_dir=config.container_logs_dir,
-    ) if config.kubernetes else None
+    enricher = ProcessEnricher(owners)
+    if config.kubernetes:
+        from exporter.attribution.kubernetes import PodResolver  # noqa: PLC0415 (only when on)
+
+        enricher = ProcessEnricher(owners, PodResolver(
+            pod_logs_dir=config.pod_logs_dir, container_logs_dir=config.container_logs_dir,
+        ))
     if Group.TORCH not in config.groups:
-        return ProcessEnricher(owners, pods)
+        return enricher
+    from exporter.attribution.torchstats import (  # noqa: PLC0415 (only when on)
+        TorchEnricher,
+        TorchStatsReader,
+    )
+
     reader = TorchStatsReader(config.torch_dir, procfs=config.procfs,
                               max_age=config.torch_max_age, max_files=config.torch_max_files)
-    return chain(ProcessEnricher(owners, pods), TorchEnricher(reader))
+    return chain(enricher, TorchEnricher(reader))
 
 
 #: errno values meaning "no IPv6 here" (kernel without it, or disabled in this namespace).
@@ -191,24 +199,41 @@ def _ignore_signal(signum: int, frame: FrameType | None) -> None:
     log.debug("signal %d after shutdown ignored", signum)
 
 
-def serve(config: Config, scheduler: Scheduler, sock: socket.socket) -> bool:
+class _Stop:
+    """SIGTERM/SIGINT before the server runs: remembered, then a clean exit 0 (not 143)."""
+
+    requested = False
+
+    @classmethod
+    def handler(cls, signum: int, frame: FrameType | None) -> None:
+        cls.requested = True
+
+
+def serve(config: Config, scheduler: Scheduler, sock: socket.socket,
+          watcher: WebConfigWatcher) -> bool:
     """Run uvicorn on ``sock`` until SIGTERM/SIGINT; False if the server never started."""
     app = create_app(config, scheduler)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            log_config=None,  # our logging setup applies to uvicorn's loggers too
-            access_log=config.access_log,
-            lifespan="off",
-            workers=1,
-            server_header=False,
-            timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
-        )
+    limits = ServerLimits(
+        max_connections=config.max_connections,
+        read_header_timeout=config.read_header_timeout,
+        idle_timeout=config.idle_timeout,
+        max_requests=config.max_requests,
+        max_other_requests=config.max_other_requests,
+        graceful_shutdown_seconds=SHUTDOWN_GRACE_SECONDS,
     )
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, _ignore_signal)
-    server.run(sockets=[sock])
-    return server.started
+    server, guarded, _ = build_server(
+        app, sock, watcher=watcher, limits=limits, metrics_path=config.telemetry_path,
+        access_log=config.access_log,
+    )
+    try:
+        if _Stop.requested:  # stopped while starting: nothing to serve
+            return True
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, _ignore_signal)
+        server.run(sockets=[guarded])
+        return server.started
+    finally:
+        guarded.close()
 
 
 def _fail(message: str) -> int:
@@ -218,15 +243,21 @@ def _fail(message: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the exporter; returns the exit status (see the module docstring)."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _Stop.handler)
     try:
         config = parse_config(argv, os.environ)
         check_files(config)
+        watcher = WebConfigWatcher(config.web_config_file)
         source = build_source(config)
     except SystemExit as exc:  # argparse: --help, --version, malformed command line
         return exc.code if isinstance(exc.code, int) else 2
     except ConfigError as exc:
         return _fail(str(exc))
+    except WebConfigError as exc:
+        return _fail(f"--web.config.file: {exc}")
     setup_logging(config.log_level, config.log_format)
+    tune_malloc(os.environ)  # before any thread starts
     for name in unknown_env(os.environ):
         log.warning("environment variable %s matches no flag; ignored", name)
     if config.kubernetes and config.source == "nvml":
@@ -236,6 +267,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 log.warning("%s %s is not a directory; mount the host's directory there or "
                             "processes get no pod labels", flag, path)
     if Group.TORCH in config.groups and config.source == "nvml":
+        from exporter.attribution.torchstats import ensure_directory  # noqa: PLC0415
+
         for warning in ensure_directory(config.torch_dir):  # not fatal: no allocator series
             log.warning("--torch.dir: %s", warning)
     try:
@@ -253,14 +286,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         stale_after=config.stale_after,
     )
     host, port = sock.getsockname()[:2]
+    web = watcher.current
     log.info(
-        "gpu-exporter %s listening on %s (port %d), source %s, metrics at %s",
+        "gpu-exporter %s listening on %s (port %d), source %s, metrics at %s, %s%s",
         __version__, config.listen_address, port, config.source, config.telemetry_path,
+        "TLS" if web.tls else "plain HTTP", ", basic auth" if web.users else "",
         extra={"address": f"{host}:{port}"},
     )
     scheduler.trigger()  # initialise the source now, not on the first scrape
     try:
-        started = serve(config, scheduler, sock)
+        started = serve(config, scheduler, sock, watcher)
     finally:
         scheduler.close()
         sock.close()

@@ -14,11 +14,11 @@ import argparse
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from exporter import __version__
 from exporter.metrics import OPT_IN_GROUPS, SWITCHABLE_GROUPS, Group
-from exporter.sources.simulated.scenario import list_presets
+from exporter.sources.simulated import list_presets  # not .scenario: YAML loads lazily
 from exporter.state import ExpositionOptions
 
 ENV_PREFIX = "GPU_EXPORTER_"
@@ -27,7 +27,7 @@ LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warn", "warning", "error")
 LOG_FORMATS: tuple[str, ...] = ("logfmt", "json")
 #: Paths the app serves itself; the telemetry path may not shadow them.
 RESERVED_PATHS: frozenset[str] = frozenset(
-    {"/", "/healthz", "/readyz", "/api/v1/snapshot", "/docs", "/openapi.json",
+    {"/", "/healthz", "/readyz", "/api/v1/snapshot", "/docs", "/redoc", "/openapi.json",
      "/docs/oauth2-redirect"}
 )
 
@@ -214,8 +214,25 @@ FLAGS: tuple[Flag, ...] = (
          "or :port for every interface.", ":9477", parse_listen_address, "ADDR"),
     Flag("web.telemetry-path", "telemetry_path", "Path under which metrics are served.",
          "/metrics", _parse_telemetry_path, "PATH"),
-    Flag("web.max-requests", "max_requests", "Most concurrent metric scrapes; more get 503 at "
-         "once (0 = no limit).", 40, _parse_int(0), "N"),
+    Flag("web.config.file", "web_config_file", "exporter-toolkit web config file: TLS, client "
+         "certificates, basic auth, headers (docs/security.md). Re-read when it or a "
+         "certificate changes.", None, _parse_path, "FILE"),
+    Flag("web.max-requests", "max_requests", "Most concurrent metric scrapes waiting for a "
+         "collection; more get the last collected data at once (0 = no limit).", 40,
+         _parse_int(0), "N"),
+    Flag("web.max-other-requests", "max_other_requests", "Most concurrent requests to the JSON "
+         "API, the page and the docs; more get 503 at once (0 = no limit).", 4, _parse_int(0),
+         "N"),
+    Flag("web.max-connections", "max_connections", "Most open client connections; at the limit "
+         "the one waiting longest without a request is closed to make room.", 1024,
+         _parse_int(1), "N"),
+    Flag("web.read-header-timeout", "read_header_timeout", "Time a client has to send a "
+         "request's headers (TLS handshake included) before its connection is closed.", "10s",
+         parse_duration, "DURATION"),
+    Flag("web.idle-timeout", "idle_timeout", "Idle keep-alive connections are closed after "
+         "this long.", "60s", parse_duration, "DURATION"),
+    Flag("web.api-docs", "api_docs", "Serve /docs, /redoc and /openapi.json (the first two load "
+         "scripts from a CDN in the browser).", False),
     Flag("web.timeout-offset", "timeout_offset", "Subtracted from Prometheus' "
          "X-Prometheus-Scrape-Timeout-Seconds to bound the wait for a collection.", "500ms",
          parse_duration, "DURATION"),
@@ -273,7 +290,13 @@ class Config:
 
     listen_address: ListenAddress = field(default_factory=lambda: ListenAddress(None, 9477))
     telemetry_path: str = "/metrics"
+    web_config_file: str | None = None
     max_requests: int = 40
+    max_other_requests: int = 4
+    max_connections: int = 1024
+    read_header_timeout: float = 10.0
+    idle_timeout: float = 60.0
+    api_docs: bool = False
     timeout_offset: float = 0.5
     access_log: bool = False
     source: str = "nvml"
@@ -317,9 +340,16 @@ class Config:
         )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error: not 30 lines of usage before it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def build_parser(scenario_help: str = "") -> argparse.ArgumentParser:
     """The argparse parser; every value flag is read as a string and parsed later."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="gpu-exporter",
         description="Prometheus exporter for NVIDIA GPUs: who and what is using GPU memory. "
         f"Every flag can also be set as an environment variable {ENV_PREFIX}<FLAG> "
@@ -346,6 +376,14 @@ def build_parser(scenario_help: str = "") -> argparse.ArgumentParser:
 def _value(flag: Flag, raw: Any, origin: str) -> Any:
     if flag.is_bool and isinstance(raw, bool):
         return raw
+    # Bytes that are not UTF-8 arrive as lone surrogates (surrogateescape); only file names
+    # may be such bytes: anything else ends up in labels and pages, which must be UTF-8.
+    if flag.parse is not _parse_path and not str(raw).isascii():
+        try:
+            str(raw).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigError(f"invalid value for {origin}: {raw!a} is not valid UTF-8"
+                              ) from None
     try:
         if flag.is_bool:
             return parse_bool(str(raw))
@@ -391,6 +429,10 @@ def _check(config: Config) -> None:
         raise ConfigError("--collector.stale-after must be greater than 0")
     if config.torch_max_age <= 0:
         raise ConfigError("--torch.max-age must be greater than 0")
+    for name, value in (("--web.read-header-timeout", config.read_header_timeout),
+                        ("--web.idle-timeout", config.idle_timeout)):
+        if not 0 < value <= 86400:
+            raise ConfigError(f"{name} must be between 0 and 1d")
 
 
 def unknown_env(environ: Mapping[str, str]) -> list[str]:

@@ -12,6 +12,8 @@ import sys
 import time
 from typing import TextIO
 
+from exporter.logthrottle import RepeatFilter
+
 #: ``--log.level`` values -> logging levels ("warn" as in Prometheus exporters).
 LEVELS: dict[str, int] = {
     "debug": logging.DEBUG,
@@ -75,6 +77,7 @@ def setup_logging(level: str = "info", fmt: str = "logfmt", stream: TextIO | Non
         raise ValueError(f"unknown log format {fmt!r}")
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else LogfmtFormatter())
+    handler.addFilter(RepeatFilter())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

@@ -10,6 +10,12 @@ The worker also initialises the source: ``start()`` is retried with exponential 
 (jittered) until it succeeds, and a ``SourceUnavailable`` from ``collect()`` sends it back to
 initialisation. Until then scrapes get a ``source_up=False`` snapshot saying why.
 
+A source that reads GPUs on their own threads (the NVML source) says which GPUs have a read
+hung (``hung_gpus``): it answers those GPUs ``up=False`` itself, and when its collection
+overruns (with one GPU it reads inline) the scheduler marks the hung GPUs down in the stale
+snapshot it serves, so a hung GPU never shows ``gpu_up 1``. ``/readyz`` lists hung GPUs and
+fails only when every GPU is hung.
+
 Times for ages, intervals and backoff come from the injected ``clock`` (monotonic seconds);
 waits use real time, so a test with a frozen fake clock must not leave a collection hanging.
 """
@@ -22,11 +28,12 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Protocol, runtime_checkable
 
 from exporter.attribution.enrich import Enricher
 from exporter.metrics import Group
-from exporter.snapshot import Snapshot
+from exporter.snapshot import GpuReading, Snapshot
 from exporter.sources.base import Source, SourceUnavailable
 from exporter.state import ExporterState
 
@@ -42,6 +49,21 @@ FAILED_ERROR = "collection_failed"
 ENRICH_ERROR = "enrichment"
 
 
+@runtime_checkable
+class ReportsHungGpus(Protocol):
+    """A source that can tell which GPUs have a read hung, and for how long."""
+
+    def hung_gpus(self) -> Mapping[int, float]:
+        """GPU index -> seconds its current read has run past the source's per-GPU limit."""
+        ...
+
+
+def hung_reading(reading: GpuReading, seconds: float) -> GpuReading:
+    """``reading`` as served while its GPU's NVML call has not returned for ``seconds``."""
+    return GpuReading(identity=reading.identity, up=False,
+                      error=f"NVML call has not returned for {seconds:.1f}s")
+
+
 @dataclass(frozen=True, slots=True)
 class SchedulerStats:
     """What ``/readyz`` reports about the scheduler."""
@@ -53,9 +75,18 @@ class SchedulerStats:
     last_duration_seconds: float | None
     data_age_seconds: float | None  # age of the last good data; None before the first
     next_init_in_seconds: float | None  # while initialisation is backing off
+    hung_gpus: Mapping[int, float] = field(default_factory=dict)  # index -> seconds
+    gpu_count: int = 0  # GPUs in the last snapshot
+
+    @property
+    def all_gpus_hung(self) -> bool:
+        return self.gpu_count > 0 and len(self.hung_gpus) >= self.gpu_count
 
     def reason(self, stale_after: float) -> str:
         """One sentence on why the scheduler is not ready (or "ready")."""
+        if self.all_gpus_hung:
+            gpus = ", ".join(f"GPU {i} for {s:.1f}s" for i, s in sorted(self.hung_gpus.items()))
+            return f"every GPU's NVML calls are hung: {gpus}"
         if not self.initialised:
             wait = self.next_init_in_seconds
             retry = f"; next attempt in {wait:.1f}s" if wait else ""
@@ -167,12 +198,17 @@ class Scheduler:
             now = self._clock()
             if self._generation != generation:
                 return self._build(now, timed_out=False)
-            if not self._timeout_counted:  # once per collection, however many scrapes wait
-                self._timeout_counted = True
-                self._count({TIMEOUT_ERROR: 1})
-                log.warning("collection still running after %.1fs; serving the last good data",
-                            now - self._in_flight_since, extra={"source": self._source.name})
+            self._count_overrun(now)
             return self._build(now, timed_out=True)
+
+    def latest(self) -> ExporterState:
+        """The last collected state at once: never starts or waits for a collection.
+
+        For scrapes beyond ``--web.max-requests``: they get what the waiting ones will get
+        at most one collection later, instead of a 503.
+        """
+        with self._lock:
+            return self._build(self._clock(), timed_out=False)
 
     def trigger(self) -> None:
         """Start a collection in the background if one is due (never blocks)."""
@@ -220,6 +256,8 @@ class Scheduler:
                 next_init_in_seconds=None
                 if self._initialised
                 else max(0.0, self._next_init_at - now),
+                hung_gpus=self._hung_gpus(),
+                gpu_count=0 if self._latest is None else len(self._latest.gpus),
             )
 
     def close(self, join_timeout: float = 1.0) -> None:
@@ -240,10 +278,38 @@ class Scheduler:
 
     # --- internals (called with the lock held) -------------------------------------------
 
+    def _count_overrun(self, now: float) -> None:
+        """Count a timeout once per collection, and only past the scheduler's own timeout.
+
+        A scrape whose shorter X-Prometheus-Scrape-Timeout-Seconds ran out gets stale data
+        but counts nothing: any client can send that header, and must not be able to raise
+        errors_total (and so fire the errors alert) with it.
+        """
+        since = self._in_flight_since
+        if self._timeout_counted or since is None or now - since < self._timeout:
+            return
+        self._timeout_counted = True
+        self._count({TIMEOUT_ERROR: 1})
+        log.warning("collection still running after %.1fs; serving the last good data",
+                    now - since, extra={"source": self._source.name})
+
     def _ready_locked(self) -> bool:
         good_at = self._good_at
-        return self._initialised and good_at is not None and (
-            self._clock() - good_at <= self._stale_after)
+        if not (self._initialised and good_at is not None
+                and self._clock() - good_at <= self._stale_after):
+            return False
+        gpus = 0 if self._latest is None else len(self._latest.gpus)
+        return gpus == 0 or len(self._hung_gpus()) < gpus
+
+    def _hung_gpus(self) -> Mapping[int, float]:
+        source = self._source
+        if not isinstance(source, ReportsHungGpus):
+            return {}
+        try:
+            return dict(source.hung_gpus())
+        except Exception:  # diagnostics must never break a scrape
+            log.exception("asking the source for hung GPUs failed")
+            return {}
 
     def _fresh(self, now: float) -> bool:
         return self._latest_at is not None and now - self._latest_at < self._min_interval
@@ -273,6 +339,12 @@ class Scheduler:
             running = "" if self._in_flight_since is None else " (first collection running)"
             error = self._source_error or f"no collection has finished yet{running}"
             snapshot = self._down_snapshot(self._wall(), error)
+        elif self._in_flight_since is not None and now - self._in_flight_since >= self._timeout:
+            hung = self._hung_gpus()  # the overdue collection is stuck in these GPUs' reads
+            if hung and any(g.identity.index in hung and g.up for g in snapshot.gpus):
+                snapshot = replace(snapshot, gpus=tuple(
+                    hung_reading(g, hung[g.identity.index]) if g.identity.index in hung else g
+                    for g in snapshot.gpus))
         age = max(0.0, now - since)
         return ExporterState(
             snapshot=snapshot,
@@ -289,6 +361,7 @@ class Scheduler:
 
     def _apply(self, out: _Outcome) -> None:
         self._last_duration = out.finished - out.started
+        self._count_overrun(out.finished)  # overran with no scrape waiting to see it
         if out.errors:
             self._count(out.errors)
         if out.init_error is not None or out.lost_error is not None:

@@ -18,7 +18,9 @@ from exporter.config import Config
 from exporter.metrics import Group, default_groups
 from exporter.scheduler import Scheduler
 from exporter.snapshot import GpuProcess, ProcessOwner, ProcessType, Snapshot
+from exporter.web.access import AccessMiddleware, RequestLimits
 from exporter.web.app import create_app, scrape_timeout
+from exporter.web.webconfig import WebConfig
 from tests.scheduler_fakes import FakeSource
 
 with warnings.catch_warnings():  # starlette suggests httpx2; httpx is what the project pins
@@ -50,7 +52,13 @@ def _client(
     timeout = float(config.pop("timeout", 2.0))  # type: ignore[arg-type]
     sched = Scheduler(source, None, groups=default_groups(), min_interval=1.0,
                       timeout=timeout, stale_after=30.0, jitter=0.0)
-    app = create_app(Config(timeout=timeout, **config), sched)  # type: ignore[arg-type]
+    full = Config(timeout=timeout, **config)  # type: ignore[arg-type]
+    app = AccessMiddleware(  # as served: admission in front of every route
+        create_app(full, sched),
+        limits=RequestLimits(metrics_path=full.telemetry_path, metrics=0,
+                             other=full.max_other_requests),
+        web_config=WebConfig,
+    )
     return TestClient(app), sched, source
 
 
@@ -164,10 +172,20 @@ def test_snapshot_api_and_openapi(client: TestClient) -> None:
     assert body["source_up"] is True
     assert [g["index"] for g in body["gpus"]] == [0]
     assert body["gpus"][0]["processes"][0]["pid"] == 4242
-    schema = client.get("/openapi.json").json()
-    assert "/api/v1/snapshot" in schema["paths"]
-    assert "SnapshotResponse" in schema["components"]["schemas"]
-    assert client.get("/docs").status_code == 200
+    for path in ("/openapi.json", "/docs", "/redoc"):  # off unless --web.api-docs
+        assert client.get(path).status_code == 404
+    assert 'href="/docs"' not in client.get("/").text
+
+
+def test_api_docs_behind_the_flag() -> None:
+    test_client, sched, _ = _client(api_docs=True)
+    with test_client:
+        schema = test_client.get("/openapi.json").json()
+        assert "/api/v1/snapshot" in schema["paths"]
+        assert "SnapshotResponse" in schema["components"]["schemas"]
+        assert test_client.get("/docs").status_code == 200
+        assert 'href="/docs"' in test_client.get("/").text
+    sched.close()
 
 
 def test_landing_page_escapes_and_links(client: TestClient) -> None:
@@ -176,7 +194,7 @@ def test_landing_page_escapes_and_links(client: TestClient) -> None:
     assert response.headers["content-type"].startswith("text/html")
     assert "default-src 'none'" in response.headers["content-security-policy"]
     page = response.text
-    for link in ('href="/metrics"', 'href="/api/v1/snapshot"', 'href="/docs"'):
+    for link in ('href="/metrics"', 'href="/api/v1/snapshot"'):
         assert link in page
     assert "Fake GPU" in page
     assert EVIL not in page
@@ -231,14 +249,33 @@ def test_scrape_timeout_header_bounds_the_wait() -> None:
         assert response.status_code == 200
         samples = _samples(response.text)
         assert samples[cat.DATA_AGE.name][0][1] >= 1.0
-        errors = {labels["kind"]: v for labels, v in samples[cat.ERRORS.name]}
-        assert errors.get("collection_timeout") == 1
+        errors = {labels["kind"]: v for labels, v in samples.get(cat.ERRORS.name, [])}
+        # The client's short timeout ran out, not the collector's: stale data, no error, or
+        # any client could fire the errors alert with a tiny header.
+        assert errors.get("collection_timeout") is None
         assert cat.MEMORY_USED.name in samples  # last good data still served
+        for _ in range(20):
+            test_client.get("/metrics", headers={"X-Prometheus-Scrape-Timeout-Seconds": "0.01"})
+        assert "collection_timeout" not in sched.state(0.0).errors_total
         source.gate.set()
     sched.close()
 
 
-def test_max_requests_answers_503_beyond_the_limit() -> None:
+def test_collection_overrunning_the_collector_timeout_counts_once() -> None:
+    source = ProcessSource()
+    test_client, sched, _ = _client(source, timeout=0.5, min_interval=0.0)
+    with test_client:
+        assert test_client.get("/metrics").status_code == 200
+        source.gate.clear()
+        time.sleep(1.05)
+        for _ in range(3):
+            test_client.get("/metrics", headers={"X-Prometheus-Scrape-Timeout-Seconds": "10"})
+        assert sched.state(0.0).errors_total.get("collection_timeout") == 1
+        source.gate.set()
+    sched.close()
+
+
+def test_beyond_max_requests_the_last_data_is_served_at_once() -> None:
     source = ProcessSource()
     test_client, sched, _ = _client(source, max_requests=2, timeout=10.0)
     results: list[int] = []
@@ -250,25 +287,31 @@ def test_max_requests_answers_503_beyond_the_limit() -> None:
             results.append(code)
 
     with test_client:
-        source.gate.clear()  # the first collection hangs until released
+        assert test_client.get("/metrics").status_code == 200  # one good collection
+        source.gate.clear()  # the next collection hangs until released
+        source.entered.clear()
+        time.sleep(1.05)  # older than min_interval (1 s): the next scrape collects
         workers = [threading.Thread(target=scrape) for _ in range(2)]
         for worker in workers:
             worker.start()
         assert source.entered.wait(5)
-        gate = test_client.app.state.metrics_gate  # type: ignore[attr-defined]
+        waiting = test_client.app.app.state.metrics_waiting  # type: ignore[attr-defined]
         deadline = time.monotonic() + 5
-        while gate.in_flight < 2 and time.monotonic() < deadline:
+        while waiting[0] < 2 and time.monotonic() < deadline:
             time.sleep(0.01)  # both scrapes are inside the handler, waiting on the collection
-        assert gate.in_flight == 2
-        over = test_client.get("/metrics")
-        assert over.status_code == 503
-        assert "--web.max-requests=2" in over.text
-        assert over.headers["retry-after"] == "1"
+        assert waiting[0] == 2
+        begin = time.monotonic()
+        over = test_client.get("/metrics", headers={"Accept-Encoding": "identity"})
+        assert time.monotonic() - begin < 1.0  # not queued behind the hung collection
+        assert over.status_code == 200
+        samples = _samples(over.text)
+        assert cat.MEMORY_USED.name in samples  # the last collected data
+        assert "collection_timeout" not in {
+            labels["kind"] for labels, _ in samples.get(cat.ERRORS.name, [])}
         source.gate.set()
         for worker in workers:
             worker.join(10)
         assert results == [200, 200]
-        assert test_client.get("/metrics").status_code == 200  # the slots are free again
     sched.close()
 
 

@@ -25,11 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from exporter.attribution.kubernetes import PodResolver
 from exporter.attribution.owners import OwnerResolver, OwnerStatus
 from exporter.snapshot import GpuProcess, GpuReading, Snapshot
+
+if TYPE_CHECKING:  # imported by the CLI only with --kubernetes
+    from exporter.attribution.kubernetes import PodResolver
 
 #: Sources whose snapshots are never enriched (their processes are not on this host).
 SKIPPED_SOURCES: frozenset[str] = frozenset({"simulated"})

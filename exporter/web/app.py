@@ -26,7 +26,6 @@ from exporter.exposition.json_model import SnapshotResponse
 from exporter.exposition.render import MetricsRenderer
 from exporter.scheduler import Scheduler
 from exporter.state import ExporterState
-from exporter.web.page import render_landing
 
 __all__ = ["SCRAPE_TIMEOUT_HEADER", "create_app", "scrape_timeout"]
 
@@ -63,23 +62,6 @@ def scrape_timeout(header: str | None, offset: float) -> float | None:
     return value - offset if value > 2 * offset else value / 2
 
 
-class _Gate:
-    """Counts in-flight scrapes; touched only from the event loop, so no lock is needed."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.in_flight = 0
-
-    def enter(self) -> bool:
-        if self.limit and self.in_flight >= self.limit:
-            return False
-        self.in_flight += 1
-        return True
-
-    def leave(self) -> None:
-        self.in_flight -= 1
-
-
 def create_app(
     config: Config,
     scheduler: Scheduler,
@@ -90,14 +72,17 @@ def create_app(
     options = config.exposition_options()
     # gzip level 1: ~1 ms less per fresh 8-GPU body than level 6 for ~15 % more bytes.
     metrics_renderer = renderer if renderer is not None else MetricsRenderer(gzip_level=1)
-    gate = _Gate(config.max_requests)
+    docs = config.api_docs
     app = FastAPI(
         title="gpu-exporter",
         version=__version__,
         description="Prometheus exporter for NVIDIA GPUs: who and what is using GPU memory.",
         redirect_slashes=False,  # exact paths: /metrics/ is a 404, never a redirect
+        # Off by default: /docs and /redoc load their scripts from a CDN (--web.api-docs).
+        docs_url="/docs" if docs else None,
+        redoc_url="/redoc" if docs else None,
+        openapi_url="/openapi.json" if docs else None,
     )
-    app.state.metrics_gate = gate  # in-flight scrape count, for tests and debugging
 
     def scrape(
         timeout: float | None, accept: str | None, encoding: str | None
@@ -108,23 +93,28 @@ def create_app(
         body, headers = metrics_renderer.render(state, options, accept, encoding)
         return body, headers, mid - start, time.perf_counter() - mid
 
+    waiting = [0]  # scrapes in the threadpool; only touched on the event loop
+
     async def metrics(request: Request) -> Response:
         start = time.perf_counter()
-        if not gate.enter():
-            return PlainTextResponse(
-                f"too many concurrent scrapes (--web.max-requests={gate.limit}); retry later\n",
-                status_code=503,
-                headers={**_NO_STORE, "Retry-After": "1"},
-            )
-        try:
+        accept, encoding = request.headers.get("accept"), request.headers.get("accept-encoding")
+        if config.max_requests and waiting[0] >= config.max_requests:
+            # Beyond --web.max-requests: the last collected data, at once, rendered here
+            # (its families are cached per snapshot): no thread, no wait, no 503, so a flood
+            # of scrapes cannot crowd a well-behaved scraper out.
+            state = scheduler.latest()
+            mid = time.perf_counter()
+            body, headers = metrics_renderer.render(state, options, accept, encoding)
+            state_s, render_s = mid - start, time.perf_counter() - mid
+        else:
             timeout = scrape_timeout(request.headers.get(SCRAPE_TIMEOUT_HEADER),
                                      config.timeout_offset)
-            body, headers, state_s, render_s = await run_in_threadpool(
-                scrape, timeout, request.headers.get("accept"),
-                request.headers.get("accept-encoding"),
-            )
-        finally:
-            gate.leave()
+            waiting[0] += 1
+            try:
+                body, headers, state_s, render_s = await run_in_threadpool(
+                    scrape, timeout, accept, encoding)
+            finally:
+                waiting[0] -= 1
         total = time.perf_counter() - start
         headers.update(_NO_STORE)
         headers["Server-Timing"] = (
@@ -133,6 +123,7 @@ def create_app(
         )
         return Response(content=body, headers=headers)
 
+    app.state.metrics_waiting = waiting  # for tests and debugging
     app.add_api_route(
         config.telemetry_path, metrics, methods=["GET"], response_class=PlainTextResponse,
         summary="Prometheus metrics", tags=["metrics"],
@@ -146,7 +137,7 @@ def create_app(
 
     @app.get("/readyz", tags=["health"], responses={503: {"description": "Not ready"}})
     async def readyz() -> JSONResponse:
-        """200 when the source is initialised and the data is fresh, else 503 with a reason."""
+        """200 when the source is initialised, the data fresh and some GPU answers; else 503."""
         ready = await run_in_threadpool(scheduler.await_ready, READY_WAIT_SECONDS)
         stats = scheduler.stats
         body: dict[str, Any] = {
@@ -156,6 +147,8 @@ def create_app(
             "data_age_seconds": stats.data_age_seconds,
             "collections": stats.collections,
             "last_collection_seconds": stats.last_duration_seconds,
+            # GPUs whose NVML read has not returned (served gpu_up 0): index -> seconds
+            "hung_gpus": {str(i): round(s, 3) for i, s in sorted(stats.hung_gpus.items())},
         }
         return JSONResponse(body, status_code=200 if ready else 503, headers=_NO_STORE)
 
@@ -170,10 +163,12 @@ def create_app(
         refresh: int = Query(0, ge=0, le=3600, description="Reload every N seconds (0: never)."),
     ) -> HTMLResponse:
         """Landing page: links and a live table of GPUs and top processes by memory."""
+        from exporter.web.page import render_landing  # noqa: PLC0415 (a scrape never needs it)
+
         state: ExporterState = await run_in_threadpool(scheduler.state)
         page = render_landing(
             state, version=__version__, metrics_path=config.telemetry_path,
-            refresh_seconds=refresh,
+            refresh_seconds=refresh, api_docs=docs,
         )
         return HTMLResponse(page, headers=_PAGE_HEADERS)
 

@@ -131,10 +131,12 @@ def render_landing(
     metrics_path: str,
     refresh_seconds: int = 0,
     now: float | None = None,
+    api_docs: bool = False,
 ) -> str:
     """The landing page HTML for ``state``.
 
-    ``refresh_seconds`` > 0 adds a meta refresh (no JavaScript, so a strict CSP holds).
+    ``refresh_seconds`` > 0 adds a meta refresh (no JavaScript, so a strict CSP holds);
+    ``api_docs`` links /docs (served only with --web.api-docs).
 
     Raises:
         OSError: the template is missing from the installed package.
@@ -173,4 +175,5 @@ def render_landing(
         process_rows="\n".join(process_rows),
         rendered_at=_e(rendered),
         refresh_note=refresh_note,
+        docs_link='<a href="/docs">API docs</a>' if api_docs else "",
     )

@@ -42,6 +42,36 @@ _SELECTOR = {
     "additionalProperties": False,
     "properties": {"matchLabels": _STR_MAP, "matchExpressions": {"type": "array"}},
 }
+_SECRET_KEY = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["key"],
+    "properties": {"name": {"type": "string"}, "key": {"type": "string"},
+                   "optional": {"type": "boolean"}},
+}
+_SECRET_OR_CONFIGMAP = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {"secret": _SECRET_KEY, "configMap": _SECRET_KEY},
+}
+#: SafeTLSConfig (ServiceMonitor endpoints also take caFile/certFile/keyFile).
+_TLS_CONFIG = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "ca": _SECRET_OR_CONFIGMAP, "cert": _SECRET_OR_CONFIGMAP, "keySecret": _SECRET_KEY,
+        "serverName": {"type": "string"}, "insecureSkipVerify": {"type": "boolean"},
+        "minVersion": {"enum": ["TLS10", "TLS11", "TLS12", "TLS13"]},
+        "maxVersion": {"enum": ["TLS10", "TLS11", "TLS12", "TLS13"]},
+        "caFile": {"type": "string"}, "certFile": {"type": "string"},
+        "keyFile": {"type": "string"},
+    },
+}
+_BASIC_AUTH = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {"username": _SECRET_KEY, "password": _SECRET_KEY},
+}
 _ENDPOINT = {
     "type": "object",
     "additionalProperties": False,
@@ -52,6 +82,9 @@ _ENDPOINT = {
         "interval": DURATION,
         "scrapeTimeout": DURATION,
         "honorLabels": {"type": "boolean"},
+        "scheme": {"enum": ["http", "https", "HTTP", "HTTPS"]},
+        "tlsConfig": _TLS_CONFIG,
+        "basicAuth": _BASIC_AUTH,
         "relabelings": {"type": "array", "items": _RELABEL},
         "metricRelabelings": {"type": "array", "items": _RELABEL},
     },

@@ -333,7 +333,8 @@ def test_everything_else_is_wired_through() -> None:
 def test_scrape_annotations_for_clusters_without_the_operator() -> None:
     meta = _daemonset(_render("defaults-without-operator"))["spec"]["template"]["metadata"]
     assert meta["annotations"] == {"prometheus.io/scrape": "true", "prometheus.io/port": "9477",
-                                   "prometheus.io/path": "/metrics"}
+                                   "prometheus.io/path": "/metrics",
+                                   "prometheus.io/scheme": "http"}
 
 
 def test_notes_say_how_to_check_and_name_real_metrics() -> None:

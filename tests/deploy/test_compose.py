@@ -98,13 +98,21 @@ def test_exporter_accepts_the_compose_arguments(name: str) -> None:
         assert variable in {f.env for f in FLAGS}, f"{name}: {variable} is no exporter flag"
 
 
+def test_every_port_is_published_on_loopback_by_default() -> None:
+    for name, svc in compose()["services"].items():
+        for port in svc.get("ports", []):
+            assert with_defaults(port).startswith("127.0.0.1:"), f"{name}: {port}"
+
+
 def test_both_exporters_answer_to_the_scraped_name() -> None:
     prometheus = (DOCKER / "prometheus" / "prometheus.yml").read_text(encoding="utf-8")
     targets = re.findall(r'targets: \["([^"]+)"\]', prometheus)
     host, port = targets[0].split(":")
     for name in EXPORTERS:
         assert host in service(name)["networks"]["default"]["aliases"]
-        assert service(name)["ports"] == [f"{port}:{port}"]
+        # Published on loopback unless PUBLISH_ADDRESS says otherwise (docs/security.md).
+        assert [with_defaults(p) for p in service(name)["ports"]] == [
+            f"127.0.0.1:{port}:{port}"]
     dockerfile = (DOCKER / "Dockerfile").read_text(encoding="utf-8")
     assert re.search(rf"^EXPOSE {port}$", dockerfile, re.MULTILINE)
 

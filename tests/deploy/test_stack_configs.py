@@ -19,6 +19,7 @@ from tests.deploy.stack import (
     host_path,
     rule_files,
     service,
+    with_defaults,
 )
 
 PROVISIONING = DOCKER / "grafana" / "provisioning"
@@ -146,7 +147,7 @@ def test_datasource_provisioning_is_valid() -> None:
     assert prometheus["isDefault"] is True
     # The URL names the compose service and the port Prometheus listens on.
     assert prometheus["url"] == "http://prometheus:9090"
-    assert "9090:9090" in service("prometheus")["ports"]
+    assert "127.0.0.1:9090:9090" in [with_defaults(p) for p in service("prometheus")["ports"]]
 
 
 def test_dashboard_provisioning_points_at_the_mounted_dashboards() -> None:

@@ -3,7 +3,8 @@ test fake (two H200-like GPUs; GPU 0 holds a 6 GiB context of this very process,
 lookup in the real ``/proc`` finds it).
 
 ``GPU_EXPORTER_TEST_HANG=<nvml function>`` makes that call block forever from the start (a hung
-driver), to test that the server stays responsive and still shuts down cleanly.
+driver), to test that the server stays responsive and still shuts down cleanly;
+``GPU_EXPORTER_TEST_HANG_GPU=<index>`` limits the hang to that GPU.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ def main() -> int:
     fake = FakeNvml([h200(0, memory_used=7 << 30), h200(1)])
     fake.gpus[0].compute = [FakeProcess(pid=os.getpid(), used_memory=6 << 30)]
     hang = os.environ.pop("GPU_EXPORTER_TEST_HANG", "")
+    hang_gpu = os.environ.pop("GPU_EXPORTER_TEST_HANG_GPU", "")
     if hang:
-        fake.hang(hang)
+        fake.hang(hang, gpu=int(hang_gpu) if hang_gpu else None)
     sys.modules["pynvml"] = fake
     from exporter.cli import main as cli_main  # noqa: PLC0415 (after the fake is in place)
 

@@ -46,7 +46,7 @@ def test_nvml_source_with_owner_enrichment() -> None:
 
 
 def test_hung_nvml_call_keeps_serving_and_shuts_down() -> None:
-    env = {"GPU_EXPORTER_TEST_HANG": "nvmlDeviceGetUtilizationRates"}
+    env = {"GPU_EXPORTER_TEST_HANG": "nvmlDeviceGetUtilizationRates"}  # every GPU hangs
     with ExporterProcess("--source", "nvml", "--collector.timeout", "300ms",
                          env=env, module=MODULE, wait_ready=False) as proc:
         timings = []
@@ -60,15 +60,39 @@ def test_hung_nvml_call_keeps_serving_and_shuts_down() -> None:
         begin = time.monotonic()
         code = proc.stop(signal.SIGTERM)
         stop_seconds = time.monotonic() - begin
-    assert timings[0] < 2.0  # bounded by --collector.timeout
-    assert max(timings[1:]) < 0.5  # an overdue collection is not waited for again
+    assert timings[0] < 2.0  # bounded by half of --collector.timeout per GPU
+    assert max(timings[1:]) < 0.5  # hung GPUs are not waited for again
     text = response.text
-    assert _samples(text, cat.SOURCE_UP.name)[0][1] == 0.0  # nothing collected yet
+    assert _samples(text, cat.SOURCE_UP.name)[0][1] == 1.0  # NVML itself answers
+    assert [v for _, v in _samples(text, cat.GPU_UP.name)] == [0.0, 0.0]
     errors = {labels["kind"]: v for labels, v in _samples(text, cat.ERRORS.name)}
-    assert errors.get("collection_timeout") == 1
+    assert errors.get("gpu_timeout") == 2  # once per hung GPU, however many scrapes
     assert ready.status_code == 503
+    assert "every GPU's NVML calls are hung" in ready.json()["reason"]
+    assert ready.json()["hung_gpus"].keys() == {"0", "1"}
     assert code == 0
     assert stop_seconds < 6
+
+
+def test_one_hung_gpu_does_not_stale_the_others() -> None:
+    env = {"GPU_EXPORTER_TEST_HANG": "nvmlDeviceGetUtilizationRates",
+           "GPU_EXPORTER_TEST_HANG_GPU": "1"}
+    with ExporterProcess("--source", "nvml", "--collector.timeout", "400ms",
+                         "--collector.min-interval", "0", env=env, module=MODULE,
+                         wait_ready=False) as proc:
+        texts = [httpx.get(proc.url("/metrics"), timeout=10).text for _ in range(4)]
+        ready = httpx.get(proc.url("/readyz"), timeout=10)
+    for text in texts:
+        up = {labels["gpu"]: v for labels, v in _samples(text, cat.GPU_UP.name)}
+        assert up == {"0": 1.0, "1": 0.0}
+        used = {labels["gpu"]: v for labels, v in _samples(text, cat.MEMORY_USED.name)}
+        assert used == {"0": float(7 << 30)}  # the hung GPU shows no stale reading
+        assert _samples(text, cat.DATA_AGE.name)[0][1] < 0.4  # the others stay fresh
+    errors = {labels["kind"]: v for labels, v in _samples(texts[-1], cat.ERRORS.name)}
+    assert errors.get("gpu_timeout") == 1
+    assert "collection_timeout" not in errors
+    assert ready.status_code == 200  # GPU 0 is served fresh
+    assert ready.json()["hung_gpus"].keys() == {"1"}
 
 
 def test_kubernetes_without_log_mounts_warns_and_serves(tmp_path: Path) -> None:

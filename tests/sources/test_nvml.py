@@ -140,8 +140,9 @@ def test_old_driver_falls_back_and_probes_once() -> None:
     fake.old_driver()  # no memory v2, TemperatureV, ClocksEventReasons, *_v3 process lists
     fake.gpus[0].compute = [FakeProcess(pid=321, used_memory=1 << 30)]
     source = started(fake)
-    for _ in range(2):
-        snap = source.collect(default_groups())
+    source.collect(default_groups())
+    probes = sum(fake.calls[("nvmlDeviceGetComputeRunningProcesses_v3", i)] for i in (0, 1))
+    snap = source.collect(default_groups())
     g = snap.gpus[0]
     assert g.value("gpu_memory_reserved_bytes") is None  # reserved exists only in v2
     # v1 "used" includes the driver reserve
@@ -157,9 +158,11 @@ def test_old_driver_falls_back_and_probes_once() -> None:
     assert fake.calls[("nvmlDeviceGetMemoryInfo_v2", 0)] == 1
     assert fake.calls[("nvmlDeviceGetTemperatureV", 0)] == 1
     assert fake.calls[("nvmlDeviceGetCurrentClocksEventReasons", 1)] == 1
-    # The process-list variant is probed once for the whole driver, not per GPU.
-    assert fake.calls[("nvmlDeviceGetComputeRunningProcesses_v3", 0)] == 1
-    assert fake.calls[("nvmlDeviceGetComputeRunningProcesses_v3", 1)] == 0
+    # The process-list variant is probed for the whole driver: GPUs read concurrently may both
+    # try the missing one in the first collection, never again afterwards.
+    assert 1 <= probes <= 2
+    assert sum(fake.calls[("nvmlDeviceGetComputeRunningProcesses_v3", i)] for i in (0, 1)) == (
+        probes)
     assert snap.errors == {}
 
 

@@ -183,7 +183,8 @@ def test_clean_entries_without_known_total_checks_sign_only() -> None:
 
 
 def test_newest_samples_keeps_last_seen_when_empty() -> None:
-    ratios, last = newest_samples([], 1234)
+    ratios, last, unreadable = newest_samples([], 1234)
+    assert unreadable == 0
     assert ratios == {}
     assert last == 1234
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -108,6 +109,7 @@ class ProcessLister:
             candidates.append((base + " (v1)", v1))
         self._candidates = candidates
         self._chosen = 0
+        self._step_down = threading.Lock()
         self._mismatch: type[BaseException] | tuple[()] = getattr(
             nvml, "NVMLLibraryMismatchError", ()
         )
@@ -125,8 +127,8 @@ class ProcessLister:
         Raises:
             NVMLError: from the driver, or FunctionNotFound when no variant exists.
         """
-        while self._chosen < len(self._candidates):
-            name, fn = self._candidates[self._chosen]
+        while (chosen := self._chosen) < len(self._candidates):
+            name, fn = self._candidates[chosen]
             try:
                 return fn(handle)
             except self._mismatch:
@@ -134,8 +136,10 @@ class ProcessLister:
             except self._nvml.NVMLError as exc:
                 if getattr(exc, "value", None) != FUNCTION_NOT_FOUND:
                     raise
-            log.info("%s is not in this driver; trying an older process-list call", name)
-            self._chosen += 1
+            with self._step_down:  # GPUs read concurrently: step down once per variant
+                if self._chosen == chosen:
+                    log.info("%s is not in this driver; trying an older process-list call", name)
+                    self._chosen += 1
         raise self._nvml.NVMLError(FUNCTION_NOT_FOUND)
 
 
@@ -215,22 +219,26 @@ def merge_processes(
     return tuple(processes)
 
 
-def newest_samples(samples: Iterable[Any], last_seen: int) -> tuple[dict[int, float], int]:
-    """Per-pid SM utilisation (0..1) from the newest sample of each pid, and the new last-seen.
+def newest_samples(samples: Iterable[Any], last_seen: int) -> tuple[dict[int, float], int, int]:
+    """Per-pid SM utilisation (0..1) from the newest sample of each pid, the new last-seen,
+    and how many samples could not be read (skipped: one odd sample never fails the GPU).
 
     Values are clamped to 0..100 % first: zombie contexts have been seen reporting garbage.
     """
     best: dict[int, tuple[int, float]] = {}
     newest = last_seen
+    unreadable = 0
     for sample in samples:
-        pid = int(sample.pid)
-        stamp = int(sample.timeStamp)
+        try:
+            pid, stamp, sm = int(sample.pid), int(sample.timeStamp), int(sample.smUtil)
+        except (AttributeError, TypeError, ValueError, OverflowError):
+            unreadable += 1
+            continue
         newest = max(newest, stamp)
         previous = best.get(pid)
         if previous is None or stamp >= previous[0]:
-            sm = min(max(int(sample.smUtil), 0), 100)
-            best[pid] = (stamp, sm / 100.0)
-    return {pid: ratio for pid, (_, ratio) in best.items()}, newest
+            best[pid] = (stamp, min(max(sm, 0), 100) / 100.0)
+    return {pid: ratio for pid, (_, ratio) in best.items()}, newest, unreadable
 
 
 def process_utilization_call(nvml: ModuleType) -> Callable[[Any, int], Sequence[Any]] | None:

@@ -254,8 +254,10 @@ class GpuReader:
             samples = self.call(gpu, "process_utilization", calls.process_utilization,
                                 gpu.last_seen_timestamp)
             if samples is not None:
-                utilization, gpu.last_seen_timestamp = newest_samples(
+                utilization, gpu.last_seen_timestamp, unreadable = newest_samples(
                     samples, gpu.last_seen_timestamp)
+                if unreadable:
+                    self.count("process_utilization_sample", unreadable)
         return merge_processes(compute, graphics, utilization)
 
 

@@ -5,12 +5,16 @@ enabled field groups of every GPU. One GPU that is lost or refuses a handle is r
 ``up=False`` with its error and retried next collection; the others are unaffected. Fields a
 GPU does not support are asked for once and then left ``None``. Only when NVML as a whole stops
 answering (uninitialised, driver unloaded or upgraded) does ``collect`` raise
-``SourceUnavailable`` so that the scheduler re-initialises. Hung calls are the scheduler's
-business (it runs ``collect`` in a worker with a deadline).
+``SourceUnavailable`` so that the scheduler re-initialises.
+
+Each GPU is read on its own thread (``workers``; inline when there is one GPU), so the slow
+calls of different GPUs overlap and a GPU whose call hangs is answered ``up=False`` after
+``gpu_timeout`` while the others are served fresh; ``hung_gpus`` tells the scheduler which.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import logging
@@ -38,6 +42,7 @@ from exporter.sources.nvml.reader import (
     placeholder_identity,
     read_identity,
 )
+from exporter.sources.nvml.workers import Failed, GpuWorkers, Hung
 
 log = logging.getLogger(__name__)
 
@@ -67,19 +72,28 @@ def _binding_version() -> str | None:
         return None
 
 
+#: What one GPU's read hands back: the reading, its error counts, and a fatal NVML message.
+_GpuResult = tuple[GpuReading, dict[str, int], str | None]
+#: Seconds one GPU's reads may take before it is answered down for that collection.
+DEFAULT_GPU_TIMEOUT = 2.5
+
+
 class NvmlSource:
     """``Source`` implementation over NVML. ``nvml`` replaces ``import pynvml`` (tests)."""
 
     name = "nvml"
 
-    def __init__(self, *, hostname: str | None = None, nvml: ModuleType | None = None) -> None:
+    def __init__(self, *, hostname: str | None = None, nvml: ModuleType | None = None,
+                 gpu_timeout: float = DEFAULT_GPU_TIMEOUT) -> None:
         self._hostname = hostname or socket.gethostname()
+        self.gpu_timeout = gpu_timeout
         self._injected = nvml
         self._nvml: ModuleType | None = None
         self._calls: NvmlCalls | None = None
         self._gpus: list[GpuState] = []
         self._throttle_cache: dict[int, dict[str, float]] = {}
         self._started = False
+        self._workers: GpuWorkers[_GpuResult] = GpuWorkers(gpu_timeout)
         self._lock = threading.Lock()  # start/close may come from another thread than collect
         self.driver_version: str | None = None
         self.cuda_driver_version: str | None = None
@@ -139,6 +153,7 @@ class NvmlSource:
                 ) from exc
             self._nvml = nvml
             self._calls = calls
+            self._workers = GpuWorkers(self.gpu_timeout)  # a hung thread of a past start stays
             self._gpus = []
             for index in range(count):
                 gpu = GpuState(index=index, identity=placeholder_identity(index))
@@ -170,36 +185,33 @@ class NvmlSource:
         taken_at = time.time()
         began = time.perf_counter()
         errors: dict[str, int] = {}
-        reader = GpuReader(calls, errors, self._throttle_cache)
+        # One thread per GPU (inline for one GPU): slow calls overlap, a hung GPU hangs alone.
+        reads = {gpu.index: functools.partial(self._read_gpu, calls, gpu, groups)
+                 for gpu in self._gpus}
         readings: list[GpuReading] = []
         fatal: list[str] = []
-        for gpu in self._gpus:
-            if gpu.handle is None:
-                code = self._acquire(gpu)
-                if gpu.handle is None:
-                    reader.count(GPU_DOWN_KINDS.get(code or 0, "gpu_open_failed"))
-                    if code in FATAL_CODES:
-                        fatal.append(gpu.error or "")
-                    readings.append(GpuReading(identity=gpu.identity, up=False, error=gpu.error))
-                    continue
-            try:
-                readings.append(reader.read(gpu, groups))
-            except GpuDown as down:
-                log.warning("GPU %d down: %s", gpu.index, down.message)
-                reader.count(down.kind)
-                gpu.handle = None  # re-acquired next collection
-                gpu.error = down.message
-                readings.append(GpuReading(identity=gpu.identity, up=False, error=down.message))
-            except NvmlFatal as broken:
-                fatal.append(broken.message)
-                reader.count("nvml_unavailable")
-                readings.append(GpuReading(identity=gpu.identity, up=False,
-                                           error=f"NVML unavailable: {broken.message}"))
-            except Exception as exc:  # an odd NVML answer must not hide the other GPUs
-                log.exception("GPU %d: unexpected error while reading", gpu.index)
-                reader.count("nvml_unexpected")
-                readings.append(GpuReading(identity=gpu.identity, up=False,
-                                           error=f"unexpected error: {exc!r}"))
+        for gpu, outcome in zip(self._gpus, self._workers.run(reads).values(), strict=True):
+            if isinstance(outcome, Hung):
+                if outcome.new:  # counted once per hang, however long it lasts
+                    log.warning("GPU %d: NVML call has not returned after %.1fs; reporting the "
+                                "GPU down until it does", gpu.index, outcome.seconds)
+                    errors["gpu_timeout"] = errors.get("gpu_timeout", 0) + 1
+                readings.append(GpuReading(identity=gpu.identity, up=False, error=(
+                    f"NVML call has not returned for {outcome.seconds:.1f}s")))
+                continue
+            if isinstance(outcome, Failed):  # _read_gpu maps every error; a bug lands here
+                log.error("GPU %d: reading failed: %r", gpu.index, outcome.error)
+                reading, gpu_errors, fatal_message = (
+                    GpuReading(identity=gpu.identity, up=False,
+                               error=f"unexpected error: {outcome.error!r}"),
+                    {"nvml_unexpected": 1}, None)
+            else:
+                reading, gpu_errors, fatal_message = outcome.value
+            for kind, n in gpu_errors.items():
+                errors[kind] = errors.get(kind, 0) + n
+            if fatal_message is not None:
+                fatal.append(fatal_message)
+            readings.append(reading)
         if self._gpus and len(fatal) == len(self._gpus):
             self.close()
             raise SourceUnavailable(f"NVML stopped working: {fatal[0]}; re-initialising")
@@ -215,10 +227,53 @@ class NvmlSource:
             errors=errors,
         )
 
+    def _read_gpu(self, calls: NvmlCalls, gpu: GpuState, groups: frozenset[Group]) -> _GpuResult:
+        """One GPU's reading (never raises: every failure is a down reading)."""
+        errors: dict[str, int] = {}  # per GPU: reads of different GPUs run concurrently
+        reader = GpuReader(calls, errors, self._throttle_cache)
+        if gpu.handle is None:
+            code = self._acquire(gpu)
+            if gpu.handle is None:
+                reader.count(GPU_DOWN_KINDS.get(code or 0, "gpu_open_failed"))
+                return (GpuReading(identity=gpu.identity, up=False, error=gpu.error), errors,
+                        (gpu.error or "") if code in FATAL_CODES else None)
+        try:
+            return reader.read(gpu, groups), errors, None
+        except GpuDown as down:
+            log.warning("GPU %d down: %s", gpu.index, down.message)
+            reader.count(down.kind)
+            gpu.handle = None  # re-acquired next collection
+            gpu.error = down.message
+            return GpuReading(identity=gpu.identity, up=False, error=down.message), errors, None
+        except NvmlFatal as broken:
+            reader.count("nvml_unavailable")
+            return (GpuReading(identity=gpu.identity, up=False,
+                               error=f"NVML unavailable: {broken.message}"), errors,
+                    broken.message)
+        except Exception as exc:  # an odd NVML answer must not hide the other GPUs
+            log.exception("GPU %d: unexpected error while reading", gpu.index)
+            reader.count("nvml_unexpected")
+            return (GpuReading(identity=gpu.identity, up=False,
+                               error=f"unexpected error: {exc!r}"), errors, None)
+
+    def hung_gpus(self) -> dict[int, float]:
+        """GPU index -> seconds its current read has run, for reads past ``gpu_timeout``."""
+        return {index: seconds for index, seconds in self._workers.busy().items()
+                if seconds >= self.gpu_timeout}
+
     def close(self) -> None:
-        """Shut NVML down (idempotent); ``start`` may be called again afterwards."""
+        """Shut NVML down (idempotent); ``start`` may be called again afterwards.
+
+        While a GPU's read is stuck in NVML, the library is left initialised: shutting it down
+        under a running call is not safe.
+        """
         with self._lock:
-            if self._nvml is not None and self._started:
+            self._workers.close()
+            stuck = self._workers.busy()
+            if stuck:
+                log.warning("NVML left initialised: reads of GPU(s) %s have not returned",
+                            ", ".join(map(str, sorted(stuck))))
+            elif self._nvml is not None and self._started:
                 self._shutdown(self._nvml)
             self._started = False
             self._gpus = []

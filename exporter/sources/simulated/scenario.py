@@ -62,6 +62,7 @@ from typing import Any
 import yaml
 
 from exporter.snapshot import ProcessType
+from exporter.sources.simulated import list_presets
 from exporter.sources.simulated.gpu_models import GPU_MODELS, GpuModel
 from exporter.sources.simulated.scenario_fields import Reader, ScenarioError, items, kind
 
@@ -316,11 +317,6 @@ def _check_fits(scenario: Scenario, top: Reader) -> None:
 # --- loading ---------------------------------------------------------------------------------
 def _preset_dir() -> Any:
     return resources.files("exporter.sources.simulated").joinpath("scenarios")
-
-
-def list_presets() -> list[str]:
-    """Names of the bundled presets, sorted."""
-    return sorted(f.name[:-5] for f in _preset_dir().iterdir() if f.name.endswith(".yaml"))
 
 
 _SYNTHETIC_RE = re.compile(r"^synthetic:(\d+)x(\d+)$")

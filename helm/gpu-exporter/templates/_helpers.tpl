@@ -81,3 +81,27 @@ host process, must not be filled in with the exporter's pod).
 {{ toYaml . }}
 {{- end }}
 {{- end }}
+
+{{/* http or https: monitor.scheme, else https when the web config turns TLS on. */}}
+{{- define "gpu-exporter.scheme" -}}
+{{- if .Values.monitor.scheme -}}
+{{- .Values.monitor.scheme -}}
+{{- else if .Values.webConfig.tls -}}
+https
+{{- else -}}
+http
+{{- end -}}
+{{- end }}
+
+{{/* scheme, tlsConfig and basicAuth of a ServiceMonitor/PodMonitor endpoint. */}}
+{{- define "gpu-exporter.monitorAuth" -}}
+scheme: {{ include "gpu-exporter.scheme" . }}
+{{- with .Values.monitor.tlsConfig }}
+tlsConfig:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.monitor.basicAuth }}
+basicAuth:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,272 @@
+"""Open connections, bounded and timed out at the socket, before any HTTP parsing.
+
+uvicorn closes a keep-alive connection that stays idle after a response, but a connection
+that never sends a complete request head (idle from the start, a slowloris dribbling header
+bytes, a TLS handshake that never finishes) is kept forever, and nothing bounds how many
+are open: ~1,100 of them exhausted file descriptors and stopped every scrape. Here:
+
+- ``GuardedSocket`` is the listening socket; its ``accept()`` (called by asyncio's accept
+  loop) registers each connection in a ``ConnectionTable`` and closes it again at once when
+  the table is full and no connection can be evicted;
+- the table bounds open connections: at the limit, the connection that has waited longest
+  (at least a second) without ever completing a request head (still handshaking or sending
+  it) is shut down to make room; only when there are none, the longest-idle keep-alive one;
+  otherwise the newcomer is closed. A flood of idle or half-sent connections cannot push
+  out a scraper's keep-alive connection;
+- a sweep every ``SWEEP_SECONDS`` shuts down connections past their deadline: the request
+  head must be complete within ``header_timeout`` of the connection (or of the first byte
+  after an idle spell), and an idle keep-alive connection lasts ``idle_timeout``;
+- ``guarded_protocol`` is uvicorn's h11 protocol reporting those transitions, and checking
+  ``client_allowed_sans`` of a verified client certificate.
+
+Everything runs on the event loop thread; ``shutdown(SHUT_RDWR)`` lets asyncio see EOF and
+close the transport (and the file descriptor) the normal way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+__all__ = ["ConnectionTable", "GuardedSocket", "guarded_protocol"]
+
+log = logging.getLogger(__name__)
+
+#: How often overdue connections are looked for (the timeouts' resolution).
+SWEEP_SECONDS = 0.5
+
+
+class State(enum.Enum):
+    """Where a connection is; only BUSY ones (a request in progress) are never evicted."""
+
+    NEW = "new"  # accepted: TLS handshake and the first request head still to come
+    READING = "reading"  # bytes of a request head arrived after an idle spell
+    BUSY = "busy"  # a request is being served
+    IDLE = "idle"  # keep-alive, between requests
+    CLOSING = "closing"  # shut down by us, waiting for asyncio to close it
+
+
+@dataclass(slots=True)
+class _Entry:
+    sock: socket.socket
+    state: State
+    since: float  # when the state began
+    deadline: float | None  # when the connection is overdue (None: never)
+
+
+class ConnectionTable:
+    """Every open connection of the server, by file descriptor."""
+
+    def __init__(self, limit: int, header_timeout: float, idle_timeout: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.limit = limit
+        self.header_timeout = header_timeout
+        self.idle_timeout = idle_timeout
+        self.grace = min(1.0, header_timeout / 2)
+        self._clock = clock
+        self._entries: dict[int, _Entry] = {}
+        self._sweep: asyncio.TimerHandle | None = None
+        self.refused = 0  # closed at accept: full of busy connections
+        self.evicted = 0  # shut down to make room for a new one
+        self.timed_out = 0  # shut down past their deadline
+        self.accepted = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def counts(self) -> dict[str, int]:
+        """Open connections by state (for tests and debugging)."""
+        out = {state.value: 0 for state in State}
+        for entry in self._entries.values():
+            out[entry.state.value] += 1
+        return out
+
+    # --- from the socket ---------------------------------------------------------------------
+
+    def admit(self, sock: socket.socket) -> bool:
+        """Register a just-accepted connection; False if it must be closed (table full)."""
+        now = self._clock()
+        active = sum(1 for e in self._entries.values() if e.state is not State.CLOSING)
+        if active >= self.limit and not self._evict_one(now):
+            self.refused += 1
+            log.warning("connection limit reached (%d open, none evictable); refusing "
+                        "connections", len(self._entries))
+            return False
+        self._entries[sock.fileno()] = _Entry(sock, State.NEW, now, now + self.header_timeout)
+        self.accepted += 1
+        self._schedule_sweep()
+        return True
+
+    def release(self, fd: int) -> None:
+        """The connection's socket is being closed."""
+        self._entries.pop(fd, None)
+
+    # --- from the protocol -------------------------------------------------------------------
+
+    def mark(self, fd: int, state: State) -> None:
+        """A connection changed state (BUSY, IDLE or READING)."""
+        entry = self._entries.get(fd)
+        if entry is None or entry.state is State.CLOSING or entry.state is state:
+            return
+        if state is State.READING and entry.state is not State.IDLE:
+            return  # NEW keeps its deadline from accept
+        now = self._clock()
+        entry.state, entry.since = state, now
+        entry.deadline = {
+            State.BUSY: None,
+            State.IDLE: now + self.idle_timeout,
+            State.READING: now + self.header_timeout,
+        }.get(state)
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _shut(self, entry: _Entry) -> None:
+        entry.state, entry.deadline = State.CLOSING, None
+        with contextlib.suppress(OSError):  # already gone: asyncio closes it
+            entry.sock.shutdown(socket.SHUT_RDWR)
+
+    def _evict_one(self, now: float) -> bool:
+        # Connections that never finished a request head (idle from the start, slowloris,
+        # stalled handshakes) go first, oldest first, once older than ``grace`` (in a burst of
+        # accepts the newest would otherwise push out those accepted just before, whose data
+        # is not read yet). Keep-alive connections, which have served a request, go only when
+        # there are no such connections at all: a flood of new connections is refused rather
+        # than allowed to push a working scraper's connection out.
+        fresh = [e for e in self._entries.values() if e.state is State.NEW]
+        if fresh:
+            oldest = min(fresh, key=lambda e: e.since)
+            if oldest.since > now - self.grace:
+                return False
+        else:
+            proven = [e for e in self._entries.values()
+                      if e.state in (State.IDLE, State.READING)]
+            if not proven:
+                return False
+            oldest = min(proven, key=lambda e: e.since)
+        self._shut(oldest)
+        self.evicted += 1
+        return True
+
+    def sweep(self) -> int:
+        """Shut down every overdue connection; returns how many."""
+        now = self._clock()
+        overdue = [e for e in self._entries.values()
+                   if e.deadline is not None and e.deadline <= now]
+        for entry in overdue:
+            self._shut(entry)
+        self.timed_out += len(overdue)
+        if overdue:
+            log.debug("closed %d connections past their header or idle timeout", len(overdue))
+        return len(overdue)
+
+    def _run_sweep(self) -> None:
+        self._sweep = None
+        self.sweep()
+        self._schedule_sweep()
+
+    def _schedule_sweep(self) -> None:
+        if self._sweep is not None or not self._entries:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # outside a loop (unit tests call sweep() themselves)
+            return
+        self._sweep = loop.call_later(SWEEP_SECONDS, self._run_sweep)
+
+
+class _TrackedSocket(socket.socket):
+    """An accepted connection that leaves its table when closed."""
+
+    table: ConnectionTable | None = None
+
+    def close(self) -> None:
+        table, self.table = self.table, None
+        if table is not None and self.fileno() >= 0:
+            table.release(self.fileno())
+        super().close()
+
+
+class GuardedSocket(socket.socket):
+    """A listening socket whose ``accept()`` enforces the table's limit.
+
+    ``before_accept`` runs first (the web config's reload check, so that a rotated
+    certificate is used from the very next handshake).
+    """
+
+    table: ConnectionTable
+    before_accept: Callable[[], Any] | None = None
+
+    @classmethod
+    def wrap(cls, sock: socket.socket, table: ConnectionTable,
+             before_accept: Callable[[], Any] | None = None) -> GuardedSocket:
+        """Take over ``sock`` (which is detached and must not be used afterwards)."""
+        guarded = cls(sock.family, sock.type, sock.proto, fileno=sock.detach())
+        guarded.table = table
+        guarded.before_accept = before_accept
+        return guarded
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        if self.before_accept is not None:
+            self.before_accept()
+        fd, address = self._accept()  # type: ignore[attr-defined]
+        conn = _TrackedSocket(self.family, self.type, self.proto, fileno=fd)
+        if not self.table.admit(conn):
+            conn.close()
+            # asyncio's accept loop treats this as "nothing more to accept right now".
+            raise ConnectionAbortedError("connection limit reached")
+        conn.table = self.table
+        return conn, address
+
+
+def _peer_names(peercert: Any) -> set[str]:
+    names: set[str] = set()
+    for kind, value in (peercert or {}).get("subjectAltName", ()):
+        if kind in ("DNS", "IP Address", "email", "URI"):
+            names.add(str(value))
+    return names
+
+
+def guarded_protocol(
+    table: ConnectionTable, allowed_sans: Callable[[], frozenset[str]] | None = None,
+) -> type[H11Protocol]:
+    """uvicorn's h11 protocol reporting its state to ``table``.
+
+    ``allowed_sans`` returns the web config's ``client_allowed_sans`` (empty: any verified
+    client certificate is accepted).
+    """
+
+    class GuardedH11Protocol(H11Protocol):
+        _fd = -1
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            raw = transport.get_extra_info("socket")
+            self._fd = raw.fileno() if raw is not None else -1
+            wanted = allowed_sans() if allowed_sans is not None else frozenset()
+            if wanted and not (_peer_names(transport.get_extra_info("peercert")) & wanted):
+                log.warning("client certificate has none of client_allowed_sans; closing")
+                transport.abort()
+
+        def _in_request(self) -> bool:
+            return self.cycle is not None and not self.cycle.response_complete
+
+        def data_received(self, data: bytes) -> None:
+            table.mark(self._fd, State.READING)
+            super().data_received(data)
+            if self._in_request():
+                table.mark(self._fd, State.BUSY)
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            table.mark(self._fd, State.BUSY if self._in_request() else State.IDLE)
+
+    return GuardedH11Protocol

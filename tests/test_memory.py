@@ -1,0 +1,35 @@
+"""glibc malloc settings applied at start-up unless the user set them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from exporter.memory import SETTINGS, tune_malloc
+
+
+def test_applies_every_setting_the_environment_leaves_open() -> None:
+    calls: list[tuple[int, int]] = []
+
+    def mallopt(parameter: int, value: int) -> int:
+        calls.append((parameter, value))
+        return 1
+
+    applied = tune_malloc({"MALLOC_ARENA_MAX": "4"}, mallopt)
+    assert applied == ["MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"]
+    assert calls == [(parameter, value) for variable, parameter, value in SETTINGS
+                     if variable != "MALLOC_ARENA_MAX"]
+
+
+def test_a_refused_setting_is_not_reported_as_applied() -> None:
+    assert tune_malloc({}, lambda parameter, value: 0) == []
+
+
+def test_real_glibc_accepts_the_settings() -> None:
+    # In a child: the settings must not leak into the test process.
+    code = ("import os; from exporter.memory import tune_malloc; "
+            "print(','.join(tune_malloc(os.environ)))")
+    env = {"PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=env, timeout=60).stdout.strip()
+    assert out == ",".join(variable for variable, _, _ in SETTINGS)

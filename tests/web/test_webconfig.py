@@ -1,0 +1,168 @@
+"""--web.config.file parsing: the exporter-toolkit format, strictly (one line per problem)."""
+
+from __future__ import annotations
+
+import os
+import ssl
+from pathlib import Path
+
+import bcrypt
+import pytest
+
+from exporter.web.webconfig import (
+    WebConfigError,
+    WebConfigWatcher,
+    load_web_config,
+)
+from tests.web.tlsfiles import Authority
+
+HASH = bcrypt.hashpw(b"secret", bcrypt.gensalt(4)).decode()
+
+
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory: pytest.TempPathFactory) -> Authority:
+    return Authority(tmp_path_factory.mktemp("pki"))
+
+
+def _write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "web.yml"
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def _tls(ca: Authority, extra: str = "") -> str:
+    server = ca.issue("server", "exporter")
+    return (f"tls_server_config:\n  cert_file: {server.cert}\n  key_file: {server.key}\n"
+            + extra)
+
+
+def test_full_file_parses(tmp_path: Path, ca: Authority) -> None:
+    text = _tls(ca, f"  client_ca_file: {ca.files.cert}\n  min_version: TLS13\n"
+                "  cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256]\n"
+                "  client_allowed_sans: [prometheus]\n") + (
+        "http_server_config:\n  http2: true\n  headers:\n    X-Frame-Options: deny\n"
+        f"basic_auth_users:\n  prom: '{HASH}'\n"
+        "rate_limit:\n  interval: 10ms\n  burst: 50\n"
+        "unauthenticated_paths: [/healthz]\n")
+    config = load_web_config(_write(tmp_path, text))
+    assert config.tls is not None
+    assert config.tls.verify_mode is ssl.CERT_REQUIRED  # a CA alone means verify and require
+    assert config.tls.min_version is ssl.TLSVersion.TLSv1_3
+    assert config.tls.client_allowed_sans == {"prometheus"}
+    assert config.users == {"prom": HASH.encode()}
+    assert config.headers == (("X-Frame-Options", "deny"),)
+    assert config.rate_limit is not None
+    assert config.rate_limit.burst == 50
+    assert config.unauthenticated_paths == {"/healthz"}
+
+
+def test_relative_files_are_relative_to_the_config(tmp_path: Path) -> None:
+    Authority(tmp_path).issue("srv", "exporter")
+    config = load_web_config(_write(tmp_path, "tls_server_config:\n  cert_file: srv.crt\n"
+                                              "  key_file: srv.key\n"))
+    assert config.tls is not None
+    assert config.tls.cert_file == str(tmp_path / "srv.crt")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("basic_auth_user:\n  a: b\n", "unknown key 'basic_auth_user'"),
+        ("basic_auth_users:\n  prom: secret\n", "not a bcrypt hash"),
+        (f"basic_auth_users:\n  'a:b': '{HASH}'\n", "without ':'"),
+        ("tls_server_config:\n  cert_file: /nonexistent.crt\n  key_file: /nonexistent.key\n",
+         "cannot read /nonexistent.crt"),
+        ("tls_server_config:\n  key_file: /etc/hostname\n", "needs cert_file"),
+        ("http_server_config:\n  headers:\n    Set-Cookie: a\n", "unknown key 'Set-Cookie'"),
+        ("http_server_config:\n  headers:\n    X-Frame-Options: \"a\\r\\nb\"\n", "one line"),
+        ("http_server_config:\n  http2: maybe\n", "true or false"),
+        ("rate_limit:\n  interval: soon\n", "not a duration"),
+        ("rate_limit:\n  interval: 1s\n  burst: 0\n", "burst"),
+        ("unauthenticated_paths: [/metrics]\n", "/metrics cannot be opened"),
+        ("[1, 2]\n", "expected a mapping"),
+        ("a: [\n", "line"),
+        ("a: &x [1]\nb: *x\n", "aliases"),
+        ("a: " + "[" * 50 + "]" * 50 + "\n", "nested deeper"),
+    ],
+)
+def test_bad_files_fail_with_one_line(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(WebConfigError, match=None) as info:
+        load_web_config(_write(tmp_path, text))
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("  min_version: TLS14\n", "unknown version 'TLS14'"),
+        ("  min_version: TLS13\n  max_version: TLS12\n", "min_version is above max_version"),
+        ("  cipher_suites: [TLS_RSA_WITH_RC4_128_SHA]\n", "unknown or insecure"),
+        ("  client_auth_type: RequireAnyClientCert\n", "not supported"),
+        ("  client_auth_type: RequireAndVerifyClientCert\n", "needs client_ca_file"),
+        ("  curve_preferences: [X25519]\n", "curve_preferences is not supported"),
+        ("  client_allowed_sans: [x]\n", "needs client_auth_type"),
+        ("  colour: red\n", "unknown key 'colour'"),
+    ],
+)
+def test_bad_tls_settings(tmp_path: Path, ca: Authority, extra: str, message: str) -> None:
+    with pytest.raises(WebConfigError) as info:
+        load_web_config(_write(tmp_path, _tls(ca, extra)))
+    assert message in str(info.value)
+
+
+def test_mismatched_key_and_unreadable_certificate(tmp_path: Path, ca: Authority) -> None:
+    one, other = ca.issue("one", "one"), ca.issue("other", "other")
+    with pytest.raises(WebConfigError, match="cannot load the certificate and key"):
+        load_web_config(_write(tmp_path, f"tls_server_config:\n  cert_file: {one.cert}\n"
+                                         f"  key_file: {other.key}\n"))
+    garbage = tmp_path / "garbage.crt"
+    garbage.write_text("not a certificate\n", encoding="utf-8")
+    with pytest.raises(WebConfigError, match="cannot load the certificate and key"):
+        load_web_config(_write(tmp_path, f"tls_server_config:\n  cert_file: {garbage}\n"
+                                         f"  key_file: {one.key}\n"))
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_unreadable_key(tmp_path: Path, ca: Authority) -> None:
+    pair = ca.issue("locked", "locked")
+    pair.key.chmod(0)
+    with pytest.raises(WebConfigError, match="key_file: cannot read"):
+        load_web_config(_write(tmp_path, f"tls_server_config:\n  cert_file: {pair.cert}\n"
+                                         f"  key_file: {pair.key}\n"))
+
+
+def test_inline_certificate_and_key(tmp_path: Path, ca: Authority) -> None:
+    pair = ca.issue("inline", "inline")
+    cert = pair.cert.read_text(encoding="utf-8").replace("\n", "\n    ")
+    key = pair.key.read_text(encoding="utf-8").replace("\n", "\n    ")
+    config = load_web_config(_write(
+        tmp_path, f"tls_server_config:\n  cert: |\n    {cert}\n  key: |\n    {key}\n"))
+    assert config.tls is not None
+    assert config.tls.cert_pem is not None
+
+
+def test_watcher_reloads_users_and_keeps_last_good(tmp_path: Path) -> None:
+    path = _write(tmp_path, f"basic_auth_users:\n  prom: '{HASH}'\n")
+    now = [0.0]
+    watcher = WebConfigWatcher(path, check_interval=1.0, clock=lambda: now[0])
+    Path(path).write_text(f"basic_auth_users:\n  other: '{HASH}'\n", encoding="utf-8")
+    assert not watcher.maybe_reload()  # throttled
+    now[0] = 2.0
+    assert watcher.maybe_reload()
+    assert set(watcher.current.users) == {"other"}
+    Path(path).write_text("basic_auth_users:\n  other: plaintext\n", encoding="utf-8")
+    now[0] = 4.0
+    assert not watcher.maybe_reload()
+    assert set(watcher.current.users) == {"other"}  # the bad file did not replace it
+    assert watcher.reload_failures == 1
+
+
+def test_watcher_refuses_turning_tls_on(tmp_path: Path, ca: Authority) -> None:
+    path = _write(tmp_path, f"basic_auth_users:\n  prom: '{HASH}'\n")
+    now = [0.0]
+    watcher = WebConfigWatcher(path, clock=lambda: now[0])
+    Path(path).write_text(_tls(ca), encoding="utf-8")
+    now[0] = 5.0
+    assert not watcher.maybe_reload()
+    assert watcher.current.tls is None
