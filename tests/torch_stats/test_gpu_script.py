@@ -22,7 +22,8 @@ def test_gpu_script_passes_on_fakes(tmp_path: Path) -> None:
         [sys.executable, "scripts/gpu/check_torch_publisher.py", "--fake", "--port",
          str(free_port()), "--json", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])},
     )
     print(done.stdout[-6000:], done.stderr[-3000:])
     assert done.returncode == 0

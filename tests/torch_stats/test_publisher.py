@@ -18,6 +18,9 @@ import gpu_exporter_torch as publisher
 from gpu_exporter_torch import Publisher, read_self_stat, sample
 
 MIB = 1 << 20
+#: The repository root: subprocesses import the publisher from the source tree, installed or not
+#: (the GPU machine runs these tests from an unpacked archive).
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _only_file(directory: Path) -> Path:
@@ -37,7 +40,8 @@ def test_import_loads_only_the_standard_library(tmp_path: Path) -> None:
         """
     )
     done = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
 
@@ -160,7 +164,7 @@ def _run(code: str, env: dict[str, str], *args: str) -> subprocess.CompletedProc
 
 def _env(fake_torch_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_EXPORTER_TORCH")}
-    env["PYTHONPATH"] = str(fake_torch_path)
+    env["PYTHONPATH"] = os.pathsep.join([str(fake_torch_path), str(ROOT)])
     env.update(extra)
     return env
 
@@ -284,11 +288,13 @@ def test_real_cpu_torch_publishes_nothing_and_stays_uninitialised(shared_dir: Pa
         print(writer.publish_once(), gpu_exporter_torch.sample(torch),
               torch.cuda.is_initialized(), writer.errors)
     """
-    check = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True,
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    check = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, env=env,
                            check=False)
     if check.returncode != 0:
         pytest.skip("torch is not installed here")
-    done = _run(code, dict(os.environ))
+    done = _run(code, env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "[]", "False", "0"]
     assert list(shared_dir.iterdir()) == []
