@@ -17,9 +17,10 @@ integers below 2**63, at most ``MAX_DEVICES`` devices per file. Each rejected fi
 counted once in ``take_errors()`` under ``torch_stats_file``.
 
 Cost: one ``scandir`` plus one ``lstat`` per file per collection; a file is read and parsed
-only when its (inode, size, mtime) changed. Files older than ``max_age`` seconds are ignored
-(their process stopped publishing); files not rewritten for ``remove_after`` seconds, and files
-of exited processes in the exporter's PID namespace, are deleted when the exporter may.
+only when its (inode, size, mtime) changed. Files older than ``max_age`` seconds (or three of
+the publisher's own intervals, if longer) are ignored (their process stopped publishing);
+files not rewritten for ``remove_after`` seconds, and files of exited processes in the
+exporter's PID namespace, are deleted when the exporter may.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ class TorchFile:
     owner_uid: int
     mtime: float
     devices: tuple[tuple[str, TorchMemory], ...]  # (GPU uuid as NVML spells it, figures)
+    interval: float = 0.0  # the publisher's seconds between writes (0: not given)
 
     def device(self, uuid: str) -> TorchMemory | None:
         """The figures for the GPU with this NVML uuid, or None."""
@@ -92,9 +94,9 @@ class TorchFileError(ValueError):
     """A publisher file is malformed (message names what is wrong)."""
 
 
-def parse_document(data: bytes, *, mtime: float) -> tuple[int, int, int, tuple[
+def parse_document(data: bytes, *, mtime: float) -> tuple[int, int, int, float, tuple[
         tuple[str, TorchMemory], ...]]:
-    """(pid, start ticks, pid namespace, devices) from a file's bytes.
+    """(pid, start ticks, pid namespace, interval, devices) from a file's bytes.
 
     Raises:
         TorchFileError: not JSON, unknown format, or a field of the wrong type or range.
@@ -110,6 +112,10 @@ def parse_document(data: bytes, *, mtime: float) -> tuple[int, int, int, tuple[
     pid = _count(document, "pid")
     start_ticks = _count(document, "start_ticks")
     pid_namespace = _count(document, "pid_namespace")
+    interval = document.get("interval_seconds", 0.0)
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) \
+            or not 0 <= interval <= 3600:
+        raise TorchFileError("interval_seconds must be a number in 0..3600")
     devices = document.get("devices")
     if not isinstance(devices, list) or len(devices) > MAX_DEVICES:
         raise TorchFileError(f"devices must be a list of at most {MAX_DEVICES}")
@@ -133,7 +139,7 @@ def parse_document(data: bytes, *, mtime: float) -> tuple[int, int, int, tuple[
             published_at=mtime,
         )
         parsed.append((uuid, memory))
-    return pid, start_ticks, pid_namespace, tuple(parsed)
+    return pid, start_ticks, pid_namespace, float(interval), tuple(parsed)
 
 
 def _optional_count(mapping: dict[str, object], key: str) -> int | None:
@@ -235,7 +241,8 @@ class TorchStatsReader(CollectionScoped[_Process, TorchFile | None]):
                 version = self._version(name, info)
                 versions[name] = version
                 file = version.file
-                if file is not None and now - file.mtime <= self._max_age:
+                if file is not None and now - file.mtime <= max(self._max_age,
+                                                                3 * file.interval):
                     index.setdefault((file.pid, file.start_ticks), []).append(file)
             self._versions, self._index = versions, index
             if now - self._last_cleanup >= self._cleanup_interval:
@@ -293,7 +300,7 @@ class TorchStatsReader(CollectionScoped[_Process, TorchFile | None]):
             raise TorchFileError("file too large")
         match = _NAME.match(name)
         assert match is not None  # _list keeps matching names only
-        pid, start_ticks, pid_namespace, devices = parse_document(
+        pid, start_ticks, pid_namespace, interval, devices = parse_document(
             data, mtime=opened.st_mtime
         )
         if (pid, start_ticks, pid_namespace) != tuple(int(g) for g in match.groups()):
@@ -306,6 +313,7 @@ class TorchStatsReader(CollectionScoped[_Process, TorchFile | None]):
             owner_uid=opened.st_uid,
             mtime=opened.st_mtime,
             devices=devices,
+            interval=interval,
         )
 
     def _cleanup(self, now: float) -> None:

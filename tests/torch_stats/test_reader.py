@@ -192,6 +192,17 @@ def test_stale_files_are_ignored(shared_dir: Path, procfs: Path) -> None:
     assert not stats.has_files
 
 
+def test_a_slow_publisher_has_three_of_its_intervals(shared_dir: Path, procfs: Path) -> None:
+    write_file(shared_dir, 77, 5000, fields={"interval_seconds": 120})
+    host_process(procfs, 77, uid=os.getuid(), start_ticks=5000)
+    clock = Clock(_mtime_now(shared_dir))
+    stats = reader(shared_dir, procfs, clock=clock, max_age=60.0)
+    clock.now += 300
+    assert lookup(stats, 77) is not None
+    clock.now += 61
+    assert lookup(stats, 77) is None
+
+
 # --- hostile and broken input ----------------------------------------------------------------
 @pytest.mark.parametrize(
     ("overrides", "devices"),
@@ -208,6 +219,9 @@ def test_stale_files_are_ignored(shared_dir: Path, procfs: Path) -> None:
         ({}, [{"uuid": "GPU-\n", "allocated_bytes": 1, "reserved_bytes": 1}]),
         ({}, [{"uuid": UUID0, "allocated_bytes": 1, "reserved_bytes": 1}] * 65),
         ({"devices": "many"}, None),
+        ({"interval_seconds": "5"}, None),
+        ({"interval_seconds": -1}, None),
+        ({"interval_seconds": 1e9}, None),
     ],
 )
 def test_malformed_files_are_rejected_and_counted_once(
