@@ -33,3 +33,15 @@ def test_real_glibc_accepts_the_settings() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, env=env, timeout=60).stdout.strip()
     assert out == ",".join(variable for variable, _, _ in SETTINGS)
+
+
+def test_start_up_leaves_out_what_a_scrape_never_needs() -> None:
+    # YAML and the simulator (NVML users), Kubernetes code (--kubernetes off), the landing
+    # page and the JSON models (loaded on their first request): each costs resident memory.
+    lazy = ("yaml", "exporter.sources.simulated.scenario", "exporter.attribution.kubernetes",
+            "exporter.web.page", "exporter.exposition.json_model")
+    code = ("import sys, exporter.cli; "
+            f"print(','.join(m for m in {lazy!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60).stdout.strip()
+    assert out == ""

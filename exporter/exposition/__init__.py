@@ -2,7 +2,8 @@
 
 Public API (what ``exporter/app.py`` uses)::
 
-    from exporter.exposition import MetricsRenderer, SnapshotResponse
+    from exporter.exposition import MetricsRenderer
+    from exporter.exposition.json_model import SnapshotResponse  # pydantic: imported lazily
 
     renderer = MetricsRenderer()              # one per app; thread-safe; process_*=True
     body, headers = renderer.render(state, options, accept, accept_encoding)
@@ -27,22 +28,18 @@ Also available:
 
 Modules: ``families`` (metric row -> family), ``gpu`` (per-GPU rows), ``processes``
 (per-process/per-user, cap, overflow), ``self_metrics``, ``collector``, ``render``,
-``json_model``.
+``json_model`` (not re-exported here: its pydantic models load on the first JSON request).
 """
 
 from __future__ import annotations
 
 from exporter.exposition.collector import ExporterCollector, build_registry, snapshot_families
-from exporter.exposition.json_model import GpuModel, ProcessModel, SnapshotResponse
 from exporter.exposition.render import MetricsRenderer, gzip_accepted, negotiate
 from exporter.exposition.self_metrics import collection_success, self_families
 
 __all__ = [
     "ExporterCollector",
-    "GpuModel",
     "MetricsRenderer",
-    "ProcessModel",
-    "SnapshotResponse",
     "build_registry",
     "collection_success",
     "gzip_accepted",

@@ -22,7 +22,6 @@ from starlette.concurrency import run_in_threadpool
 
 from exporter import __version__
 from exporter.config import Config
-from exporter.exposition.json_model import SnapshotResponse
 from exporter.exposition.render import MetricsRenderer
 from exporter.scheduler import Scheduler
 from exporter.state import ExporterState
@@ -60,6 +59,12 @@ def scrape_timeout(header: str | None, offset: float) -> float | None:
     if not math.isfinite(value) or value <= 0:
         return None
     return value - offset if value > 2 * offset else value / 2
+
+
+def _snapshot_model() -> type[Any]:
+    from exporter.exposition.json_model import SnapshotResponse  # noqa: PLC0415
+
+    return SnapshotResponse
 
 
 def create_app(
@@ -152,11 +157,18 @@ def create_app(
         }
         return JSONResponse(body, status_code=200 if ready else 503, headers=_NO_STORE)
 
-    @app.get("/api/v1/snapshot", response_model=SnapshotResponse, tags=["api"])
-    async def snapshot() -> SnapshotResponse:
+    async def snapshot() -> JSONResponse:
         """The snapshot a scrape would serve now, as typed JSON."""
+        from exporter.exposition.json_model import SnapshotResponse  # noqa: PLC0415 (lazy)
+
         state: ExporterState = await run_in_threadpool(scheduler.state)
-        return SnapshotResponse.from_state(state, options)
+        model = SnapshotResponse.from_state(state, options)
+        return JSONResponse(model.model_dump(mode="json", by_alias=True))
+
+    # The pydantic models (~1.5 MB resident) load on the first JSON request; with the API docs
+    # on they load at start so that /openapi.json describes the response.
+    app.add_api_route("/api/v1/snapshot", snapshot, methods=["GET"], tags=["api"],
+                      response_model=_snapshot_model() if docs else None)
 
     @app.get("/", response_class=HTMLResponse, tags=["page"])
     async def landing(

@@ -29,8 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from exporter.boundedyaml import YamlLimitError, load_bounded
-
 __all__ = [
     "OPENABLE_PATHS",
     "RateLimit",
@@ -360,6 +358,9 @@ def load_web_config(path: str) -> WebConfig:
             raw = handle.read((1 << 20) + 1)
     except OSError as exc:
         raise WebConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    # YAML loads only when a web config file is given (resident memory of the default setup).
+    from exporter.boundedyaml import YamlLimitError, load_bounded  # noqa: PLC0415
+
     try:
         text = raw.decode("utf-8")
         data = load_bounded(text, max_bytes=1 << 20, max_depth=8, max_nodes=10_000)

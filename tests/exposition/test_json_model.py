@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from fastapi import FastAPI
 
-from exporter.exposition import SnapshotResponse
+from exporter.exposition.json_model import SnapshotResponse
 from exporter.metrics import Group
 from exporter.snapshot import PodRef, ProcessOwner
 from exporter.state import ExpositionOptions, default_groups
