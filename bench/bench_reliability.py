@@ -343,6 +343,17 @@ BAD_INPUTS: list[tuple[list[str], dict[str, str], str]] = [
      "a: &a [x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a]\nc: [*b,*b,*b,*b,*b,*b]\n"),
     (["--web.config.file", "{dir}/deep.yml"], {}, "a: " + "[" * 5000 + "]" * 5000 + "\n"),
     (["--source", "simulated", "--scenario", "synthetic:99999999x99999999"], {}, ""),
+    (["--source", "simulated", "--scenario", "{dir}/inf.yaml"], {},
+     "gpus: [{model: Tesla T4}]\nprocesses: [{gpu: 0, user: a, memory: .inf}]\n"),
+    (["--source", "simulated", "--scenario", "{dir}/nan.yaml"], {},
+     "gpus: [{model: Tesla T4, idle_celsius: .nan}]\n"),
+    (["--source", "simulated", "--scenario", "{dir}/scenario-bomb.yaml"], {},
+     "a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\n"
+     "c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\nd: [*c,*c,*c,*c,*c,*c,*c,*c,*c]\n"),
+    (["--source", "simulated", "--scenario", "{dir}/scenario-deep.yaml"], {},
+     "gpus: " + "[" * 100000 + "]" * 100000 + "\n"),
+    (["--source", "simulated", "--scenario", "{dir}/huge-pid.yaml"], {},
+     "gpus: [{model: Tesla T4}]\nprocesses: [{gpu: 0, user: a, pid: 99999999999999999999}]\n"),
 ]
 
 

@@ -1,15 +1,17 @@
 """The alerting rules, grouped so each group can be switched off on its own.
 
-Every alert name starts with ``Gpu``; every expression reads raw exporter metrics (never a
-recording rule), so the alert groups work whether or not the recording groups are loaded.
-Thresholds come from ``dashboards.thresholds``.
+Every alert name starts with ``Gpu``; every expression reads raw exporter metrics or recording
+rules defined earlier in its own group (Prometheus evaluates a group's rules in order), so each
+alert group works whether or not the recording groups are loaded. No alert reads per-process
+series: those are summed per user by a recording rule first, so alerts stay few (per GPU, per
+user and host) and cheap at fleet scale. Thresholds come from ``dashboards.thresholds``.
 """
 
 from __future__ import annotations
 
 from dashboards import thresholds as t
 from dashboards.promql import NOT_OVERFLOW, PROCESS_ONLY_LABELS, num, reason_in, sel
-from dashboards.rules import AlertRule, RuleGroup
+from dashboards.rules import AlertRule, RecordingRule, RuleGroup
 from exporter import metrics as c
 from exporter.metrics import allocator
 
@@ -25,8 +27,16 @@ used, total = c.MEMORY_USED.name, c.MEMORY_TOTAL.name
 util = c.UTILIZATION.name
 
 
+#: Per GPU, the leak trend the forecast alert and the users dashboard's forecast panels share.
+MEMORY_TREND = f"instance_gpu:{used}:deriv{t.LEAK_WINDOW}"
+MEMORY_FORECAST = (
+    f"instance_gpu:{used}:predict_linear{t.LEAK_WINDOW}_{t.LEAK_HORIZON_SECONDS}s"
+)
+
+
 def memory_group() -> RuleGroup:
-    """Memory nearly full, and the leak forecast."""
+    """Memory nearly full, and the leak forecast (its trend recorded first, for the dashboards:
+    a forecast panel then reads one sample per GPU and step instead of a window)."""
     almost_full = AlertRule(
         alert="GpuMemoryAlmostFull",
         expr=f"{used} / {total} > {num(t.MEMORY_USED_RATIO)}",
@@ -40,11 +50,15 @@ def memory_group() -> RuleGroup:
         ),
     )
     horizon = t.LEAK_HORIZON_SECONDS
+    trend = RecordingRule(MEMORY_TREND, f"deriv({used}[{t.LEAK_WINDOW}])")
+    forecast_value = RecordingRule(
+        MEMORY_FORECAST, f"predict_linear({used}[{t.LEAK_WINDOW}], {horizon})"
+    )
     forecast = AlertRule(
         alert="GpuMemoryExhaustionForecast",
         expr=(
-            f"({total} - {used}) / deriv({used}[{t.LEAK_WINDOW}])\n"
-            f"and predict_linear({used}[{t.LEAK_WINDOW}], {horizon}) > {total}\n"
+            f"({total} - {used}) / {MEMORY_TREND}\n"
+            f"and {MEMORY_FORECAST} > {total}\n"
             f"and predict_linear({used}[{t.LEAK_RECENT_WINDOW}], {horizon}) > {total}\n"
             f"and delta({used}[{t.LEAK_WINDOW}]) > {num(t.LEAK_MIN_GROWTH_RATIO)} * {total}\n"
         ),
@@ -57,18 +71,65 @@ def memory_group() -> RuleGroup:
             "A process is probably leaking (tensors kept alive, a growing cache)."
         ),
     )
-    return RuleGroup("gpu-memory", (almost_full, forecast))
+    return RuleGroup("gpu-memory", (trend, forecast_value, almost_full, forecast))
+
+
+#: Labels that tell one user's processes on a host apart (GPU, pid, name, uid, pod ...).
+_PER_USER = PROCESS_ONLY_LABELS
+IDLE_MEMORY_NOW = f"instance_user:{c.PROCESS_MEMORY.name.replace('_used_', '_idle_')}:sum"
+IDLE_MEMORY = (
+    f"instance_user:{c.PROCESS_MEMORY.name.replace('_used_', '_idle_')}"
+    f":min_over_time{t.IDLE_AVG_WINDOW}"
+)
+USER_UTILIZATION_MAX = f"instance_user:{c.PROCESS_UTILIZATION.name}:max"
+GPU_UTILIZATION_AVG = f"instance_gpu:{util}:avg_over_time{t.IDLE_AVG_WINDOW}"
+
+
+def idle_records() -> tuple[RecordingRule, ...]:
+    """Per user and host (and per GPU), what the idle alerts and the fleet panels read.
+
+    Per-process series are read once per evaluation, instantly (one sample each) and summed per
+    user: the group's cost grows with processes only by a plain aggregation, and every window
+    (``*_over_time``) runs on per-user or per-GPU series. A process counts as idle at an
+    evaluation when it holds more than ``IDLE_PROCESS_MEMORY_BYTES`` and its utilisation is
+    under ``IDLE_UTILIZATION_RATIO``; the window's minimum of that per-user sum is memory that
+    stayed idle for the whole window. A user with a process over the floor gets a series even
+    when nothing is idle (0), so the minimum sees the busy moments too. Each process series is
+    selected once and matched once (the group's only per-process work).
+    """
+    proc_mem = sel(c.PROCESS_MEMORY, NOT_OVERFLOW)
+    proc_util = sel(c.PROCESS_UTILIZATION, NOT_OVERFLOW)
+    window = t.IDLE_AVG_WINDOW
+    return (
+        RecordingRule(
+            IDLE_MEMORY_NOW,
+            f"sum without ({_PER_USER}) (\n"
+            f"  ({proc_mem} > {num(t.IDLE_PROCESS_MEMORY_BYTES)})\n"
+            f"  * ({proc_util} < bool {num(t.IDLE_UTILIZATION_RATIO)})\n"
+            ")\n",
+        ),
+        RecordingRule(IDLE_MEMORY, f"min_over_time({IDLE_MEMORY_NOW}[{window}])"),
+        RecordingRule(
+            USER_UTILIZATION_MAX,
+            f"max without ({_PER_USER}) ({c.PROCESS_UTILIZATION.name})",
+        ),
+        RecordingRule(GPU_UTILIZATION_AVG, f"avg_over_time({util}[{window}])"),
+    )
 
 
 def idle_group() -> RuleGroup:
-    """Memory held while nothing runs, and GPUs starved by their input."""
-    idle_avg = f"avg_over_time({util}[{t.IDLE_AVG_WINDOW}])"
+    """Memory held while nothing runs, and GPUs starved by their input.
+
+    At most one alert per GPU (held idle, starved) and one per user and host (idle processes,
+    all of a user's processes idle): never one per process. Which processes they are is on the
+    node dashboard's *Idle processes* table and in ``gpu-exporter report``.
+    """
     gpu_idle = AlertRule(
         alert="GpuMemoryHeldIdle",
         expr=(
             f"{used}\n"
             f"and {used} / {total} > {num(t.IDLE_GPU_MEMORY_RATIO)}\n"
-            f"and {idle_avg} < {num(t.IDLE_UTILIZATION_RATIO)}\n"
+            f"and {GPU_UTILIZATION_AVG} < {num(t.IDLE_UTILIZATION_RATIO)}\n"
         ),
         for_=t.IDLE_FOR,
         severity="warning",
@@ -79,23 +140,19 @@ def idle_group() -> RuleGroup:
             "notebook or a hung job is blocking it for everyone else."
         ),
     )
-    proc_mem = sel(c.PROCESS_MEMORY, NOT_OVERFLOW)
-    proc_util = sel(c.PROCESS_UTILIZATION, NOT_OVERFLOW)
     process_idle = AlertRule(
         alert="GpuProcessIdle",
-        expr=(
-            f"{proc_mem} > {num(t.IDLE_PROCESS_MEMORY_BYTES)}\n"
-            f"and avg_over_time({proc_util}[{t.IDLE_AVG_WINDOW}]) "
-            f"< {num(t.IDLE_UTILIZATION_RATIO)}\n"
-        ),
+        expr=f"{IDLE_MEMORY} > 0",
         for_=t.IDLE_FOR,
         severity="warning",
-        summary="A process holds GPU memory without using the GPU.",
+        summary="A user's GPU processes hold memory without using the GPU.",
         description=(
-            "Process {{ $labels.process }} (pid {{ $labels.pid }}, user {{ $labels.user }}) "
-            f"holds {{{{ $value | humanize1024 }}}}B on {_WHERE} with under "
-            f"{t.IDLE_UTILIZATION_RATIO:.0%} utilisation for {t.IDLE_FOR}. Ask its owner to "
-            "stop it or free the memory."
+            "Processes of user {{ $labels.user }} on " + _HOST + " hold "
+            "{{ $value | humanize1024 }}B of GPU memory without using it: each holds over "
+            f"{num(t.IDLE_PROCESS_MEMORY_BYTES / t.GIB)} GiB and stayed under "
+            f"{t.IDLE_UTILIZATION_RATIO:.0%} utilisation for {t.IDLE_AVG_WINDOW}, for "
+            f"{t.IDLE_FOR}. The node dashboard's Idle processes table (or gpu-exporter report) "
+            "names them; ask the user to stop them or free the memory."
         ),
     )
     user_idle = AlertRule(
@@ -103,9 +160,8 @@ def idle_group() -> RuleGroup:
         expr=(
             f"sum without ({', '.join(c.GPU_LABELS)}) ({c.USER_MEMORY.name}) "
             f"> {num(t.IDLE_USER_MEMORY_BYTES)}\n"
-            f"and max without ({PROCESS_ONLY_LABELS}) (\n"
-            f"  avg_over_time({c.PROCESS_UTILIZATION.name}[{t.IDLE_AVG_WINDOW}])\n"
-            f") < {num(t.IDLE_UTILIZATION_RATIO)}\n"
+            f"and max_over_time({USER_UTILIZATION_MAX}[{t.IDLE_AVG_WINDOW}]) "
+            f"< {num(t.IDLE_UTILIZATION_RATIO)}\n"
         ),
         for_=t.IDLE_FOR,
         severity="info",
@@ -135,7 +191,9 @@ def idle_group() -> RuleGroup:
             f"{t.STARVED_FOR}: the job waits on the CPU, data loading or I/O, not on the GPU."
         ),
     )
-    return RuleGroup("gpu-idle", (gpu_idle, process_idle, user_idle, starved))
+    return RuleGroup(
+        "gpu-idle", (*idle_records(), gpu_idle, process_idle, user_idle, starved)
+    )
 
 
 def thermal_group() -> RuleGroup:
@@ -358,3 +416,8 @@ def groups() -> tuple[RuleGroup, ...]:
 def all_alerts() -> tuple[AlertRule, ...]:
     """Every alerting rule across the groups."""
     return tuple(r for g in groups() for r in g.rules if isinstance(r, AlertRule))
+
+
+def all_records() -> tuple[RecordingRule, ...]:
+    """The recording rules that live in the alert groups (alerts read them)."""
+    return tuple(r for g in groups() for r in g.rules if isinstance(r, RecordingRule))

@@ -1,9 +1,15 @@
-"""Dashboard 1: the GPU fleet at a glance - how full, how busy, how hot, and who holds memory."""
+"""Dashboard 1: the GPU fleet at a glance - how full, how busy, how hot, and who holds memory.
+
+Every panel reads recording rules (per node or per GPU, never per process), so the dashboard
+costs the same whatever runs on the GPUs, and one series per node over long ranges.
+"""
 
 from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
+from dashboards import alerts
+from dashboards import recording as r
 from dashboards import thresholds as t
 from dashboards import variables as v
 from dashboards.panels import (
@@ -17,13 +23,10 @@ from dashboards.panels import (
     table_panel,
     timeseries_panel,
 )
-from dashboards.promql import count_or_zero, num, sel, with_hostname
-from exporter import metrics as c
+from dashboards.promql import count_or_zero, num, sel_record, with_hostname
 
 UID = "gpu-exporter-fleet"
 H = v.HOST
-USED, TOTAL = sel(c.MEMORY_USED, H), sel(c.MEMORY_TOTAL, H)
-UTIL = sel(c.UTILIZATION, H)
 
 MEMORY_STEPS = (("green", None), ("orange", t.MEMORY_AMBER_RATIO), ("red", t.MEMORY_USED_RATIO))
 TEMPERATURE_STEPS = (
@@ -34,44 +37,57 @@ TEMPERATURE_STEPS = (
 COUNT_BAD = (("green", None), ("red", 1.0))
 COUNT_WARN = (("green", None), ("orange", 1.0))
 LEGEND = "{{hostname}} GPU {{gpu}}"
+NODE_LEGEND = "{{hostname}}"
+
+
+def _rec(record: str) -> str:
+    """A per-instance or per-GPU recording rule's series on the selected targets."""
+    return sel_record(record, H)
+
+
+def _by_node(record: str) -> str:
+    """A per-instance recording rule's series, labelled with the node's host name."""
+    return with_hostname(_rec(record), H)
 
 
 def _idle_gpus() -> str:
     return (
-        f"{USED} / {TOTAL} > {num(t.IDLE_GPU_MEMORY_RATIO)} "
-        f"and avg_over_time({UTIL}[{t.IDLE_AVG_WINDOW}]) < {num(t.IDLE_UTILIZATION_RATIO)}"
+        f"{_rec(r.GPU_MEMORY_RATIO)} > {num(t.IDLE_GPU_MEMORY_RATIO)} "
+        f"and {_rec(alerts.GPU_UTILIZATION_AVG)} < {num(t.IDLE_UTILIZATION_RATIO)}"
     )
 
 
 def _summary(grid: Layout) -> None:
     grid.row("Fleet")
+    gpus, gpus_up = _rec(r.INSTANCE_GPUS), _rec(r.INSTANCE_GPUS_UP)
+    used, total = f"sum({_rec(r.INSTANCE_MEMORY_USED)})", f"sum({_rec(r.INSTANCE_MEMORY_TOTAL)})"
     grid.add(stat_panel(
         "GPUs", "Number of GPUs the selected exporters report (answering or not).", "short",
-        query(f"count({sel(c.GPU_UP, H)})"),
+        query(f"sum({gpus})"),
     ), 3, 4)
     grid.add(stat_panel(
         "GPUs down", "GPUs that did not answer the last collection (gpu_up = 0): lost, in need "
         "of a reset, or hung. The other GPUs of the host still report.", "short",
-        query(count_or_zero(f"{sel(c.GPU_UP, H)} == 0")), thresholds=steps(*COUNT_BAD),
+        query(f"sum({gpus}) - sum({gpus_up})"), thresholds=steps(*COUNT_BAD),
     ), 3, 4)
     grid.add(stat_panel(
         "Memory used", "GPU memory in use across the selected GPUs (what nvidia-smi shows as "
         "used: every process's CUDA context, framework caches and tensors).", "bytes",
-        query(f"sum({USED})"),
+        query(used),
     ), 3, 4)
     grid.add(stat_panel(
-        "Memory total", "Total GPU memory of the selected GPUs.", "bytes",
-        query(f"sum({TOTAL})"),
+        "Memory total", "Total GPU memory of the selected GPUs.", "bytes", query(total),
     ), 3, 4)
     grid.add(stat_panel(
         "Fleet memory used", f"Used share of all selected GPU memory. Turns red at "
         f"{t.MEMORY_USED_RATIO:.0%}, the per-GPU alert threshold.", "percentunit",
-        query(f"sum({USED}) / sum({TOTAL})"), thresholds=steps(*MEMORY_STEPS),
+        query(f"{used} / {total}"), thresholds=steps(*MEMORY_STEPS),
     ), 3, 4)
     grid.add(stat_panel(
         f"GPUs above {t.MEMORY_USED_RATIO:.0%} memory", "GPUs whose memory is almost full: "
         "new allocations there fail with CUDA out-of-memory errors (alert GpuMemoryAlmostFull).",
-        "short", query(count_or_zero(f"{USED} / {TOTAL} > {num(t.MEMORY_USED_RATIO)}")),
+        "short",
+        query(count_or_zero(f"{_rec(r.GPU_MEMORY_RATIO)} > {num(t.MEMORY_USED_RATIO)}")),
         thresholds=steps(*COUNT_BAD),
     ), 3, 4)
     grid.add(stat_panel(
@@ -83,74 +99,70 @@ def _summary(grid: Layout) -> None:
     ), 3, 4)
     grid.add(stat_panel(
         "Average utilisation", "Mean GPU utilisation: the share of time a kernel was running, "
-        "averaged over GPUs. It says nothing about how many SMs were busy.", "percentunit",
-        query(f"avg({UTIL})"),
+        "averaged over the GPUs that answer. It says nothing about how many SMs were busy.",
+        "percentunit",
+        query(f"sum({_rec(r.INSTANCE_UTILIZATION)} * {gpus_up}) / sum({gpus_up})"),
     ), 3, 4)
 
 
-def _per_gpu(grid: Layout) -> None:
-    grid.row("Per node and GPU")
+def _per_node(grid: Layout) -> None:
+    grid.row("Per node")
     grid.add(timeseries_panel(
-        "Memory used per GPU", "Used / total memory of each GPU. The dashed line is the "
-        f"{t.MEMORY_USED_RATIO:.0%} alert threshold; a line climbing steadily towards 100 % is a "
-        "leak (see the forecast on the users dashboard).", "percentunit",
-        [query(with_hostname(f"{USED} / {TOTAL}", H), LEGEND)],
+        "Memory used per node", "Used / total GPU memory of each node. The dashed line is the "
+        f"{t.MEMORY_USED_RATIO:.0%} per-GPU alert threshold; the node dashboard shows each GPU "
+        "(a line climbing steadily towards 100 % is a leak).", "percentunit",
+        [query(_by_node(r.INSTANCE_MEMORY_RATIO), NODE_LEGEND)],
         thresholds=steps(*MEMORY_STEPS), min_val=0, max_val=1,
     ), 12)
     grid.add(timeseries_panel(
-        "Utilisation per GPU", "Share of time at least one kernel ran. High memory with "
-        "utilisation near 0 means the job holding the GPU is not really running.",
-        "percentunit", [query(with_hostname(UTIL, H), LEGEND)], min_val=0, max_val=1,
+        "Utilisation per node", "Share of time at least one kernel ran, averaged over each "
+        "node's GPUs. High memory with utilisation near 0 means the jobs holding the GPUs are "
+        "not really running.", "percentunit",
+        [query(_by_node(r.INSTANCE_UTILIZATION), NODE_LEGEND)], min_val=0, max_val=1,
     ), 12)
     grid.add(timeseries_panel(
-        "Memory used per node", "GPU memory in use, summed per node (stacked).", "bytes",
-        [query(f"sum by (hostname) ({with_hostname(USED, H)})", "{{hostname}}")], stacked=True,
+        "Memory used per node, stacked", "GPU memory in use, summed per node (stacked).",
+        "bytes", [query(_by_node(r.INSTANCE_MEMORY_USED), NODE_LEGEND)], stacked=True,
     ), 12)
     grid.add(bar_panel(
         "Top users by GPU memory", "Users holding the most GPU memory across the selected "
         "nodes. Complete only where the exporter sees every user's processes (host PID "
         "namespace); 'unknown' is memory whose owner could not be read.", "bytes",
-        query(f"topk(10, sum by (user) ({sel(c.USER_MEMORY, H)}))", "{{user}}", instant=True),
+        query(f"topk(10, sum by (user) ({_rec(r.INSTANCE_USER_MEMORY)}))", "{{user}}",
+              instant=True),
     ), 12)
     grid.add(timeseries_panel(
-        "Temperature per GPU", f"Core temperature. Above {num(t.TEMPERATURE_WARNING_CELSIUS)} "
-        f"°C check the cooling; above {num(t.TEMPERATURE_CRITICAL_CELSIUS)} °C the GPU "
-        "throttles hard (dashed lines: alert thresholds).", "celsius",
-        [query(with_hostname(sel(c.TEMPERATURE, H), H), LEGEND)],
+        "Hottest GPU per node", "Core temperature of each node's hottest GPU. Above "
+        f"{num(t.TEMPERATURE_WARNING_CELSIUS)} °C check the cooling; above "
+        f"{num(t.TEMPERATURE_CRITICAL_CELSIUS)} °C the GPU throttles hard (dashed lines: alert "
+        "thresholds).", "celsius", [query(_by_node(r.INSTANCE_TEMPERATURE), NODE_LEGEND)],
         thresholds=steps(*TEMPERATURE_STEPS),
     ), 12)
     grid.add(timeseries_panel(
-        "Power per GPU", "Board power draw. Power that never rises while a job runs hints at a "
-        "CPU or input-pipeline bottleneck: the GPU waits for data.", "watt",
-        [query(with_hostname(sel(c.POWER_USAGE, H), H), LEGEND)], min_val=0,
+        "Power per node", "Board power draw summed per node. Power that never rises while a job "
+        "runs hints at a CPU or input-pipeline bottleneck: the GPU waits for data.", "watt",
+        [query(_by_node(r.INSTANCE_POWER), NODE_LEGEND)], min_val=0,
     ), 12)
 
 
 def _nodes(grid: Layout) -> None:
     grid.row("Nodes")
-
-    def per_node(aggregation: str, expr: str) -> str:
-        return f"{aggregation} by (hostname) ({with_hostname(expr, H)})"
-
     grid.add(table_panel(
         "Nodes", "One row per node: GPUs, memory, utilisation, hottest GPU and power. Sort by "
         "any column; memory share turns red at the alert threshold.",
         [
-            Column("GPUs", per_node("count", sel(c.GPU_UP, H)), "short"),
-            Column("GPUs up", per_node("sum", sel(c.GPU_UP, H)), "short"),
-            Column("Memory used", per_node("sum", USED), "bytes"),
-            Column("Memory total", per_node("sum", TOTAL), "bytes"),
-            Column(
-                "Memory used %", f"{per_node('sum', USED)} / {per_node('sum', TOTAL)}",
-                "percentunit", steps(*MEMORY_STEPS),
-            ),
-            Column("Avg utilisation", per_node("avg", UTIL), "percentunit"),
-            Column(
-                "Max temperature", per_node("max", sel(c.TEMPERATURE, H)), "celsius",
-                steps(*TEMPERATURE_STEPS),
-            ),
-            Column("Power", per_node("sum", sel(c.POWER_USAGE, H)), "watt"),
+            Column("GPUs", _by_node(r.INSTANCE_GPUS), "short"),
+            Column("GPUs up", _by_node(r.INSTANCE_GPUS_UP), "short"),
+            Column("Memory used", _by_node(r.INSTANCE_MEMORY_USED), "bytes"),
+            Column("Memory total", _by_node(r.INSTANCE_MEMORY_TOTAL), "bytes"),
+            Column("Memory used %", _by_node(r.INSTANCE_MEMORY_RATIO), "percentunit",
+                   steps(*MEMORY_STEPS)),
+            Column("Avg utilisation", _by_node(r.INSTANCE_UTILIZATION), "percentunit"),
+            Column("Max temperature", _by_node(r.INSTANCE_TEMPERATURE), "celsius",
+                   steps(*TEMPERATURE_STEPS)),
+            Column("Power", _by_node(r.INSTANCE_POWER), "watt"),
         ],
+        hidden=("Time", "__name__", "job", "instance"),
         sort_by="Memory used %",
     ), 24, 9)
 
@@ -164,6 +176,6 @@ def build() -> dashboard.Dashboard:
     )
     grid = Layout(built)
     _summary(grid)
-    _per_gpu(grid)
+    _per_node(grid)
     _nodes(grid)
     return built

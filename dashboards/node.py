@@ -18,7 +18,7 @@ from dashboards.panels import (
     table_panel,
     timeseries_panel,
 )
-from dashboards.promql import NOT_OVERFLOW, sel
+from dashboards.promql import NOT_OVERFLOW, idle_process_filter, num, sel
 from exporter import metrics as c
 from exporter.metrics import allocator as a
 
@@ -120,6 +120,23 @@ def _processes(grid: Layout) -> None:
         hidden=("Time", "__name__", "job", "instance", "uuid"),
         sort_by="Memory",
     ), 24, 9)
+    idle = idle_process_filter(
+        M, t.IDLE_PROCESS_MEMORY_BYTES, t.IDLE_UTILIZATION_RATIO, t.IDLE_AVG_WINDOW
+    )
+    grid.add(table_panel(
+        "Idle processes", f"Processes holding over {num(t.IDLE_PROCESS_MEMORY_BYTES / t.GIB)} "
+        f"GiB whose utilisation stayed under {t.IDLE_UTILIZATION_RATIO:.0%} for "
+        f"{t.IDLE_AVG_WINDOW}: forgotten notebooks, hung jobs, debuggers stopped at a "
+        f"breakpoint. After {t.IDLE_FOR} GpuProcessIdle fires for their user on this node.",
+        [
+            Column("Memory", f"sum without () ({idle})", "bytes"),
+            Column("Max utilisation", f"max_over_time({sel(c.PROCESS_UTILIZATION, proc)}"
+                   f"[{t.IDLE_AVG_WINDOW}]) and ({idle})", "percentunit"),
+            Column("Age", f"time() - {sel(c.PROCESS_START_TIME, proc)} and ({idle})", "s"),
+        ],
+        hidden=("Time", "__name__", "job", "instance", "uuid", "uid"),
+        sort_by="Memory",
+    ), 24, 8)
     grid.add(timeseries_panel(
         "Process memory by user", "GPU memory of all processes of each user on the selected "
         "GPUs, stacked: who is filling this node.", "bytes",

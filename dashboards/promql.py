@@ -29,6 +29,12 @@ def sel(metric: c.Metric, *matchers: str) -> str:
     return f"{metric.name}{{{inner}}}" if inner else metric.name
 
 
+def sel_record(record: str, *matchers: str) -> str:
+    """``record{m1, m2}``: a recording rule's series (named in dashboards.recording/alerts)."""
+    inner = ", ".join(m for m in matchers if m)
+    return f"{record}{{{inner}}}" if inner else record
+
+
 def count_or_zero(expr: str) -> str:
     """How many series ``expr`` returns, as 0 rather than no data when it returns none."""
     return f"count({expr}) or vector(0)"
@@ -52,23 +58,22 @@ def seconds(duration: str) -> int:
     return int(number) * units[unit]
 
 
-def with_hostname(expr: str, info_matchers: str) -> str:
-    """Adds ``gpu_info``'s ``hostname`` label to a per-GPU expression (joined on uuid)."""
-    info = sel(c.GPU_INFO, info_matchers)
-    return f"({expr}) * on (job, instance, uuid) group_left (hostname) {info}"
+#: Recorded by dashboards.recording: one series per scrape target carrying gpu_info's hostname.
+HOSTNAME_RECORD = "instance_hostname:gpu_info:max"
 
 
-def with_host_of_instance(expr: str, info_matchers: str) -> str:
-    """Adds ``hostname`` to a per-target expression (one hostname per scrape target)."""
-    info = sel(c.GPU_INFO, info_matchers)
+def with_hostname(expr: str, matchers: str) -> str:
+    """Adds the target's ``hostname`` (from gpu_info, recorded once per target) to a per-GPU or
+    per-target expression: the join reads one series per node, not one per GPU."""
     return (
         f"({expr}) * on (job, instance) group_left (hostname) "
-        f"max by (job, instance, hostname) ({info})"
+        f"{HOSTNAME_RECORD}{{{matchers}}}"
     )
 
 
 def idle_process_filter(matchers: str, memory_bytes: float, ratio: float, window: str) -> str:
-    """Processes holding more than ``memory_bytes`` with average utilisation under ``ratio``."""
+    """Processes holding more than ``memory_bytes`` whose utilisation stayed under ``ratio`` at
+    every sample of ``window`` (the per-process view of the gpu-idle recording rules)."""
     mem = sel(c.PROCESS_MEMORY, matchers, NOT_OVERFLOW)
     busy = sel(c.PROCESS_UTILIZATION, matchers, NOT_OVERFLOW)
-    return f"{mem} > {num(memory_bytes)} and avg_over_time({busy}[{window}]) < {num(ratio)}"
+    return f"{mem} > {num(memory_bytes)} and max_over_time({busy}[{window}]) < {num(ratio)}"

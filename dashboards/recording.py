@@ -2,17 +2,31 @@
 
 Aggregations use ``without`` (keeping target labels such as ``node``) at the per-GPU and
 per-instance levels, and ``by (job)`` at the fleet level; ratios divide separately aggregated
-sums. Dashboards and alerts read raw metrics, so these groups are optional: load them for
-cheaper long-range graphs and federation.
+sums. The fleet and users dashboards read the per-instance series (a fleet panel then costs
+one series per node, not one per GPU or process), so load these groups wherever the dashboards
+are used; alerts read raw metrics or the recording rules of their own group, so they work
+without these.
 """
 
 from __future__ import annotations
 
+from dashboards.promql import HOSTNAME_RECORD
 from dashboards.rules import RecordingRule, RuleGroup
 from exporter import metrics as c
 
 _GPU = ", ".join(c.GPU_LABELS)
 used, total = c.MEMORY_USED.name, c.MEMORY_TOTAL.name
+#: Names the dashboards read.
+GPU_MEMORY_RATIO = "instance_gpu:gpu_memory_used:ratio"
+INSTANCE_MEMORY_USED = f"instance:{used}:sum"
+INSTANCE_MEMORY_TOTAL = f"instance:{total}:sum"
+INSTANCE_MEMORY_RATIO = "instance:gpu_memory_used:ratio"
+INSTANCE_UTILIZATION = f"instance:{c.UTILIZATION.name}:avg"
+INSTANCE_POWER = f"instance:{c.POWER_USAGE.name}:sum"
+INSTANCE_TEMPERATURE = f"instance:{c.TEMPERATURE.name}:max"
+INSTANCE_GPUS_UP = f"instance:{c.GPU_UP.name}:sum"
+INSTANCE_GPUS = "instance:gpus:count"
+INSTANCE_USER_MEMORY = f"instance_user:{c.USER_MEMORY.name}:sum"
 
 
 def gpu_group() -> RuleGroup:
@@ -20,7 +34,7 @@ def gpu_group() -> RuleGroup:
     return RuleGroup(
         "gpu-exporter-recording-gpu",
         (
-            RecordingRule("instance_gpu:gpu_memory_used:ratio", f"{used} / {total}"),
+            RecordingRule(GPU_MEMORY_RATIO, f"{used} / {total}"),
             RecordingRule(
                 "instance_gpu:gpu_power_usage:ratio",
                 f"{c.POWER_USAGE.name} / {c.POWER_LIMIT.name}",
@@ -32,24 +46,20 @@ def gpu_group() -> RuleGroup:
 def instance_group() -> RuleGroup:
     """Per host (scrape target)."""
     rules = (
-        RecordingRule(f"instance:{used}:sum", f"sum without ({_GPU}) ({used})"),
-        RecordingRule(f"instance:{total}:sum", f"sum without ({_GPU}) ({total})"),
+        RecordingRule(INSTANCE_MEMORY_USED, f"sum without ({_GPU}) ({used})"),
+        RecordingRule(INSTANCE_MEMORY_TOTAL, f"sum without ({_GPU}) ({total})"),
         RecordingRule(
-            "instance:gpu_memory_used:ratio",
-            f"instance:{used}:sum / instance:{total}:sum",
+            INSTANCE_MEMORY_RATIO, f"{INSTANCE_MEMORY_USED} / {INSTANCE_MEMORY_TOTAL}"
         ),
-        RecordingRule(
-            f"instance:{c.UTILIZATION.name}:avg", f"avg without ({_GPU}) ({c.UTILIZATION.name})"
-        ),
-        RecordingRule(
-            f"instance:{c.POWER_USAGE.name}:sum", f"sum without ({_GPU}) ({c.POWER_USAGE.name})"
-        ),
-        RecordingRule(f"instance:{c.GPU_UP.name}:sum", f"sum without ({_GPU}) ({c.GPU_UP.name})"),
-        RecordingRule("instance:gpus:count", f"count without ({_GPU}) ({c.GPU_UP.name})"),
-        RecordingRule(
-            f"instance_user:{c.USER_MEMORY.name}:sum",
-            f"sum without ({_GPU}) ({c.USER_MEMORY.name})",
-        ),
+        RecordingRule(INSTANCE_UTILIZATION, f"avg without ({_GPU}) ({c.UTILIZATION.name})"),
+        RecordingRule(INSTANCE_POWER, f"sum without ({_GPU}) ({c.POWER_USAGE.name})"),
+        RecordingRule(INSTANCE_TEMPERATURE, f"max without ({_GPU}) ({c.TEMPERATURE.name})"),
+        RecordingRule(INSTANCE_GPUS_UP, f"sum without ({_GPU}) ({c.GPU_UP.name})"),
+        RecordingRule(INSTANCE_GPUS, f"count without ({_GPU}) ({c.GPU_UP.name})"),
+        RecordingRule(INSTANCE_USER_MEMORY, f"sum without ({_GPU}) ({c.USER_MEMORY.name})"),
+        # gpu_info's hostname per scrape target: the dashboards' label join reads one series
+        # per node instead of one per GPU.
+        RecordingRule(HOSTNAME_RECORD, f"max by (job, instance, hostname) ({c.GPU_INFO.name})"),
     )
     return RuleGroup("gpu-exporter-recording-instance", rules)
 

@@ -33,7 +33,9 @@ LEAK_MIN_GROWTH_RATIO: Final = 0.05
 LEAK_FOR: Final = "10m"
 
 # --- idle holders and starved GPUs ----------------------------------------------------------
-#: Utilisation (averaged over IDLE_AVG_WINDOW) below which a GPU or process counts as idle.
+#: Utilisation below which a GPU (on average over IDLE_AVG_WINDOW) or a process (at every
+#: evaluation within IDLE_AVG_WINDOW: a process that computed at all in the window is not idle;
+#: see dashboards/alerts.py ``idle_records``) counts as idle.
 IDLE_UTILIZATION_RATIO: Final = 0.05
 IDLE_AVG_WINDOW: Final = "15m"
 #: A GPU is "held" when at least this share of its memory is used (a bare CUDA context is

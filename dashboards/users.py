@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
+from dashboards import alerts, recording
 from dashboards import thresholds as t
 from dashboards import variables as v
 from dashboards.fleet import COUNT_BAD, LEGEND, MEMORY_STEPS
@@ -19,11 +20,10 @@ from dashboards.panels import (
     timeseries_panel,
 )
 from dashboards.promql import (
-    NOT_OVERFLOW,
     count_or_zero,
-    idle_process_filter,
     num,
     sel,
+    sel_record,
     with_hostname,
 )
 from exporter import metrics as c
@@ -44,7 +44,9 @@ def _users(grid: Layout) -> None:
     grid.row("Users")
     grid.add(timeseries_panel(
         "GPU memory by user", "GPU memory held by each user's processes over time, stacked. "
-        + COMPLETE, "bytes", [query(f"sum by (user) ({USER_MEM})", "{{user}}")], stacked=True,
+        + COMPLETE, "bytes",
+        [query(f"sum by (user) ({sel_record(recording.INSTANCE_USER_MEMORY, U)})", "{{user}}")],
+        stacked=True,
         min_val=0,
     ), 16)
     grid.add(bar_panel(
@@ -69,51 +71,42 @@ def _users(grid: Layout) -> None:
 
 def _idle(grid: Layout) -> None:
     grid.row("Idle holders and forgotten processes")
-    matchers = f"{U}"
-    idle = idle_process_filter(
-        matchers, t.IDLE_PROCESS_MEMORY_BYTES, t.IDLE_UTILIZATION_RATIO, t.IDLE_AVG_WINDOW
-    )
-    util_avg = (
-        f"avg_over_time({sel(c.PROCESS_UTILIZATION, matchers, NOT_OVERFLOW)}"
-        f"[{t.IDLE_AVG_WINDOW}])"
-    )
-    age = f"time() - {sel(c.PROCESS_START_TIME, matchers, NOT_OVERFLOW)}"
+    # Per user and host, from the gpu-idle group's recording rules: one series per user and
+    # node however many processes, so the panels stay cheap on a large fleet.
+    idle = sel_record(alerts.IDLE_MEMORY, U)
+    held_idle = f"{idle} > 0"
     grid.add(table_panel(
-        "Idle holders", f"Processes holding over {num(t.IDLE_PROCESS_MEMORY_BYTES / t.GIB)} GiB "
-        f"with under {t.IDLE_UTILIZATION_RATIO:.0%} average utilisation over "
-        f"{t.IDLE_AVG_WINDOW}: forgotten notebooks, hung jobs, debuggers stopped at a "
-        f"breakpoint. After {t.IDLE_FOR} the GpuProcessIdle alert fires.",
+        "Idle memory by node and user", "Per node and user: GPU memory held by processes over "
+        f"{num(t.IDLE_PROCESS_MEMORY_BYTES / t.GIB)} GiB whose utilisation stayed under "
+        f"{t.IDLE_UTILIZATION_RATIO:.0%} for {t.IDLE_AVG_WINDOW} (forgotten notebooks, hung "
+        "jobs, debuggers stopped at a breakpoint), the user's memory there and their busiest "
+        f"process now. After {t.IDLE_FOR} GpuProcessIdle fires, once per user and node. Which "
+        "processes: the node dashboard's Idle processes and Processes (sort by age) tables, or "
+        "gpu-exporter report for the history; per-process tables across the whole fleet are "
+        "left out on purpose (docs/scale.md).",
         [
-            Column("Memory", f"sum without () ({idle})", "bytes"),
-            Column("Avg utilisation", f"{util_avg} and ({idle})", "percentunit"),
-            Column("Age", f"{age} and ({idle})", "s"),
+            Column("Idle memory", with_hostname(held_idle, H), "bytes"),
+            Column("User's memory", with_hostname(
+                f"{sel_record(recording.INSTANCE_USER_MEMORY, U)} and on (job, instance, user) "
+                f"({held_idle})", H), "bytes"),
+            Column("Busiest process", with_hostname(
+                f"{sel_record(alerts.USER_UTILIZATION_MAX, U)} and on (job, instance, user) "
+                f"({held_idle})", H), "percentunit"),
         ],
-        hidden=PROCESS_HIDDEN, sort_by="Memory",
+        hidden=("Time", "__name__", "job", "instance"), sort_by="Idle memory",
     ), 24, 8)
     grid.add(timeseries_panel(
-        "Memory held idle, by user", "GPU memory in idle-holder processes (as in the table "
-        "above) per user, over time.", "bytes",
+        "Memory held idle, by user", "GPU memory in idle processes (as in the table above) per "
+        "user, over time.", "bytes",
         [query(f"sum by (user) ({idle})", "{{user}}")], stacked=True, min_val=0,
-    ), 12)
-    long_lived = f"{age} > {num(t.LONG_LIVED_PROCESS_SECONDS)}"
-    grid.add(table_panel(
-        "Long-lived processes", "GPU processes running for more than "
-        f"{t.LONG_LIVED_PROCESS_SECONDS // 3600} h, oldest first; with low utilisation they are "
-        "usually forgotten.",
-        [
-            Column("Age", long_lived, "s"),
-            Column("Memory", f"sum without () ({sel(c.PROCESS_MEMORY, matchers, NOT_OVERFLOW)})"
-                   f" and ({long_lived})", "bytes"),
-            Column("Avg utilisation", f"{util_avg} and ({long_lived})", "percentunit"),
-        ],
-        hidden=PROCESS_HIDDEN, sort_by="Age",
     ), 12)
 
 
 def _forecast(grid: Layout) -> None:
     grid.row("Out-of-memory forecast")
     horizon = t.LEAK_HORIZON_SECONDS
-    future = f"predict_linear({USED}[{t.LEAK_WINDOW}], {horizon}) / {TOTAL}"
+    # The trend is recorded per GPU by the gpu-memory group: one sample per GPU and step.
+    future = f"{sel_record(alerts.MEMORY_FORECAST, H)} / {TOTAL}"
     grid.add(timeseries_panel(
         f"Memory forecast in {horizon // 3600} h", "Memory each GPU would use "
         f"{horizon // 3600} h from now if the trend of the last {t.LEAK_WINDOW} went on, as a "
@@ -123,7 +116,7 @@ def _forecast(grid: Layout) -> None:
         thresholds=steps(("green", None), ("orange", t.MEMORY_USED_RATIO), ("red", 1.0)),
         min_val=0,
     ), 12)
-    growing = f"({TOTAL} - {USED}) / (deriv({USED}[{t.LEAK_WINDOW}]) > 0)"
+    growing = f"({TOTAL} - {USED}) / ({sel_record(alerts.MEMORY_TREND, H)} > 0)"
     grid.add(timeseries_panel(
         "Time until memory is full", "At the last "
         f"{t.LEAK_WINDOW}'s growth rate, how long until each growing GPU is full. Only GPUs "
@@ -131,21 +124,19 @@ def _forecast(grid: Layout) -> None:
         "GpuMemoryExhaustionForecast.", "s", [query(with_hostname(growing, H), LEGEND)],
         thresholds=steps(("red", None), ("green", float(horizon))), min_val=0,
     ), 12)
-    alert_like = (
-        f"predict_linear({USED}[{t.LEAK_WINDOW}], {horizon}) > {TOTAL} "
-        f"and predict_linear({USED}[{t.LEAK_RECENT_WINDOW}], {horizon}) > {TOTAL} "
-        f"and delta({USED}[{t.LEAK_WINDOW}]) > {num(t.LEAK_MIN_GROWTH_RATIO)} * {TOTAL}"
-    )
+    # Pending or firing: exactly the GPUs meeting the alert's condition now.
+    meeting = f'ALERTS{{alertname="GpuMemoryExhaustionForecast", {H}}}'
     grid.add(stat_panel(
         f"GPUs forecast to fill within {horizon // 3600} h", "GPUs meeting the "
         "GpuMemoryExhaustionForecast condition now (sustained growth that reaches the total "
-        "within the horizon, not a one-off step).", "short",
-        query(count_or_zero(alert_like)),
+        "within the horizon, not a one-off step): its pending and firing alerts.", "short",
+        query(count_or_zero(meeting)),
         thresholds=steps(*COUNT_BAD),
     ), 6, 5)
     grid.add(stat_panel(
         "Fleet memory used", "Used share of all selected GPU memory.", "percentunit",
-        query(f"sum({USED}) / sum({TOTAL})"),
+        query(f"sum({sel_record(recording.INSTANCE_MEMORY_USED, H)}) / "
+              f"sum({sel_record(recording.INSTANCE_MEMORY_TOTAL, H)})"),
         thresholds=steps(*MEMORY_STEPS),
     ), 6, 5)
 

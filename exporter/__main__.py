@@ -1,5 +1,5 @@
 """Allow ``python -m exporter``."""
 
-from exporter.cli import main
+from exporter.entry import main
 
 raise SystemExit(main())

@@ -12,11 +12,9 @@ import errno
 import logging
 import os
 import re
-import signal
 import socket
 import sys
 from collections.abc import Mapping, Sequence
-from types import FrameType
 
 from exporter import __version__
 from exporter.attribution.enrich import Enricher, ProcessEnricher, chain
@@ -30,6 +28,7 @@ from exporter.config import (
     resolve,
     unknown_env,
 )
+from exporter.entry import StopRequest, install_stop_handler
 from exporter.logs import setup_logging
 from exporter.memory import tune_malloc
 from exporter.metrics import Group
@@ -193,22 +192,6 @@ def bind(address: ListenAddress) -> socket.socket:
     return _listen(socket.AF_INET, socket.SOCK_STREAM, 0, ("0.0.0.0", address.port))
 
 
-def _ignore_signal(signum: int, frame: FrameType | None) -> None:
-    # uvicorn re-raises the signal that stopped it once it has shut down; this makes that a
-    # no-op so that SIGTERM ends with exit status 0 instead of death by signal.
-    log.debug("signal %d after shutdown ignored", signum)
-
-
-class _Stop:
-    """SIGTERM/SIGINT before the server runs: remembered, then a clean exit 0 (not 143)."""
-
-    requested = False
-
-    @classmethod
-    def handler(cls, signum: int, frame: FrameType | None) -> None:
-        cls.requested = True
-
-
 def serve(config: Config, scheduler: Scheduler, sock: socket.socket,
           watcher: WebConfigWatcher) -> bool:
     """Run uvicorn on ``sock`` until SIGTERM/SIGINT; False if the server never started."""
@@ -225,14 +208,16 @@ def serve(config: Config, scheduler: Scheduler, sock: socket.socket,
         app, sock, watcher=watcher, limits=limits, metrics_path=config.telemetry_path,
         access_log=config.access_log,
     )
+    # uvicorn installs its own handlers while it runs and re-raises the signal afterwards; ours
+    # (exporter.entry) then only records it, so SIGTERM ends with exit status 0.
+    StopRequest.server = server
     try:
-        if _Stop.requested:  # stopped while starting: nothing to serve
+        if StopRequest.requested:  # stopped while starting: nothing to serve
             return True
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, _ignore_signal)
         server.run(sockets=[guarded])
         return server.started
     finally:
+        StopRequest.server = None
         guarded.close()
 
 
@@ -243,8 +228,7 @@ def _fail(message: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the exporter; returns the exit status (see the module docstring)."""
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, _Stop.handler)
+    install_stop_handler()
     try:
         config = parse_config(argv, os.environ)
         check_files(config)

@@ -3,8 +3,9 @@
 # certificate (gpu-exporter, localhost, 127.0.0.1) and key, a random scrape password, its
 # bcrypt hash in web-config.yml. Needs openssl, and $PYTHON (default python3) with bcrypt
 # (pip install bcrypt) or htpasswd (apache2-utils). Existing files are kept unless --force.
+# SECRETS_DIR overrides where they go (default: docker/secure/secrets).
 set -euo pipefail
-dir="$(cd "$(dirname "$0")" && pwd)/secrets"
+dir="${SECRETS_DIR:-$(cd "$(dirname "$0")" && pwd)/secrets}"
 if [ -e "$dir/web-config.yml" ] && [ "${1:-}" != "--force" ]; then
   echo "$dir already holds secrets (use --force to replace them)"; exit 0
 fi

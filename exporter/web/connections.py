@@ -31,6 +31,7 @@ import enum
 import logging
 import socket
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -64,7 +65,11 @@ class _Entry:
 
 
 class ConnectionTable:
-    """Every open connection of the server, by file descriptor."""
+    """Every open connection of the server, by file descriptor.
+
+    Entries also sit in one queue per kind, oldest first, so that admitting a connection at
+    the limit costs O(1) however many are open (a flood accepts thousands a second).
+    """
 
     def __init__(self, limit: int, header_timeout: float, idle_timeout: float,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -74,8 +79,11 @@ class ConnectionTable:
         self.grace = min(1.0, header_timeout / 2)
         self._clock = clock
         self._entries: dict[int, _Entry] = {}
+        self._new: OrderedDict[int, _Entry] = OrderedDict()  # NEW, in accept order
+        self._waiting: OrderedDict[int, _Entry] = OrderedDict()  # IDLE/READING, oldest first
+        self._closing = 0
         self._sweep: asyncio.TimerHandle | None = None
-        self.refused = 0  # closed at accept: full of busy connections
+        self.refused = 0  # closed at accept: nothing could be evicted
         self.evicted = 0  # shut down to make room for a new one
         self.timed_out = 0  # shut down past their deadline
         self.accepted = 0
@@ -95,20 +103,27 @@ class ConnectionTable:
     def admit(self, sock: socket.socket) -> bool:
         """Register a just-accepted connection; False if it must be closed (table full)."""
         now = self._clock()
-        active = sum(1 for e in self._entries.values() if e.state is not State.CLOSING)
-        if active >= self.limit and not self._evict_one(now):
+        if len(self._entries) - self._closing >= self.limit and not self._evict_one(now):
             self.refused += 1
             log.warning("connection limit reached (%d open, none evictable); refusing "
                         "connections", len(self._entries))
             return False
-        self._entries[sock.fileno()] = _Entry(sock, State.NEW, now, now + self.header_timeout)
+        fd = sock.fileno()
+        entry = _Entry(sock, State.NEW, now, now + self.header_timeout)
+        self._entries[fd] = self._new[fd] = entry
         self.accepted += 1
         self._schedule_sweep()
         return True
 
     def release(self, fd: int) -> None:
         """The connection's socket is being closed."""
-        self._entries.pop(fd, None)
+        entry = self._entries.pop(fd, None)
+        if entry is None:
+            return
+        self._new.pop(fd, None)
+        self._waiting.pop(fd, None)
+        if entry.state is State.CLOSING:
+            self._closing -= 1
 
     # --- from the protocol -------------------------------------------------------------------
 
@@ -120,17 +135,23 @@ class ConnectionTable:
         if state is State.READING and entry.state is not State.IDLE:
             return  # NEW keeps its deadline from accept
         now = self._clock()
+        self._new.pop(fd, None)
+        self._waiting.pop(fd, None)
         entry.state, entry.since = state, now
-        entry.deadline = {
-            State.BUSY: None,
-            State.IDLE: now + self.idle_timeout,
-            State.READING: now + self.header_timeout,
-        }.get(state)
+        if state is State.BUSY:
+            entry.deadline = None
+        else:
+            timeout = self.idle_timeout if state is State.IDLE else self.header_timeout
+            entry.deadline = now + timeout
+            self._waiting[fd] = entry
 
     # --- internals ---------------------------------------------------------------------------
 
-    def _shut(self, entry: _Entry) -> None:
+    def _shut(self, fd: int, entry: _Entry) -> None:
+        self._new.pop(fd, None)
+        self._waiting.pop(fd, None)
         entry.state, entry.deadline = State.CLOSING, None
+        self._closing += 1
         with contextlib.suppress(OSError):  # already gone: asyncio closes it
             entry.sock.shutdown(socket.SHUT_RDWR)
 
@@ -141,28 +162,25 @@ class ConnectionTable:
         # is not read yet). Keep-alive connections, which have served a request, go only when
         # there are no such connections at all: a flood of new connections is refused rather
         # than allowed to push a working scraper's connection out.
-        fresh = [e for e in self._entries.values() if e.state is State.NEW]
-        if fresh:
-            oldest = min(fresh, key=lambda e: e.since)
+        if self._new:
+            fd, oldest = next(iter(self._new.items()))
             if oldest.since > now - self.grace:
                 return False
+        elif self._waiting:
+            fd, oldest = next(iter(self._waiting.items()))
         else:
-            proven = [e for e in self._entries.values()
-                      if e.state in (State.IDLE, State.READING)]
-            if not proven:
-                return False
-            oldest = min(proven, key=lambda e: e.since)
-        self._shut(oldest)
+            return False
+        self._shut(fd, oldest)
         self.evicted += 1
         return True
 
     def sweep(self) -> int:
         """Shut down every overdue connection; returns how many."""
         now = self._clock()
-        overdue = [e for e in self._entries.values()
+        overdue = [(fd, e) for fd, e in self._entries.items()
                    if e.deadline is not None and e.deadline <= now]
-        for entry in overdue:
-            self._shut(entry)
+        for fd, entry in overdue:
+            self._shut(fd, entry)
         self.timed_out += len(overdue)
         if overdue:
             log.debug("closed %d connections past their header or idle timeout", len(overdue))

@@ -13,7 +13,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.cog.plugins import register_default_plugins
 from grafana_foundation_sdk.models import dashboard as dm
 
-from dashboards import generate
+from dashboards import alerts, generate, recording
 from dashboards import thresholds as t
 from dashboards.panels import UNITS
 from exporter import metrics as catalogue
@@ -33,6 +33,8 @@ from tests.dashboards.grafana import (
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 #: Series Prometheus itself makes, allowed in queries next to the catalogue's.
 PROMETHEUS_SERIES = frozenset({"up", "scrape_duration_seconds"})
+#: Alert states Prometheus records for our alerts (``ALERTS{alertname="Gpu..."}``).
+ALERTS = re.compile(r'ALERTS\{alertname="Gpu[A-Za-z]+"')
 BOARDS = {path.name: load(path) for path in DASHBOARD_FILES}
 NAMES = sorted(BOARDS)
 
@@ -141,11 +143,15 @@ def test_units_titles_and_descriptions(name: str) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_queries_use_only_catalogue_metrics(name: str) -> None:
     known = {m.name for m in catalogue.CATALOGUE} | PROMETHEUS_SERIES
+    records = {r.record for r in (*recording.all_records(), *alerts.all_records())}
     for panel, target in targets(BOARDS[name]):
         expr = re.sub(r'"[^"]*"', '""', target["expr"])  # drop label values
         for word in re.findall(r"\b(gpu_[a-z_]+|up|scrape_[a-z_]+)\b(?=\s*[{\[)]|\s|$)", expr):
             assert word in known, f"{panel['title']}: unknown metric {word}"
-        assert "gpu_" in target["expr"] or "up{" in target["expr"] or "scrape_" in target["expr"]
+        for word in re.findall(r"\b[a-z_]+:[a-z_0-9:]+", expr):
+            assert word in records, f"{panel['title']}: no recording rule {word}"
+        assert ("gpu" in target["expr"] or "up{" in target["expr"]
+                or "scrape_" in target["expr"] or ALERTS.search(target["expr"]))
 
 
 def _steps(panel: Json) -> list[float]:
@@ -164,7 +170,9 @@ def test_colour_thresholds_equal_the_alert_thresholds() -> None:
                                               t.TEMPERATURE_CRITICAL_CELSIUS], panel["title"]
                 checked += 1
             elif unit == "percentunit" and re.search(
-                r"^\(?(sum\()?gpu_memory_used_bytes[^/]* / (sum\()?gpu_memory_total_bytes", exprs
+                r"^\(?(sum\()?gpu_memory_used_bytes[^/]* / (sum\()?gpu_memory_total_bytes"
+                r"|^\(?(sum\()?instance:gpu_memory_used_bytes:sum[^/]* / "
+                r"|gpu_memory_used:ratio", exprs
             ):
                 assert _steps(panel)[-1] == t.MEMORY_USED_RATIO, panel["title"]
                 checked += 1

@@ -97,7 +97,8 @@ def test_every_recording_rule_is_unit_tested() -> None:
     exprs = " ".join(
         check["expr"] for case in _unit_tests() for check in case.get("promql_expr_test", [])
     )
-    untested = {r.record for r in recording.all_records() if r.record not in exprs}
+    records = (*recording.all_records(), *alerts.all_records())
+    untested = {r.record for r in records if r.record not in exprs}
     # The plain sums feed the ratios; the ratios and counts are tested directly.
     assert untested <= {
         "instance:gpu_memory_used_bytes:sum", "instance:gpu_memory_total_bytes:sum",
@@ -111,19 +112,32 @@ def test_alerts_follow_the_conventions() -> None:
         line[3:].strip().lower() for line in RUNBOOK.read_text().splitlines()
         if line.startswith("## ")
     }
-    for rule in _rules(ALERTS_YAML):
-        name = rule["alert"]
-        assert re.fullmatch(r"Gpu[A-Z][A-Za-z]+", name), name
-        assert rule["labels"]["severity"] in ("critical", "warning", "info"), name
-        notes = rule["annotations"]
-        assert notes["summary"][0].isupper(), name
-        assert notes["summary"].endswith("."), name
-        assert "{{ $labels." in notes["description"] or "{{ $value" in notes["description"]
-        url = f"{rules.RUNBOOK_BASE_URL}{rules.RUNBOOK_FILE}#{name.lower()}"
-        assert notes["runbook_url"] == url
-        assert name.lower() in runbook_anchors, f"no '## {name}' section in {RUNBOOK}"
-        # Alerts read raw metrics only, so they work with the recording groups switched off.
-        assert ":" not in re.sub(r"\[[^\]]*\]", "", rule["expr"]), name
+    for group in _load(ALERTS_YAML)["groups"]:
+        earlier: set[str] = set()
+        for rule in group["rules"]:
+            if "record" in rule:
+                earlier.add(rule["record"])
+                continue
+            _check_alert(rule, runbook_anchors)
+            # Alerts read raw metrics, or recording rules of their own group evaluated before
+            # them, so they work with the recording groups switched off.
+            reads = set(re.findall(r"[a-z_]+:[a-z_0-9:]+", re.sub(r"\[[^\]]*\]", "",
+                                                                   rule["expr"])))
+            assert reads <= earlier, (rule["alert"], reads - earlier)
+
+
+def _check_alert(rule: dict[str, Any], runbook_anchors: set[str]) -> None:
+    """Name, severity, annotations and runbook section of one alerting rule."""
+    name = rule["alert"]
+    assert re.fullmatch(r"Gpu[A-Z][A-Za-z]+", name), name
+    assert rule["labels"]["severity"] in ("critical", "warning", "info"), name
+    notes = rule["annotations"]
+    assert notes["summary"][0].isupper(), name
+    assert notes["summary"].endswith("."), name
+    assert "{{ $labels." in notes["description"] or "{{ $value" in notes["description"]
+    url = f"{rules.RUNBOOK_BASE_URL}{rules.RUNBOOK_FILE}#{name.lower()}"
+    assert notes["runbook_url"] == url
+    assert name.lower() in runbook_anchors, f"no '## {name}' section in {RUNBOOK}"
 
 
 def test_groups_are_unique_and_several_per_file() -> None:
@@ -146,10 +160,14 @@ def test_yaml_thresholds_equal_the_python_constants() -> None:
     assert crit["expr"].endswith(f"> {num(t.TEMPERATURE_CRITICAL_CELSIUS)}")
     assert (high["for"], crit["for"]) == (t.TEMPERATURE_WARNING_FOR, t.TEMPERATURE_CRITICAL_FOR)
     forecast = _alert("GpuMemoryExhaustionForecast")["expr"]
-    assert f"[{t.LEAK_WINDOW}], {t.LEAK_HORIZON_SECONDS})" in forecast
+    assert alerts.MEMORY_FORECAST in forecast
+    memory_records = {r.record: r.expr for r in alerts.all_records()}
+    assert f"[{t.LEAK_WINDOW}], {t.LEAK_HORIZON_SECONDS})" in memory_records[alerts.MEMORY_FORECAST]
     assert f"> {num(t.LEAK_MIN_GROWTH_RATIO)} *" in forecast
     assert f"< {num(t.IDLE_UTILIZATION_RATIO)}" in _alert("GpuMemoryHeldIdle")["expr"]
     assert _alert("GpuMemoryHeldIdle")["for"] == t.IDLE_FOR
-    assert f"> {num(t.IDLE_PROCESS_MEMORY_BYTES)}" in _alert("GpuProcessIdle")["expr"]
+    idle_now = next(r for r in alerts.all_records() if r.record == alerts.IDLE_MEMORY_NOW)
+    assert f"> {num(t.IDLE_PROCESS_MEMORY_BYTES)})" in idle_now.expr
+    assert f"< bool {num(t.IDLE_UTILIZATION_RATIO)}" in idle_now.expr
     assert f"> {num(t.DATA_STALE_SECONDS)}" in _alert("GpuExporterDataStale")["expr"]
     assert t.EXPORTER_JOB_REGEX in _alert("GpuExporterDown")["expr"]

@@ -92,6 +92,31 @@ CASES: dict[str, tuple[dict[str, Any], bool]] = {
         },
         True,
     ),
+    "locked-down-servicemonitor": (
+        {
+            "webConfig": {"secretName": "gpu-exporter-web", "tlsSecretName": "gpu-exporter-tls",
+                          "tls": True},
+            "monitor": {
+                "tlsConfig": {"ca": {"secret": {"name": "gpu-exporter-tls", "key": "ca.crt"}},
+                              "serverName": "gpu-exporter"},
+                "basicAuth": {"username": {"name": "scrape", "key": "username"},
+                              "password": {"name": "scrape", "key": "password"}},
+            },
+            "networkPolicy": {"enabled": True},
+        },
+        True,
+    ),
+    "mtls-podmonitor": (
+        {
+            "webConfig": {"secretName": "gpu-exporter-web", "tls": True},
+            "monitor": {"kind": "PodMonitor", "tlsConfig": {
+                "ca": {"secret": {"name": "web", "key": "ca.crt"}},
+                "cert": {"secret": {"name": "prom-client", "key": "tls.crt"}},
+                "keySecret": {"name": "prom-client", "key": "tls.key"},
+                "serverName": "gpu-exporter"}},
+        },
+        True,
+    ),
 }
 
 
@@ -425,3 +450,38 @@ def test_helm_test_pod_asks_the_service() -> None:
     assert f"http://{service}.monitoring.svc:9477/readyz" in script
     compile(script, "helm-test", "exec")  # the embedded Python is valid
     assert "Pod" not in render({"helmTest": {"enabled": False}}).kinds()
+
+
+def test_web_config_from_secrets_and_monitor_speaks_https() -> None:
+    rendered = _render("locked-down-servicemonitor")
+    container = _container(rendered)
+    assert "--web.config.file=/etc/gpu-exporter/web/web-config.yml" in container["args"]
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["web-config"]["mountPath"] == "/etc/gpu-exporter/web"
+    assert mounts["web-tls"]["mountPath"] == "/etc/gpu-exporter/tls"
+    assert all(mounts[n]["readOnly"] for n in ("web-config", "web-tls"))
+    volumes = {v["name"]: v for v in _daemonset(rendered)["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["web-config"]["secret"]["secretName"] == "gpu-exporter-web"
+    assert volumes["web-tls"]["secret"]["secretName"] == "gpu-exporter-tls"
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"]["scheme"] == "HTTPS"
+    annotations = _daemonset(rendered)["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scheme"] == "https"
+    (endpoint,) = rendered.one("ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"]["serverName"] == "gpu-exporter"
+    assert endpoint["basicAuth"]["password"] == {"name": "scrape", "key": "password"}
+    (endpoint,) = _render("mtls-podmonitor").one("PodMonitor")["spec"]["podMetricsEndpoints"]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"]["keySecret"] == {"name": "prom-client", "key": "tls.key"}
+    helm_test = [p for p in rendered.of_kind("Pod") if "test-readyz" in p["metadata"]["name"]]
+    assert "https://" in helm_test[0]["spec"]["containers"][0]["command"][-1]
+
+
+def test_default_monitor_is_plain_http_without_web_config() -> None:
+    rendered = _render("defaults")
+    assert not any(a.startswith("--web.config.file") for a in _container(rendered)["args"])
+    (endpoint,) = rendered.one("ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["scheme"] == "http"
+    assert "tlsConfig" not in endpoint
+    assert "basicAuth" not in endpoint

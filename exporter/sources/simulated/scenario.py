@@ -59,8 +59,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from exporter.boundedyaml import YamlLimitError, load_bounded
 from exporter.snapshot import ProcessType
 from exporter.sources.simulated import list_presets
 from exporter.sources.simulated.gpu_models import GPU_MODELS, GpuModel
@@ -264,9 +263,9 @@ def _parse_process(r: Reader, position: int, gpus: list[GpuSpec]) -> list[Proces
     torch = _parse_torch(Reader(r.raw("torch"), r.origin, f"{r.path}.torch", _TORCH)) \
         if r.has("torch") else None
     memory = r.size("memory", 2 * GiB)
-    base_pid = r.integer("pid", 4000 + 211 * position, low=1)
+    base_pid = r.integer("pid", 4000 + 211 * position, low=1, high=(1 << 22) - len(targets))
     common: dict[str, Any] = {
-        "user": user, "uid": r.integer("uid", default_uid),
+        "user": user, "uid": r.integer("uid", default_uid, high=(1 << 32) - 2),
         "name": r.text("name", "python3") or "python3", "type": ptype,
         "start": start, "stop": stop, "memory_bytes": memory,
         "ramp": r.seconds("ramp", 0.0) or 0.0,
@@ -299,18 +298,33 @@ def _parse_torch(r: Reader) -> TorchSpec:
 
 
 def _check_fits(scenario: Scenario, top: Reader) -> None:
-    """Steady processes alive at the same time must fit their GPU (a leak may not share one)."""
+    """Steady processes alive at the same time must fit their GPU (a leak may not share one).
+
+    At each process start, the processes alive (started, and not yet stopped for good) must
+    fit. One sweep over start and end times per GPU: O(n log n), not a pass per process
+    (10,000 processes took 13 s).
+    """
+    by_gpu: dict[int, list[ProcessSpec]] = {}
+    for proc in scenario.processes:
+        by_gpu.setdefault(proc.gpu, []).append(proc)
     for gpu in scenario.gpus:
-        procs = [p for p in scenario.processes if p.gpu == gpu.index]
+        procs = by_gpu.get(gpu.index, [])
         if sum(1 for p in procs if p.leak_per_second > 0) > 1:
             top.fail(f"GPU {gpu.index} has more than one leaking process", "processes")
-        for probe in procs:
-            alive = [p for p in procs if p.start <= probe.start and
-                     (p.stop is None or p.stop > probe.start or p.restart_after is not None)]
-            need = sum(p.memory_bytes for p in alive) + gpu.model.reserved_bytes
-            if need > gpu.model.memory_bytes:
-                top.fail(f"processes on GPU {gpu.index} need {need / GiB:.1f} GiB at "
-                         f"t={probe.start:g} s, more than its {gpu.model.memory_bytes / GiB:.1f} "
+        starts = sorted((p.start, p.memory_bytes) for p in procs)
+        ends = sorted((p.stop, p.memory_bytes) for p in procs
+                      if p.stop is not None and p.restart_after is None)
+        used, ended, end_at = gpu.model.reserved_bytes, 0, 0
+        for i, (start, memory) in enumerate(starts):
+            used += memory
+            while end_at < len(ends) and ends[end_at][0] <= start:
+                ended += ends[end_at][1]
+                end_at += 1
+            if i + 1 < len(starts) and starts[i + 1][0] == start:
+                continue  # count every process starting at this instant first
+            if used - ended > gpu.model.memory_bytes:
+                top.fail(f"processes on GPU {gpu.index} need {(used - ended) / GiB:.1f} GiB at "
+                         f"t={start:g} s, more than its {gpu.model.memory_bytes / GiB:.1f} "
                          "GiB", "processes")
 
 
@@ -345,12 +359,12 @@ def load_scenario(name_or_path: str) -> Scenario:
             raise ScenarioError(f"{path}: cannot read: {exc}") from exc
         origin, stem = str(path), path.stem
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ScenarioError(f"{origin}: {where}invalid YAML: {problem}") from exc
+        data = load_bounded(text)  # no aliases, bounded depth, nodes and size
+    except YamlLimitError as exc:
+        where, _, problem = str(exc).partition(": ")
+        if where.startswith("line ") and problem:
+            raise ScenarioError(f"{origin}: {where}: invalid YAML: {problem}") from None
+        raise ScenarioError(f"{origin}: invalid YAML: {exc}") from None
     return parse_scenario(data, origin, stem)
 
 

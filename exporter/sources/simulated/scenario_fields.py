@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, NoReturn
 
@@ -18,6 +19,11 @@ _SIZE_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": MiB, "GiB": GiB, "TiB": 1 << 40,
                "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 _TIME_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
 _TIME_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+#: Bounds far beyond any real scenario, so that absurd values fail here, not in every collection.
+MAX_SECONDS = 100 * 365 * 86400.0
+MAX_BYTES = 1 << 50  # 1 PiB
+MAX_INTEGER = 1 << 32
+MAX_TEXT = 256
 
 
 class Reader:
@@ -55,6 +61,10 @@ class Reader:
             return default
         if not isinstance(value, str) or not value.strip():
             self.fail(f"expected a non-empty string, got {kind(value)}", key)
+        if len(value) > MAX_TEXT:
+            self.fail(f"longer than {MAX_TEXT} characters", key)
+        if not value.isprintable():  # NUL, newlines, lone surrogates (not UTF-8): never labels
+            self.fail(f"has unprintable characters: {value[:40]!a}", key)
         return str(value)
 
     def number(self, key: str, default: float, low: float | None = 0.0,
@@ -64,19 +74,21 @@ class Reader:
             return default
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             self.fail(f"expected a number, got {kind(value)}", key)
+        if not math.isfinite(value) or abs(value) > 1e12:
+            self.fail(f"expected a finite number, got {value}", key)
         if (low is not None and value < low) or (high is not None and value > high):
             bounds = f"{low if low is not None else '-inf'}..{high if high is not None else 'inf'}"
             self.fail(f"{value} is out of range {bounds}", key)
         return float(value)
 
-    def integer(self, key: str, default: int, low: int = 0) -> int:
+    def integer(self, key: str, default: int, low: int = 0, high: int = MAX_INTEGER) -> int:
         value = self.raw(key)
         if value is None:
             return default
         if isinstance(value, bool) or not isinstance(value, int):
             self.fail(f"expected an integer, got {kind(value)}", key)
-        if value < low:
-            self.fail(f"must be >= {low}, got {value}", key)
+        if not low <= value <= high:
+            self.fail(f"must be {low}..{high}, got {str(value)[:30]}", key)
         return int(value)
 
     def seconds(self, key: str, default: float | None, negative: bool = False) -> float | None:
@@ -92,6 +104,8 @@ class Reader:
             if not match:
                 self.fail(f"expected a duration such as 90, 30s, 15m, 2h or 3d, got {value!r}", key)
             result = float(match.group(1)) * _TIME_UNITS[match.group(2) or "s"]
+        if not math.isfinite(result) or abs(result) > MAX_SECONDS:
+            self.fail(f"must be finite and within 100 years, got {str(value)[:30]}", key)
         if result < 0 and not negative:
             self.fail(f"must not be negative, got {value!r}", key)
         return result
@@ -105,13 +119,18 @@ class Reader:
         if isinstance(value, (int, float)):
             if value < 0:
                 self.fail(f"must not be negative, got {value}", key)
-            return int(value)
-        match = _SIZE_RE.match(str(value))
-        if not match:
-            if str(value).strip().startswith("-"):
-                self.fail(f"must not be negative, got {value!r}", key)
-            self.fail(f"expected a size such as 1073741824, 512MiB or 1.5GiB, got {value!r}", key)
-        return int(float(match.group(1)) * _SIZE_UNITS[match.group(2) or "B"])
+            number = float(value)
+        else:
+            match = _SIZE_RE.match(str(value))
+            if not match:
+                if str(value).strip().startswith("-"):
+                    self.fail(f"must not be negative, got {value!r}", key)
+                self.fail(f"expected a size such as 1073741824, 512MiB or 1.5GiB, got {value!r}",
+                          key)
+            number = float(match.group(1)) * _SIZE_UNITS[match.group(2) or "B"]
+        if not math.isfinite(number) or number > MAX_BYTES:
+            self.fail(f"must be finite and at most 1 PiB, got {str(value)[:30]}", key)
+        return int(number)
 
 
 def kind(value: object) -> str:

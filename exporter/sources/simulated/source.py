@@ -163,13 +163,17 @@ def _torch_values(spec: TorchSpec, reserved: int, age: float, t: float) -> dict[
     }
 
 
-def _oom_life(spec: ProcessSpec, others: list[ProcessSpec], gpu: GpuSpec) -> float | None:
-    """How long ``spec`` lives: until ``stop`` or until its leak exhausts the GPU's memory."""
+def _oom_life(spec: ProcessSpec, on_gpu: list[ProcessSpec], gpu: GpuSpec) -> float | None:
+    """How long ``spec`` lives: until ``stop`` or until its leak exhausts the GPU's memory.
+
+    ``on_gpu``: every process of the GPU (``spec`` included); only a leaking process (one per
+    GPU at most) looks at them, so building a GPU stays linear in its processes.
+    """
     life = None if spec.stop is None else spec.stop - spec.start
     if spec.leak_per_second <= 0:
         return life
-    overlapping = [o for o in others if o.restart_after is not None or o.stop is None
-                   or o.stop > spec.start]
+    overlapping = [o for o in on_gpu if o is not spec and (
+        o.restart_after is not None or o.stop is None or o.stop > spec.start)]
     capacity = (gpu.model.memory_bytes - gpu.model.reserved_bytes - _DRIVER_BYTES
                 - sum(o.memory_bytes for o in overlapping))
     oom = spec.ramp + max(0.0, capacity - spec.memory_bytes) / spec.leak_per_second
@@ -262,7 +266,7 @@ class SimulatedSource:
 
     def _build_gpu(self, spec: GpuSpec) -> _Gpu:
         specs = [p for p in self.scenario.processes if p.gpu == spec.index]
-        procs = [_Proc(p, _oom_life(p, [o for o in specs if o is not p], spec),
+        procs = [_Proc(p, _oom_life(p, specs, spec),
                        self._key(f"proc/{spec.index}/{p.pid}")) for p in specs]
         key = self._key(f"gpu/{spec.index}")
         bus = _BUS_IDS[spec.index] if spec.index < len(_BUS_IDS) else 0x100 + spec.index
