@@ -364,47 +364,66 @@ def exporter_group() -> RuleGroup:
     return RuleGroup("gpu-exporter", (exporter_down, source_down, failing, stale, errors))
 
 
+TORCH_NEW_OOMS = (f"instance_user:{allocator.TORCH_OOMS.name.removesuffix('_total')}"
+                  f":increase{t.TORCH_OOM_WINDOW}")
+TORCH_NEW_RETRIES = (f"instance_user:{allocator.TORCH_ALLOC_RETRIES.name.removesuffix('_total')}"
+                     f":increase{t.TORCH_RETRIES_WINDOW}")
+
+
+def _new_per_user(metric: c.Metric, window: str) -> str:
+    """How much a per-process counter grew in ``window``, summed per user and host.
+
+    Per process: now minus ``window`` ago (never negative: a reset counts as no growth), or the
+    whole count for a process that did not exist ``window`` ago (its first figures may already
+    count events). No range over per-process series: each is read twice, instantly.
+    """
+    now = sel(metric, NOT_OVERFLOW)
+    return (
+        f"sum without ({_PER_USER}) (\n"
+        f"  clamp_min({now} - {now} offset {window}, 0)\n"
+        f"  or ({now} unless {now} offset {window})\n"
+        ")\n"
+    )
+
+
 def torch_group() -> RuleGroup:
-    """Inside the process: PyTorch out-of-memory errors and allocation retries (the series
-    exist only for processes running the publisher, with ``--collector.torch``)."""
-    ooms = sel(allocator.TORCH_OOMS, NOT_OVERFLOW)
-    window = t.TORCH_OOM_WINDOW
+    """Inside the processes: PyTorch out-of-memory errors and allocation retries, per user and
+    host (the series exist only for processes running the publisher, with
+    ``--collector.torch``). Which process it was is on the node dashboard."""
     oom = AlertRule(
         alert="GpuProcessTorchOutOfMemory",
-        # The second term catches a process whose first published figures already count an
-        # OOM (increase() needs two samples of a series).
-        expr=(
-            f"increase({ooms}[{window}]) > 0\n"
-            f"or ({ooms} > 0 unless {ooms} offset {window})\n"
-        ),
+        expr=f"{TORCH_NEW_OOMS} > 0",
         for_="0s",
         severity="warning",
-        summary="A process hit a CUDA out-of-memory error in PyTorch.",
+        summary="A user's process hit a CUDA out-of-memory error in PyTorch.",
         description=(
-            "Process {{ $labels.process }} (pid {{ $labels.pid }}, user {{ $labels.user }}) "
-            f"on {_WHERE} raised {{{{ $value | humanize }}}} PyTorch out-of-memory error(s) "
-            f"in the last {window} (counted whether or not the program caught them). Compare "
-            "its tensors, cache and context on the node dashboard, then look inside the code."
+            "Processes of user {{ $labels.user }} on " + _HOST + " raised "
+            "{{ $value | humanize }} PyTorch out-of-memory error(s) in the last "
+            f"{t.TORCH_OOM_WINDOW} (counted whether or not the program caught them). The node "
+            "dashboard's row Inside the processes shows which one, with its tensors, cache and "
+            "context."
         ),
     )
     retries = AlertRule(
         alert="GpuProcessTorchAllocRetries",
-        expr=(
-            f"increase({sel(allocator.TORCH_ALLOC_RETRIES, NOT_OVERFLOW)}"
-            f"[{t.TORCH_RETRIES_WINDOW}]) > {num(t.TORCH_RETRIES_THRESHOLD)}\n"
-        ),
+        expr=f"{TORCH_NEW_RETRIES} > {num(t.TORCH_RETRIES_THRESHOLD)}",
         for_=t.TORCH_RETRIES_FOR,
         severity="warning",
         summary="PyTorch keeps flushing its cache to satisfy allocations (fragmentation).",
         description=(
-            "Process {{ $labels.process }} (pid {{ $labels.pid }}, user {{ $labels.user }}) "
-            f"on {_WHERE} retried {{{{ $value | humanize }}}} failed cudaMalloc calls in "
-            f"{t.TORCH_RETRIES_WINDOW}, for {t.TORCH_RETRIES_FOR}: each retry frees the "
-            "allocator's cache and synchronises (slow steps), and the next failure is an "
-            "out-of-memory error. Fragmentation (inactive split bytes) or a GPU shared too tightly."
+            "Processes of user {{ $labels.user }} on " + _HOST + " retried "
+            f"{{{{ $value | humanize }}}} failed cudaMalloc calls in {t.TORCH_RETRIES_WINDOW}, "
+            f"for {t.TORCH_RETRIES_FOR}: each retry frees the allocator's cache and "
+            "synchronises (slow steps), and the next failure is an out-of-memory error. "
+            "Fragmentation (inactive split bytes) or a GPU shared too tightly."
         ),
     )
-    return RuleGroup("gpu-torch", (oom, retries))
+    return RuleGroup("gpu-torch", (
+        RecordingRule(TORCH_NEW_OOMS, _new_per_user(allocator.TORCH_OOMS, t.TORCH_OOM_WINDOW)),
+        RecordingRule(TORCH_NEW_RETRIES,
+                      _new_per_user(allocator.TORCH_ALLOC_RETRIES, t.TORCH_RETRIES_WINDOW)),
+        oom, retries,
+    ))
 
 
 def groups() -> tuple[RuleGroup, ...]:
