@@ -1,7 +1,11 @@
 """Scrape benchmark: the real server, simulated 8 GPUs x 32 processes, over loopback.
 
 Usage: ``.venv/bin/python bench/bench_scrape.py [--scrapes 2000] [--max-seconds 60] [--check]
-[--scenario synthetic:8x32 | --nvml]`` (``--nvml``: the real GPUs of this host instead).
+[--scenario synthetic:8x32 | --nvml] [--compare REV]`` (``--nvml``: the real GPUs of this host
+instead; ``--compare REV``: also run revision REV, checked out into a temporary git worktree,
+interleaved with this checkout in the same run, and print after/before ratios of the server
+p50; with ``--check`` a ratio above 1.2 fails). Run it under ``flock /work/coord/bench.lock``
+where several people share the machine.
 
 Two cases, each against a fresh server process:
 
@@ -20,21 +24,30 @@ target is missed (p50 <= 2 ms, p99 <= 10 ms server-side, RSS <= 80 MB).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import re
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
-from tests.e2e.server import ExporterProcess
+from tests.e2e.server import ExporterProcess  # noqa: E402
 
 TARGET_P50_MS = 2.0
 TARGET_P99_MS = 10.0
 TARGET_RSS_MB = 80.0
+#: --compare: this checkout's server p50 may be at most this many times the other revision's.
+TARGET_RATIO = 1.2
+#: --compare: alternating runs per case and checkout (spreads the machine's load over both).
+ROUNDS = 3
 SCENARIO = "synthetic:8x32"
 PROMETHEUS_ACCEPT = (
     "application/openmetrics-text;version=1.0.0;escaping=underscores;q=0.5,"
@@ -73,10 +86,10 @@ def _memory_mb(pid: int) -> tuple[float, float]:
 
 
 def run_case(case: str, source: list[str], extra: list[str], *, scrapes: int,
-             max_seconds: float, plain: bool) -> Result:
+             max_seconds: float, plain: bool, root: Path = ROOT) -> Result:
     headers = {} if plain else {"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip",
                                 "X-Prometheus-Scrape-Timeout-Seconds": "10"}
-    with ExporterProcess(*source, *extra) as server:
+    with ExporterProcess(*source, *extra, root=root) as server:
         conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=15)
         for _ in range(20):  # warm-up: imports, first collection, caches
             conn.request("GET", "/metrics", headers=headers)
@@ -128,6 +141,50 @@ def report(results: list[Result]) -> bool:
     return ok
 
 
+@contextlib.contextmanager
+def checkout(revision: str) -> Iterator[Path]:
+    """``revision`` checked out into a temporary git worktree (removed afterwards)."""
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        path = Path(tmp) / "tree"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path),
+                        revision], check=True, capture_output=True)
+        try:
+            yield path
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)],
+                           check=False, capture_output=True)
+
+
+def compare(revision: str, source: list[str], cases: list[tuple[str, list[str]]],
+            **options: object) -> bool:
+    """Both checkouts, interleaved (before, after, ... ROUNDS times) per case; prints ratios."""
+    results: list[Result] = []
+    ok = True
+    with checkout(revision) as before_root:
+        for case, extra in cases:
+            runs: dict[str, list[Result]] = {"before": [], "after": []}
+            for _ in range(ROUNDS):
+                for label, root in (("before", before_root), ("after", ROOT)):
+                    runs[label].append(run_case(f"{case}", source, extra, root=root,
+                                                **options))  # type: ignore[arg-type]
+            merged = {label: Result(f"{label[0]}:{case}", sum(r.scrapes for r in rs),
+                                    [m for r in rs for m in r.server_ms],
+                                    [m for r in rs for m in r.client_ms], rs[-1].body_bytes,
+                                    max(r.rss_mb for r in rs), max(r.hwm_mb for r in rs),
+                                    sum(r.seconds for r in rs))
+                      for label, rs in runs.items()}
+            results += merged.values()
+            before = percentile(merged["before"].server_ms, 50)
+            after = percentile(merged["after"].server_ms, 50)
+            ratio = after / before
+            ok &= ratio <= TARGET_RATIO
+            print(f"{case}: server p50 before {before:.3f} ms ({revision}), after {after:.3f} ms "
+                  f"(this checkout): ratio {ratio:.2f} (target <= {TARGET_RATIO}) "
+                  f"{'PASS' if ratio <= TARGET_RATIO else 'FAIL'}", flush=True)
+    report(results)
+    return ok
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--scrapes", type=int, default=2000, help="scrapes per case (2000)")
@@ -138,12 +195,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
     parser.add_argument("--scenario", default=SCENARIO, help=f"simulated scenario ({SCENARIO})")
     parser.add_argument("--nvml", action="store_true", help="benchmark the real GPUs via NVML")
+    parser.add_argument("--compare", metavar="REV",
+                        help="also run git revision REV, interleaved, and print the ratios")
     args = parser.parse_args(argv)
     if not 1 <= args.scrapes <= 100_000 or not 0 < args.max_seconds <= 600:
         parser.error("--scrapes must be 1..100000 and --max-seconds 0..600")
     source = ["--source", "nvml"] if args.nvml else [
         "--source", "simulated", "--scenario", args.scenario]
     print(f"source: {' '.join(source)}")
+    if args.compare:
+        cases = [("shared", []), ("fresh", ["--collector.min-interval", "0"])]
+        ok = compare(args.compare, source, cases, scrapes=args.scrapes,
+                     max_seconds=args.max_seconds, plain=args.plain)
+        return 0 if ok or not args.check else 1
     results = [
         run_case("shared", source, [], scrapes=args.scrapes, max_seconds=args.max_seconds,
                  plain=args.plain),

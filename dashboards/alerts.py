@@ -4,15 +4,15 @@ Every alert name starts with ``Gpu``; every expression reads raw exporter metric
 rules defined earlier in its own group (Prometheus evaluates a group's rules in order), so each
 alert group works whether or not the recording groups are loaded. No alert reads per-process
 series: those are summed per user by a recording rule first, so alerts stay few (per GPU, per
-user and host) and cheap at fleet scale. Thresholds come from ``dashboards.thresholds``.
+user and host) and cheap at fleet scale. Thresholds come from ``exporter.thresholds``.
 """
 
 from __future__ import annotations
 
-from dashboards import thresholds as t
 from dashboards.promql import NOT_OVERFLOW, PROCESS_ONLY_LABELS, num, reason_in, sel
 from dashboards.rules import AlertRule, RecordingRule, RuleGroup
 from exporter import metrics as c
+from exporter import thresholds as t
 from exporter.metrics import allocator
 
 UNCORRECTED = 'type="uncorrected"'

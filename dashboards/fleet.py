@@ -8,22 +8,11 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
-from dashboards import alerts
+from dashboards import alerts, panels
 from dashboards import recording as r
-from dashboards import thresholds as t
 from dashboards import variables as v
-from dashboards.panels import (
-    Column,
-    Layout,
-    bar_panel,
-    board,
-    query,
-    stat_panel,
-    steps,
-    table_panel,
-    timeseries_panel,
-)
 from dashboards.promql import count_or_zero, num, sel_record, with_hostname
+from exporter import thresholds as t
 
 UID = "gpu-exporter-fleet"
 H = v.HOST
@@ -57,110 +46,110 @@ def _idle_gpus() -> str:
     )
 
 
-def _summary(grid: Layout) -> None:
+def _summary(grid: panels.Layout) -> None:
     grid.row("Fleet")
     gpus, gpus_up = _rec(r.INSTANCE_GPUS), _rec(r.INSTANCE_GPUS_UP)
     used, total = f"sum({_rec(r.INSTANCE_MEMORY_USED)})", f"sum({_rec(r.INSTANCE_MEMORY_TOTAL)})"
-    grid.add(stat_panel(
+    grid.add(panels.stat_panel(
         "GPUs", "Number of GPUs the selected exporters report (answering or not).", "short",
-        query(f"sum({gpus})"),
+        panels.query(f"sum({gpus})"),
     ), 3, 4)
-    grid.add(stat_panel(
+    grid.add(panels.stat_panel(
         "GPUs down", "GPUs that did not answer the last collection (gpu_up = 0): lost, in need "
         "of a reset, or hung. The other GPUs of the host still report.", "short",
-        query(f"sum({gpus}) - sum({gpus_up})"), thresholds=steps(*COUNT_BAD),
+        panels.query(f"sum({gpus}) - sum({gpus_up})"), thresholds=panels.steps(*COUNT_BAD),
     ), 3, 4)
-    grid.add(stat_panel(
+    grid.add(panels.stat_panel(
         "Memory used", "GPU memory in use across the selected GPUs (what nvidia-smi shows as "
         "used: every process's CUDA context, framework caches and tensors).", "bytes",
-        query(used),
+        panels.query(used),
     ), 3, 4)
-    grid.add(stat_panel(
-        "Memory total", "Total GPU memory of the selected GPUs.", "bytes", query(total),
+    grid.add(panels.stat_panel(
+        "Memory total", "Total GPU memory of the selected GPUs.", "bytes", panels.query(total),
     ), 3, 4)
-    grid.add(stat_panel(
+    grid.add(panels.stat_panel(
         "Fleet memory used", f"Used share of all selected GPU memory. Turns red at "
         f"{t.MEMORY_USED_RATIO:.0%}, the per-GPU alert threshold.", "percentunit",
-        query(f"{used} / {total}"), thresholds=steps(*MEMORY_STEPS),
+        panels.query(f"{used} / {total}"), thresholds=panels.steps(*MEMORY_STEPS),
     ), 3, 4)
-    grid.add(stat_panel(
+    grid.add(panels.stat_panel(
         f"GPUs above {t.MEMORY_USED_RATIO:.0%} memory", "GPUs whose memory is almost full: "
         "new allocations there fail with CUDA out-of-memory errors (alert GpuMemoryAlmostFull).",
         "short",
-        query(count_or_zero(f"{_rec(r.GPU_MEMORY_RATIO)} > {num(t.MEMORY_USED_RATIO)}")),
-        thresholds=steps(*COUNT_BAD),
+        panels.query(count_or_zero(f"{_rec(r.GPU_MEMORY_RATIO)} > {num(t.MEMORY_USED_RATIO)}")),
+        thresholds=panels.steps(*COUNT_BAD),
     ), 3, 4)
-    grid.add(stat_panel(
+    grid.add(panels.stat_panel(
         "GPUs holding memory while idle", f"GPUs with over {t.IDLE_GPU_MEMORY_RATIO:.0%} of "
         f"their memory used but under {t.IDLE_UTILIZATION_RATIO:.0%} average utilisation over "
         f"{t.IDLE_AVG_WINDOW}: usually a forgotten notebook or a hung job (alert "
         "GpuMemoryHeldIdle after 1h). See the users dashboard for who.", "short",
-        query(count_or_zero(_idle_gpus())), thresholds=steps(*COUNT_WARN),
+        panels.query(count_or_zero(_idle_gpus())), thresholds=panels.steps(*COUNT_WARN),
     ), 3, 4)
-    grid.add(stat_panel(
+    grid.add(panels.stat_panel(
         "Average utilisation", "Mean GPU utilisation: the share of time a kernel was running, "
         "averaged over the GPUs that answer. It says nothing about how many SMs were busy.",
         "percentunit",
-        query(f"sum({_rec(r.INSTANCE_UTILIZATION)} * {gpus_up}) / sum({gpus_up})"),
+        panels.query(f"sum({_rec(r.INSTANCE_UTILIZATION)} * {gpus_up}) / sum({gpus_up})"),
     ), 3, 4)
 
 
-def _per_node(grid: Layout) -> None:
+def _per_node(grid: panels.Layout) -> None:
     grid.row("Per node")
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Memory used per node", "Used / total GPU memory of each node. The dashed line is the "
         f"{t.MEMORY_USED_RATIO:.0%} per-GPU alert threshold; the node dashboard shows each GPU "
         "(a line climbing steadily towards 100 % is a leak).", "percentunit",
-        [query(_by_node(r.INSTANCE_MEMORY_RATIO), NODE_LEGEND)],
-        thresholds=steps(*MEMORY_STEPS), min_val=0, max_val=1,
+        [panels.query(_by_node(r.INSTANCE_MEMORY_RATIO), NODE_LEGEND)],
+        thresholds=panels.steps(*MEMORY_STEPS), min_val=0, max_val=1,
     ), 12)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Utilisation per node", "Share of time at least one kernel ran, averaged over each "
         "node's GPUs. High memory with utilisation near 0 means the jobs holding the GPUs are "
         "not really running.", "percentunit",
-        [query(_by_node(r.INSTANCE_UTILIZATION), NODE_LEGEND)], min_val=0, max_val=1,
+        [panels.query(_by_node(r.INSTANCE_UTILIZATION), NODE_LEGEND)], min_val=0, max_val=1,
     ), 12)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Memory used per node, stacked", "GPU memory in use, summed per node (stacked).",
-        "bytes", [query(_by_node(r.INSTANCE_MEMORY_USED), NODE_LEGEND)], stacked=True,
+        "bytes", [panels.query(_by_node(r.INSTANCE_MEMORY_USED), NODE_LEGEND)], stacked=True,
     ), 12)
-    grid.add(bar_panel(
+    grid.add(panels.bar_panel(
         "Top users by GPU memory", "Users holding the most GPU memory across the selected "
         "nodes. Complete only where the exporter sees every user's processes (host PID "
         "namespace); 'unknown' is memory whose owner could not be read.", "bytes",
-        query(f"topk(10, sum by (user) ({_rec(r.INSTANCE_USER_MEMORY)}))", "{{user}}",
+        panels.query(f"topk(10, sum by (user) ({_rec(r.INSTANCE_USER_MEMORY)}))", "{{user}}",
               instant=True),
     ), 12)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Hottest GPU per node", "Core temperature of each node's hottest GPU. Above "
         f"{num(t.TEMPERATURE_WARNING_CELSIUS)} °C check the cooling; above "
         f"{num(t.TEMPERATURE_CRITICAL_CELSIUS)} °C the GPU throttles hard (dashed lines: alert "
-        "thresholds).", "celsius", [query(_by_node(r.INSTANCE_TEMPERATURE), NODE_LEGEND)],
-        thresholds=steps(*TEMPERATURE_STEPS),
+        "thresholds).", "celsius", [panels.query(_by_node(r.INSTANCE_TEMPERATURE), NODE_LEGEND)],
+        thresholds=panels.steps(*TEMPERATURE_STEPS),
     ), 12)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Power per node", "Board power draw summed per node. Power that never rises while a job "
         "runs hints at a CPU or input-pipeline bottleneck: the GPU waits for data.", "watt",
-        [query(_by_node(r.INSTANCE_POWER), NODE_LEGEND)], min_val=0,
+        [panels.query(_by_node(r.INSTANCE_POWER), NODE_LEGEND)], min_val=0,
     ), 12)
 
 
-def _nodes(grid: Layout) -> None:
+def _nodes(grid: panels.Layout) -> None:
     grid.row("Nodes")
-    grid.add(table_panel(
+    grid.add(panels.table_panel(
         "Nodes", "One row per node: GPUs, memory, utilisation, hottest GPU and power. Sort by "
         "any column; memory share turns red at the alert threshold.",
         [
-            Column("GPUs", _by_node(r.INSTANCE_GPUS), "short"),
-            Column("GPUs up", _by_node(r.INSTANCE_GPUS_UP), "short"),
-            Column("Memory used", _by_node(r.INSTANCE_MEMORY_USED), "bytes"),
-            Column("Memory total", _by_node(r.INSTANCE_MEMORY_TOTAL), "bytes"),
-            Column("Memory used %", _by_node(r.INSTANCE_MEMORY_RATIO), "percentunit",
-                   steps(*MEMORY_STEPS)),
-            Column("Avg utilisation", _by_node(r.INSTANCE_UTILIZATION), "percentunit"),
-            Column("Max temperature", _by_node(r.INSTANCE_TEMPERATURE), "celsius",
-                   steps(*TEMPERATURE_STEPS)),
-            Column("Power", _by_node(r.INSTANCE_POWER), "watt"),
+            panels.Column("GPUs", _by_node(r.INSTANCE_GPUS), "short"),
+            panels.Column("GPUs up", _by_node(r.INSTANCE_GPUS_UP), "short"),
+            panels.Column("Memory used", _by_node(r.INSTANCE_MEMORY_USED), "bytes"),
+            panels.Column("Memory total", _by_node(r.INSTANCE_MEMORY_TOTAL), "bytes"),
+            panels.Column("Memory used %", _by_node(r.INSTANCE_MEMORY_RATIO), "percentunit",
+                   panels.steps(*MEMORY_STEPS)),
+            panels.Column("Avg utilisation", _by_node(r.INSTANCE_UTILIZATION), "percentunit"),
+            panels.Column("Max temperature", _by_node(r.INSTANCE_TEMPERATURE), "celsius",
+                   panels.steps(*TEMPERATURE_STEPS)),
+            panels.Column("Power", _by_node(r.INSTANCE_POWER), "watt"),
         ],
         hidden=("Time", "__name__", "job", "instance"),
         sort_by="Memory used %",
@@ -169,12 +158,12 @@ def _nodes(grid: Layout) -> None:
 
 def build() -> dashboard.Dashboard:
     """The fleet overview dashboard builder."""
-    built = board(
+    built = panels.board(
         "GPU fleet overview", UID,
         "Every GPU at a glance: memory, utilisation, temperature, power, top users.",
         v.host_chain(),
     )
-    grid = Layout(built)
+    grid = panels.Layout(built)
     _summary(grid)
     _per_node(grid)
     _nodes(grid)

@@ -6,12 +6,15 @@ Usage (from the repository root)::
     python -m dashboards.generate --check    # exit 1 if a committed file differs (CI runs it)
 
 Derived files, all from the metric rows (``exporter.metrics``), the flags
-(``exporter.config``) and the thresholds (``dashboards.thresholds``):
+(``exporter.config``) and the thresholds (``exporter.thresholds``):
 
 - ``README.md``: the metric and flag tables between their ``BEGIN``/``END`` markers;
-- ``dashboards/grafana/*.json`` and ``dashboards/rules/*.yaml``;
+- ``dashboards/grafana/*.json`` and ``dashboards/rules/*.yaml`` (plus
+  ``dashboards/rules/tests/rules/``: the alerts without annotations, for the behaviour tests);
 - ``helm/gpu-exporter/files/{dashboards,rules}/``: the chart's byte-identical copies (Helm
-  cannot read files outside the chart); a copy without an original is stale and removed.
+  cannot read files outside the chart); a copy without an original is stale and removed;
+- ``tests/golden/*.prom``: the golden exposition of every scenario preset
+  (``dashboards/golden.py``; review their diff: it is every change users will scrape).
 
 ``--root`` points at another checkout (tests use a temporary copy).
 """
@@ -28,6 +31,7 @@ from grafana_foundation_sdk.builders import dashboard
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
 from dashboards import alerts, fleet, health, node, recording, rules, users
+from dashboards.golden import golden_files
 from exporter.docs import DocsError, render_readme
 
 REPO = Path(__file__).resolve().parent.parent
@@ -42,6 +46,8 @@ DASHBOARDS: dict[str, Callable[[], dashboard.Dashboard]] = {
 ALERTS_FILE = "gpu-exporter-alerts.yaml"
 RECORDING_FILE = "gpu-exporter-recording.yaml"
 README = "README.md"
+#: The alert rules without annotations, which the behaviour rule tests load (``rule_files``).
+BEHAVIOUR_RULES = f"dashboards/rules/tests/rules/{ALERTS_FILE}"
 #: Where the chart keeps its copies: generated folder -> chart folder.
 CHART_COPIES = {
     "dashboards/grafana": "helm/gpu-exporter/files/dashboards",
@@ -71,8 +77,10 @@ def outputs(root: Path) -> dict[str, str]:
     files[f"dashboards/rules/{RECORDING_FILE}"] = rules.render(recording.groups(), "recording.py")
     for source, copy in CHART_COPIES.items():
         for rel, text in list(files.items()):
-            if rel.startswith(source + "/"):
+            if rel.startswith(source + "/") and "/" not in rel.removeprefix(source + "/"):
                 files[copy + rel.removeprefix(source)] = text
+    files[BEHAVIOUR_RULES] = rules.render(alerts.groups(), "alerts.py", annotations=False)
+    files.update(golden_files())
     files[README] = render_readme((root / README).read_text(encoding="utf-8"))
     return files
 

@@ -4,105 +4,98 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
-from dashboards import thresholds as t
+from dashboards import panels
 from dashboards import variables as v
 from dashboards.fleet import COUNT_BAD, COUNT_WARN
-from dashboards.panels import (
-    Column,
-    Layout,
-    board,
-    query,
-    stat_panel,
-    steps,
-    table_panel,
-    timeseries_panel,
-)
 from dashboards.promql import count_or_zero, sel
 from exporter import metrics as c
+from exporter import thresholds as t
 
 UID = "gpu-exporter-health"
 T = f"{v.JOB}, {v.INSTANCE}"
 STALE = (("green", None), ("red", t.DATA_STALE_SECONDS))
 
 
-def _targets(grid: Layout) -> None:
+def _targets(grid: panels.Layout) -> None:
     grid.row("Targets")
-    grid.add(stat_panel(
+    grid.add(panels.stat_panel(
         "Targets up", "Exporters Prometheus scraped successfully last time.", "short",
-        query(f"sum(up{{{T}}})"),
+        panels.query(f"sum(up{{{T}}})"),
     ), 4, 4)
-    grid.add(stat_panel(
+    grid.add(panels.stat_panel(
         "Targets down", "Exporters Prometheus could not scrape (alert GpuExporterDown after "
-        f"{t.EXPORTER_DOWN_FOR}).", "short", query(count_or_zero(f"up{{{T}}} == 0")),
-        thresholds=steps(*COUNT_BAD),
+        f"{t.EXPORTER_DOWN_FOR}).", "short", panels.query(count_or_zero(f"up{{{T}}} == 0")),
+        thresholds=panels.steps(*COUNT_BAD),
     ), 4, 4)
-    grid.add(stat_panel(
+    grid.add(panels.stat_panel(
         "Sources down", "Exporters whose data source (NVML) is not initialised: no GPU data "
         "from them at all.", "short",
-        query(count_or_zero(f"{sel(c.SOURCE_UP, T)} == 0")), thresholds=steps(*COUNT_BAD),
+        panels.query(count_or_zero(f"{sel(c.SOURCE_UP, T)} == 0")),
+        thresholds=panels.steps(*COUNT_BAD),
     ), 4, 4)
-    grid.add(stat_panel(
+    grid.add(panels.stat_panel(
         "Failing collections", "Exporters whose last collection did not read every GPU "
         "without error.", "short",
-        query(count_or_zero(f"{sel(c.COLLECTION_SUCCESS, T)} == 0")),
-        thresholds=steps(*COUNT_WARN),
+        panels.query(count_or_zero(f"{sel(c.COLLECTION_SUCCESS, T)} == 0")),
+        thresholds=panels.steps(*COUNT_WARN),
     ), 4, 4)
-    grid.add(stat_panel(
+    grid.add(panels.stat_panel(
         "Oldest data", "Age of the oldest data served by the selected exporters. It grows when "
         "collections hang and the last good snapshot is served; red past "
         f"{t.DATA_STALE_SECONDS:.0f} s (alert GpuExporterDataStale).", "s",
-        query(f"max({sel(c.DATA_AGE, T)})"),
-        thresholds=steps(*STALE),
+        panels.query(f"max({sel(c.DATA_AGE, T)})"),
+        thresholds=panels.steps(*STALE),
     ), 4, 4)
-    grid.add(stat_panel(
+    grid.add(panels.stat_panel(
         "Slowest collection", "Duration of the slowest last collection among the selected "
-        "exporters.", "s", query(f"max({sel(c.COLLECTION_DURATION, T)})"),
+        "exporters.", "s", panels.query(f"max({sel(c.COLLECTION_DURATION, T)})"),
     ), 4, 4)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Up", "1 when Prometheus scraped the target, 0 when the scrape failed.", "short",
-        [query(f"up{{{T}}}", "{{instance}}")], min_val=0, max_val=1,
+        [panels.query(f"up{{{T}}}", "{{instance}}")], min_val=0, max_val=1,
     ), 12)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Collection success and source up", "1 when the last collection read every GPU "
         "without error, and when the source (NVML) is up.", "short",
-        [query(sel(c.COLLECTION_SUCCESS, T), "{{instance}} collection"),
-         query(sel(c.SOURCE_UP, T), "{{instance}} {{source}} source", ref="B")],
+        [panels.query(sel(c.COLLECTION_SUCCESS, T), "{{instance}} collection"),
+         panels.query(sel(c.SOURCE_UP, T), "{{instance}} {{source}} source", ref="B")],
         min_val=0, max_val=1,
     ), 12)
 
 
-def _collections(grid: Layout) -> None:
+def _collections(grid: panels.Layout) -> None:
     grid.row("Collections")
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Collection duration", "How long each exporter's last collection took. NVML calls "
         "cost milliseconds per GPU; seconds mean a hung driver call.", "s",
-        [query(sel(c.COLLECTION_DURATION, T), "{{instance}}")], min_val=0,
+        [panels.query(sel(c.COLLECTION_DURATION, T), "{{instance}}")], min_val=0,
     ), 8)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Data age", "Age of the data in each scrape. Dashed line: the stale-data alert "
-        "threshold.", "s", [query(sel(c.DATA_AGE, T), "{{instance}}")],
-        thresholds=steps(*STALE), min_val=0,
+        "threshold.", "s", [panels.query(sel(c.DATA_AGE, T), "{{instance}}")],
+        thresholds=panels.steps(*STALE), min_val=0,
     ), 8)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Scrape duration", "How long Prometheus's scrape of each exporter took (measured by "
-        "Prometheus).", "s", [query(f"scrape_duration_seconds{{{T}}}", "{{instance}}")],
+        "Prometheus).", "s", [panels.query(f"scrape_duration_seconds{{{T}}}", "{{instance}}")],
         min_val=0,
     ), 8)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Errors by kind", "Problems met while collecting, per interval and kind (gpu_lost, "
         "nvml_call, garbled_process_entry, collection_timeout, owner_lookup ...).", "short",
-        [query(f"sum by (kind) (increase({sel(c.ERRORS, T)}[$__rate_interval]))", "{{kind}}")],
+        [panels.query(f"sum by (kind) (increase({sel(c.ERRORS, T)}[$__rate_interval]))",
+                      "{{kind}}")],
         min_val=0,
     ), 12)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Process series folded into overflow", "Processes per GPU beyond the exporter's "
         "--process.max-series-per-gpu cap, summed into one overflow series.", "short",
-        [query(f"sum by (instance) ({sel(c.PROCESS_SERIES_OVERFLOW, T)})", "{{instance}}")],
+        [panels.query(f"sum by (instance) ({sel(c.PROCESS_SERIES_OVERFLOW, T)})", "{{instance}}")],
         min_val=0,
     ), 12)
-    grid.add(table_panel(
+    grid.add(panels.table_panel(
         "Exporters", "Version and data source of each exporter.",
-        [Column("Up", f"up{{{T}}} * on (job, instance) group_left (version, python_version, "
+        [panels.Column("Up", f"up{{{T}}} * on (job, instance) group_left (version, python_version, "
                 f"nvml_binding_version, source) {sel(c.BUILD_INFO, T)}", "short")],
         hidden=("Time", "__name__"),
     ), 24, 7)
@@ -110,12 +103,12 @@ def _collections(grid: Layout) -> None:
 
 def build() -> dashboard.Dashboard:
     """The exporter health dashboard builder."""
-    built = board(
+    built = panels.board(
         "GPU exporter health", UID,
         "Is gpu-exporter itself working: targets, collections, data age, errors.",
         [v.datasource(), v.job(c.BUILD_INFO), v.target()],
     )
-    grid = Layout(built)
+    grid = panels.Layout(built)
     _targets(grid)
     _collections(grid)
     return built

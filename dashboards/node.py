@@ -5,21 +5,12 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
-from dashboards import thresholds as t
+from dashboards import panels
 from dashboards import variables as v
 from dashboards.fleet import MEMORY_STEPS, TEMPERATURE_STEPS
-from dashboards.panels import (
-    Column,
-    Layout,
-    board,
-    query,
-    stat_panel,
-    steps,
-    table_panel,
-    timeseries_panel,
-)
 from dashboards.promql import NOT_OVERFLOW, idle_process_filter, num, sel
 from exporter import metrics as c
+from exporter import thresholds as t
 from exporter.metrics import allocator as a
 
 UID = "gpu-exporter-node"
@@ -35,87 +26,87 @@ NVML_GAP = (
 )
 
 
-def _device(grid: Layout) -> None:
+def _device(grid: panels.Layout) -> None:
     grid.row("Device")
-    grid.add(stat_panel(
+    grid.add(panels.stat_panel(
         "Memory used", "Used share of each GPU's memory; red from the "
         f"{t.MEMORY_USED_RATIO:.0%} alert threshold.", "percentunit",
-        query(f"{USED} / {TOTAL}", G), thresholds=steps(*MEMORY_STEPS),
+        panels.query(f"{USED} / {TOTAL}", G), thresholds=panels.steps(*MEMORY_STEPS),
     ), 6, 5)
-    grid.add(stat_panel(
+    grid.add(panels.stat_panel(
         "Temperature", "Current core temperature per GPU (orange from "
         f"{t.TEMPERATURE_WARNING_CELSIUS:.0f} °C, red from {t.TEMPERATURE_CRITICAL_CELSIUS:.0f} "
-        "°C: the alert thresholds).", "celsius", query(sel(c.TEMPERATURE, M), G),
-        thresholds=steps(*TEMPERATURE_STEPS),
+        "°C: the alert thresholds).", "celsius", panels.query(sel(c.TEMPERATURE, M), G),
+        thresholds=panels.steps(*TEMPERATURE_STEPS),
     ), 6, 5)
-    grid.add(table_panel(
+    grid.add(panels.table_panel(
         "GPUs", "Model, PCI bus id and driver of each GPU (from gpu_info), with its memory.",
-        [Column("Memory total", f"sum without () ({TOTAL}) * on (job, instance, uuid) "
+        [panels.Column("Memory total", f"sum without () ({TOTAL}) * on (job, instance, uuid) "
                 f"group_left (name, pci_bus_id, driver_version) {sel(c.GPU_INFO, M)}", "bytes")],
         hidden=("Time", "__name__", "job", "instance"),
     ), 12, 5)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Memory used vs total", "Memory allocated on the device (what nvidia-smi shows) "
         "against its total. " + NVML_GAP, "bytes",
-        [query(USED, f"{G} used"), query(TOTAL, f"{G} total", ref="B")], min_val=0,
+        [panels.query(USED, f"{G} used"), panels.query(TOTAL, f"{G} total", ref="B")], min_val=0,
     ), 12)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Utilisation", "GPU: share of time a kernel ran. Memory: share of time device memory "
         "was read or written (bandwidth, not capacity). Memory held with utilisation near 0 "
         "means the job is not really running.", "percentunit",
-        [query(sel(c.UTILIZATION, M), f"{G} GPU"),
-         query(sel(c.MEMORY_UTILIZATION, M), f"{G} memory", ref="B")],
+        [panels.query(sel(c.UTILIZATION, M), f"{G} GPU"),
+         panels.query(sel(c.MEMORY_UTILIZATION, M), f"{G} memory", ref="B")],
         min_val=0, max_val=1,
     ), 12)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Temperature", f"Core temperature; dashed lines at {t.TEMPERATURE_WARNING_CELSIUS:.0f} "
         f"°C (watch the cooling) and {t.TEMPERATURE_CRITICAL_CELSIUS:.0f} °C.", "celsius",
-        [query(sel(c.TEMPERATURE, M), G)], thresholds=steps(*TEMPERATURE_STEPS),
+        [panels.query(sel(c.TEMPERATURE, M), G)], thresholds=panels.steps(*TEMPERATURE_STEPS),
     ), 12)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Power vs limit", "Board power against the enforced limit. Power that stays low while "
         "processes hold the GPU points to a CPU or input-pipeline bottleneck.", "watt",
-        [query(sel(c.POWER_USAGE, M), f"{G} draw"),
-         query(sel(c.POWER_LIMIT, M), f"{G} limit", ref="B")], min_val=0,
+        [panels.query(sel(c.POWER_USAGE, M), f"{G} draw"),
+         panels.query(sel(c.POWER_LIMIT, M), f"{G} limit", ref="B")], min_val=0,
     ), 12)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Clocks", "SM, graphics and memory clocks. Clocks dropping under load while a throttle "
         "reason is active mean the GPU runs slower than it could.", "hertz",
-        [query(sel(c.SM_CLOCK, M), f"{G} SM"),
-         query(sel(c.GRAPHICS_CLOCK, M), f"{G} graphics", ref="B"),
-         query(sel(c.MEMORY_CLOCK, M), f"{G} memory", ref="C")], min_val=0,
+        [panels.query(sel(c.SM_CLOCK, M), f"{G} SM"),
+         panels.query(sel(c.GRAPHICS_CLOCK, M), f"{G} graphics", ref="B"),
+         panels.query(sel(c.MEMORY_CLOCK, M), f"{G} memory", ref="C")], min_val=0,
     ), 12)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Throttle reasons active", "Clock event reasons while active (1). gpu_idle is harmless; "
         "sw/hw thermal slowdown means too hot, sw_power_cap means at the power limit, "
         "hw_slowdown or power brake point to power delivery.", "short",
-        [query(f"{sel(c.THROTTLE_ACTIVE, M)} > 0", f"{G} {{{{reason}}}}")],
+        [panels.query(f"{sel(c.THROTTLE_ACTIVE, M)} > 0", f"{G} {{{{reason}}}}")],
         min_val=0, max_val=1,
     ), 12)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "ECC errors", "New ECC errors per interval. Corrected ones are harmless in small "
         "numbers; any uncorrected error means data loss: drain and reset the GPU.", "short",
-        [query(f"increase({sel(c.ECC_ERRORS, M)}[$__rate_interval])", f"{G} {{{{type}}}}")],
+        [panels.query(f"increase({sel(c.ECC_ERRORS, M)}[$__rate_interval])", f"{G} {{{{type}}}}")],
         min_val=0,
     ), 12)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Performance state", "P-state: 0 is maximum performance, an idle GPU sits at P8 or "
-        "higher numbers.", "short", [query(sel(c.PERFORMANCE_STATE, M), G)], min_val=0,
+        "higher numbers.", "short", [panels.query(sel(c.PERFORMANCE_STATE, M), G)], min_val=0,
     ), 12)
 
 
-def _processes(grid: Layout) -> None:
+def _processes(grid: panels.Layout) -> None:
     grid.row("Processes")
     proc = f"{M}, {NOT_OVERFLOW}"
-    grid.add(table_panel(
+    grid.add(panels.table_panel(
         "Processes", "Every process holding a context on the selected GPUs, like gpustat: "
         "pid, user, name, memory, utilisation and age. " + NVML_GAP + " Rows named "
         f"{c.OVERFLOW_VALUE} sum processes beyond the exporter's per-GPU series cap.",
         [
-            Column("Memory", f"sum without () ({sel(c.PROCESS_MEMORY, M)})", "bytes"),
-            Column("Utilisation", f"sum without () ({sel(c.PROCESS_UTILIZATION, M)})",
+            panels.Column("Memory", f"sum without () ({sel(c.PROCESS_MEMORY, M)})", "bytes"),
+            panels.Column("Utilisation", f"sum without () ({sel(c.PROCESS_UTILIZATION, M)})",
                    "percentunit"),
-            Column("Age", f"time() - {sel(c.PROCESS_START_TIME, proc)}", "s"),
+            panels.Column("Age", f"time() - {sel(c.PROCESS_START_TIME, proc)}", "s"),
         ],
         hidden=("Time", "__name__", "job", "instance", "uuid"),
         sort_by="Memory",
@@ -123,43 +114,43 @@ def _processes(grid: Layout) -> None:
     idle = idle_process_filter(
         M, t.IDLE_PROCESS_MEMORY_BYTES, t.IDLE_UTILIZATION_RATIO, t.IDLE_AVG_WINDOW
     )
-    grid.add(table_panel(
+    grid.add(panels.table_panel(
         "Idle processes", f"Processes holding over {num(t.IDLE_PROCESS_MEMORY_BYTES / t.GIB)} "
         f"GiB whose utilisation stayed under {t.IDLE_UTILIZATION_RATIO:.0%} for "
         f"{t.IDLE_AVG_WINDOW}: forgotten notebooks, hung jobs, debuggers stopped at a "
         f"breakpoint. After {t.IDLE_FOR} GpuProcessIdle fires for their user on this node.",
         [
-            Column("Memory", f"sum without () ({idle})", "bytes"),
-            Column("Max utilisation", f"max_over_time({sel(c.PROCESS_UTILIZATION, proc)}"
+            panels.Column("Memory", f"sum without () ({idle})", "bytes"),
+            panels.Column("Max utilisation", f"max_over_time({sel(c.PROCESS_UTILIZATION, proc)}"
                    f"[{t.IDLE_AVG_WINDOW}]) and ({idle})", "percentunit"),
-            Column("Age", f"time() - {sel(c.PROCESS_START_TIME, proc)} and ({idle})", "s"),
+            panels.Column("Age", f"time() - {sel(c.PROCESS_START_TIME, proc)} and ({idle})", "s"),
         ],
         hidden=("Time", "__name__", "job", "instance", "uuid", "uid"),
         sort_by="Memory",
     ), 24, 8)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Process memory by user", "GPU memory of all processes of each user on the selected "
         "GPUs, stacked: who is filling this node.", "bytes",
-        [query(f"sum by (user) ({sel(c.USER_MEMORY, M)})", "{{user}}")], stacked=True,
+        [panels.query(f"sum by (user) ({sel(c.USER_MEMORY, M)})", "{{user}}")], stacked=True,
         min_val=0,
     ), 12)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Process memory", "GPU memory per process. A process whose line only climbs is "
         "leaking; check torch.cuda.memory_summary() inside it.", "bytes",
-        [query(sel(c.PROCESS_MEMORY, M), PROCESS_LEGEND)], min_val=0,
+        [panels.query(sel(c.PROCESS_MEMORY, M), PROCESS_LEGEND)], min_val=0,
     ), 12)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Process utilisation", "Share of time each process's kernels ran on the GPU. 0 with "
         "memory held means the process is idle or waiting for input.", "percentunit",
-        [query(sel(c.PROCESS_UTILIZATION, M), PROCESS_LEGEND)], min_val=0, max_val=1,
+        [panels.query(sel(c.PROCESS_UTILIZATION, M), PROCESS_LEGEND)], min_val=0, max_val=1,
     ), 12)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Processes per GPU", "Number of processes holding a context on each GPU.", "short",
-        [query(sel(c.PROCESSES, M), G)], min_val=0,
+        [panels.query(sel(c.PROCESSES, M), G)], min_val=0,
     ), 12)
 
 
-def _inside(grid: Layout) -> None:
+def _inside(grid: panels.Layout) -> None:
     """PyTorch's own figures for processes that publish them (gpu_exporter_torch)."""
     grid.row("Inside the processes (PyTorch allocator)")
     proc = f"{M}, {NOT_OVERFLOW}"
@@ -168,73 +159,74 @@ def _inside(grid: Layout) -> None:
     publisher = ("Only processes running the allocator publisher (gpu-exporter-run, or "
                  "gpu_exporter_torch.start() in the code) with the exporter's --collector.torch "
                  "have these series.")
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Process memory split", "Each publishing process's GPU memory, stacked in three parts "
         "that add up to its NVML memory: tensors (torch.cuda.memory_allocated()), the "
         "allocator's cache (memory_reserved() - memory_allocated(): freed blocks PyTorch keeps "
         "for reuse, unusable by other processes) and context and libraries (NVML minus "
         "reserved: CUDA context, kernels, cuBLAS/NCCL workspaces). " + publisher, "bytes",
-        [query(allocated, f"{PROCESS_LEGEND} tensors"),
-         query(f"{reserved} - {allocated}", f"{PROCESS_LEGEND} allocator cache", ref="B"),
-         query(overhead, f"{PROCESS_LEGEND} context and libraries", ref="C")],
+        [panels.query(allocated, f"{PROCESS_LEGEND} tensors"),
+         panels.query(f"{reserved} - {allocated}", f"{PROCESS_LEGEND} allocator cache", ref="B"),
+         panels.query(overhead, f"{PROCESS_LEGEND} context and libraries", ref="C")],
         stacked=True, min_val=0,
     ), 24, 9)
-    grid.add(table_panel(
+    grid.add(panels.table_panel(
         "PyTorch allocator per process", "Now, per publishing process: NVML's memory and its "
         "parts, the peak of live tensors since the process started, fragmentation (inactive "
         "split blocks / reserved) and, over the last hour, allocation retries (cache flushes "
         "to find room: slow steps) and out-of-memory errors PyTorch raised (caught or not). "
         + publisher,
         [
-            Column("NVML memory", f"{sel(c.PROCESS_MEMORY, proc)} and on (job, instance, uuid, "
-                   f"pid) {reserved}", "bytes"),
-            Column("Tensors", f"sum without () ({allocated})", "bytes"),
-            Column("Cache", f"sum without () ({reserved} - {allocated})", "bytes"),
-            Column("Context", f"sum without () ({overhead})", "bytes"),
-            Column("Peak tensors", f"sum without () ({sel(a.TORCH_PEAK_ALLOCATED, proc)})",
+            panels.Column("NVML memory", f"{sel(c.PROCESS_MEMORY, proc)} and on (job, "
+                          f"instance, uuid, pid) {reserved}", "bytes"),
+            panels.Column("Tensors", f"sum without () ({allocated})", "bytes"),
+            panels.Column("Cache", f"sum without () ({reserved} - {allocated})", "bytes"),
+            panels.Column("Context", f"sum without () ({overhead})", "bytes"),
+            panels.Column("Peak tensors", f"sum without () ({sel(a.TORCH_PEAK_ALLOCATED, proc)})",
                    "bytes"),
-            Column("Fragmentation", f"sum without () ({sel(a.TORCH_INACTIVE_SPLIT, proc)} / "
+            panels.Column("Fragmentation", f"sum without () ({sel(a.TORCH_INACTIVE_SPLIT, proc)} / "
                    f"{reserved})", "percentunit"),
-            Column("Retries 1h", f"sum without () (increase("
+            panels.Column("Retries 1h", f"sum without () (increase("
                    f"{sel(a.TORCH_ALLOC_RETRIES, proc)}[1h]))", "short"),
-            Column("OOMs 1h", f"sum without () (increase({sel(a.TORCH_OOMS, proc)}[1h]))",
+            panels.Column("OOMs 1h", f"sum without () (increase({sel(a.TORCH_OOMS, proc)}[1h]))",
                    "short"),
         ],
         hidden=("Time", "__name__", "job", "instance", "uuid"),
         sort_by="NVML memory",
     ), 24, 8)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Allocation retries and OOMs", "Per publishing process and interval: allocation "
         "retries (a cudaMalloc failed, PyTorch flushed its cache and tried again) and "
         "out-of-memory errors raised. Retries that keep coming mean fragmentation or a GPU "
         "shared too tightly; alerts GpuProcessTorchAllocRetries and "
         "GpuProcessTorchOutOfMemory.", "short",
-        [query(f"increase({sel(a.TORCH_ALLOC_RETRIES, proc)}[$__rate_interval])",
+        [panels.query(f"increase({sel(a.TORCH_ALLOC_RETRIES, proc)}[$__rate_interval])",
                f"{PROCESS_LEGEND} retries"),
-         query(f"increase({sel(a.TORCH_OOMS, proc)}[$__rate_interval])",
+         panels.query(f"increase({sel(a.TORCH_OOMS, proc)}[$__rate_interval])",
                f"{PROCESS_LEGEND} OOMs", ref="B")],
         min_val=0,
     ), 12)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Fragmentation and peak", "Inactive split bytes (cached blocks split off larger "
         "segments that cannot be returned to the driver) against active bytes, and the peak of "
         "live tensors: a peak far above the current tensors means one phase (evaluation, the "
         "first step, a long sequence) sets the memory the process needs.", "bytes",
-        [query(sel(a.TORCH_INACTIVE_SPLIT, proc), f"{PROCESS_LEGEND} inactive split"),
-         query(sel(a.TORCH_ACTIVE, proc), f"{PROCESS_LEGEND} active", ref="B"),
-         query(sel(a.TORCH_PEAK_ALLOCATED, proc), f"{PROCESS_LEGEND} peak tensors", ref="C")],
+        [panels.query(sel(a.TORCH_INACTIVE_SPLIT, proc), f"{PROCESS_LEGEND} inactive split"),
+         panels.query(sel(a.TORCH_ACTIVE, proc), f"{PROCESS_LEGEND} active", ref="B"),
+         panels.query(sel(a.TORCH_PEAK_ALLOCATED, proc), f"{PROCESS_LEGEND} peak tensors",
+                      ref="C")],
         min_val=0,
     ), 12)
 
 
 def build() -> dashboard.Dashboard:
     """The node / device dashboard builder."""
-    built = board(
+    built = panels.board(
         "GPU node / device", UID,
         "One node: each GPU's memory, load, temperature, power, clocks, processes.",
         v.host_chain(v.gpu(), one_node=True), since="now-3h",
     )
-    grid = Layout(built)
+    grid = panels.Layout(built)
     _device(grid)
     _processes(grid)
     _inside(grid)

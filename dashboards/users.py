@@ -4,21 +4,9 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
-from dashboards import alerts, recording
-from dashboards import thresholds as t
+from dashboards import alerts, panels, recording
 from dashboards import variables as v
 from dashboards.fleet import COUNT_BAD, LEGEND, MEMORY_STEPS
-from dashboards.panels import (
-    Column,
-    Layout,
-    bar_panel,
-    board,
-    query,
-    stat_panel,
-    steps,
-    table_panel,
-    timeseries_panel,
-)
 from dashboards.promql import (
     count_or_zero,
     num,
@@ -27,6 +15,7 @@ from dashboards.promql import (
     with_hostname,
 )
 from exporter import metrics as c
+from exporter import thresholds as t
 
 UID = "gpu-exporter-users"
 H = v.HOST
@@ -40,42 +29,44 @@ COMPLETE = (
 )
 
 
-def _users(grid: Layout) -> None:
+def _users(grid: panels.Layout) -> None:
     grid.row("Users")
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "GPU memory by user", "GPU memory held by each user's processes over time, stacked. "
         + COMPLETE, "bytes",
-        [query(f"sum by (user) ({sel_record(recording.INSTANCE_USER_MEMORY, U)})", "{{user}}")],
+        [panels.query(f"sum by (user) ({sel_record(recording.INSTANCE_USER_MEMORY, U)})",
+                      "{{user}}")],
         stacked=True,
         min_val=0,
     ), 16)
-    grid.add(bar_panel(
+    grid.add(panels.bar_panel(
         "Share of fleet memory", "Each user's GPU memory as a share of the total memory of "
         "all selected GPUs.", "percentunit",
-        query(f"sum by (user) ({USER_MEM}) / scalar(sum({TOTAL}))", "{{user}}", instant=True),
+        panels.query(f"sum by (user) ({USER_MEM}) / scalar(sum({TOTAL}))", "{{user}}",
+                     instant=True),
         max_val=1,
     ), 8)
-    grid.add(table_panel(
+    grid.add(panels.table_panel(
         "Users", "Per user: memory held, share of the fleet, processes and GPUs in use. "
         + COMPLETE,
         [
-            Column("Memory", f"sum by (user) ({USER_MEM})", "bytes"),
-            Column("Share of fleet", f"sum by (user) ({USER_MEM}) / scalar(sum({TOTAL}))",
+            panels.Column("Memory", f"sum by (user) ({USER_MEM})", "bytes"),
+            panels.Column("Share of fleet", f"sum by (user) ({USER_MEM}) / scalar(sum({TOTAL}))",
                    "percentunit"),
-            Column("Processes", f"sum by (user) ({sel(c.USER_PROCESSES, U)})", "short"),
-            Column("GPUs", f"count by (user) ({USER_MEM} > 0)", "short"),
+            panels.Column("Processes", f"sum by (user) ({sel(c.USER_PROCESSES, U)})", "short"),
+            panels.Column("GPUs", f"count by (user) ({USER_MEM} > 0)", "short"),
         ],
         sort_by="Memory",
     ), 24, 8)
 
 
-def _idle(grid: Layout) -> None:
+def _idle(grid: panels.Layout) -> None:
     grid.row("Idle holders and forgotten processes")
     # Per user and host, from the gpu-idle group's recording rules: one series per user and
     # node however many processes, so the panels stay cheap on a large fleet.
     idle = sel_record(alerts.IDLE_MEMORY, U)
     held_idle = f"{idle} > 0"
-    grid.add(table_panel(
+    grid.add(panels.table_panel(
         "Idle memory by node and user", "Per node and user: GPU memory held by processes over "
         f"{num(t.IDLE_PROCESS_MEMORY_BYTES / t.GIB)} GiB whose utilisation stayed under "
         f"{t.IDLE_UTILIZATION_RATIO:.0%} for {t.IDLE_AVG_WINDOW} (forgotten notebooks, hung "
@@ -85,70 +76,70 @@ def _idle(grid: Layout) -> None:
         "gpu-exporter report for the history; per-process tables across the whole fleet are "
         "left out on purpose (docs/scale.md).",
         [
-            Column("Idle memory", with_hostname(held_idle, H), "bytes"),
-            Column("User's memory", with_hostname(
+            panels.Column("Idle memory", with_hostname(held_idle, H), "bytes"),
+            panels.Column("User's memory", with_hostname(
                 f"{sel_record(recording.INSTANCE_USER_MEMORY, U)} and on (job, instance, user) "
                 f"({held_idle})", H), "bytes"),
-            Column("Busiest process", with_hostname(
+            panels.Column("Busiest process", with_hostname(
                 f"{sel_record(alerts.USER_UTILIZATION_MAX, U)} and on (job, instance, user) "
                 f"({held_idle})", H), "percentunit"),
         ],
         hidden=("Time", "__name__", "job", "instance"), sort_by="Idle memory",
     ), 24, 8)
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Memory held idle, by user", "GPU memory in idle processes (as in the table above) per "
         "user, over time.", "bytes",
-        [query(f"sum by (user) ({idle})", "{{user}}")], stacked=True, min_val=0,
+        [panels.query(f"sum by (user) ({idle})", "{{user}}")], stacked=True, min_val=0,
     ), 12)
 
 
-def _forecast(grid: Layout) -> None:
+def _forecast(grid: panels.Layout) -> None:
     grid.row("Out-of-memory forecast")
     horizon = t.LEAK_HORIZON_SECONDS
     # The trend is recorded per GPU by the gpu-memory group: one sample per GPU and step.
     future = f"{sel_record(alerts.MEMORY_FORECAST, H)} / {TOTAL}"
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         f"Memory forecast in {horizon // 3600} h", "Memory each GPU would use "
         f"{horizon // 3600} h from now if the trend of the last {t.LEAK_WINDOW} went on, as a "
         "share of its total. Above 100 % (red) means it will run out: a leak, or a job that "
         "keeps growing its batch or cache.", "percentunit",
-        [query(with_hostname(future, H), LEGEND)],
-        thresholds=steps(("green", None), ("orange", t.MEMORY_USED_RATIO), ("red", 1.0)),
+        [panels.query(with_hostname(future, H), LEGEND)],
+        thresholds=panels.steps(("green", None), ("orange", t.MEMORY_USED_RATIO), ("red", 1.0)),
         min_val=0,
     ), 12)
     growing = f"({TOTAL} - {USED}) / ({sel_record(alerts.MEMORY_TREND, H)} > 0)"
-    grid.add(timeseries_panel(
+    grid.add(panels.timeseries_panel(
         "Time until memory is full", "At the last "
         f"{t.LEAK_WINDOW}'s growth rate, how long until each growing GPU is full. Only GPUs "
         f"whose memory grows are shown; under {horizon // 3600} h for a while raises "
-        "GpuMemoryExhaustionForecast.", "s", [query(with_hostname(growing, H), LEGEND)],
-        thresholds=steps(("red", None), ("green", float(horizon))), min_val=0,
+        "GpuMemoryExhaustionForecast.", "s", [panels.query(with_hostname(growing, H), LEGEND)],
+        thresholds=panels.steps(("red", None), ("green", float(horizon))), min_val=0,
     ), 12)
     # Pending or firing: exactly the GPUs meeting the alert's condition now.
     meeting = f'ALERTS{{alertname="GpuMemoryExhaustionForecast", {H}}}'
-    grid.add(stat_panel(
+    grid.add(panels.stat_panel(
         f"GPUs forecast to fill within {horizon // 3600} h", "GPUs meeting the "
         "GpuMemoryExhaustionForecast condition now (sustained growth that reaches the total "
         "within the horizon, not a one-off step): its pending and firing alerts.", "short",
-        query(count_or_zero(meeting)),
-        thresholds=steps(*COUNT_BAD),
+        panels.query(count_or_zero(meeting)),
+        thresholds=panels.steps(*COUNT_BAD),
     ), 6, 5)
-    grid.add(stat_panel(
+    grid.add(panels.stat_panel(
         "Fleet memory used", "Used share of all selected GPU memory.", "percentunit",
-        query(f"sum({sel_record(recording.INSTANCE_MEMORY_USED, H)}) / "
+        panels.query(f"sum({sel_record(recording.INSTANCE_MEMORY_USED, H)}) / "
               f"sum({sel_record(recording.INSTANCE_MEMORY_TOTAL, H)})"),
-        thresholds=steps(*MEMORY_STEPS),
+        thresholds=panels.steps(*MEMORY_STEPS),
     ), 6, 5)
 
 
 def build() -> dashboard.Dashboard:
     """The users and processes dashboard builder."""
-    built = board(
+    built = panels.board(
         "GPU users and processes", UID,
         "Who holds GPU memory, who holds it idle, and when it will run out.",
         v.host_chain(v.user()), since="now-24h", refresh="1m",
     )
-    grid = Layout(built)
+    grid = panels.Layout(built)
     _users(grid)
     _idle(grid)
     _forecast(grid)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import re
 import socket
 import sys
 from collections.abc import Mapping, Sequence
@@ -43,8 +42,6 @@ __all__ = ["build_enricher", "build_source", "main", "parse_config"]
 
 log = logging.getLogger("exporter")
 
-#: ``--scenario synthetic:<gpus>x<processes>``: a generated fleet (benchmarks, load tests).
-SYNTHETIC = re.compile(r"synthetic:(\d+)x(\d+)")
 #: Seconds uvicorn waits for open requests at shutdown (a hung collection must not stall it).
 SHUTDOWN_GRACE_SECONDS = 3
 
@@ -100,22 +97,12 @@ def build_source(config: Config) -> Source:
 
         # Half the collection timeout: a hung GPU is answered down while scrapes still wait.
         return NvmlSource(hostname=config.hostname, gpu_timeout=config.timeout / 2)
-    from exporter.sources.simulated.scenario import (  # noqa: PLC0415
-        ScenarioError,
-        load_scenario,
-        synthetic_fleet,
-    )
+    from exporter.sources.simulated.scenario import ScenarioError, load_scenario  # noqa: PLC0415
     from exporter.sources.simulated.source import SimulatedSource  # noqa: PLC0415
 
     assert config.scenario is not None  # resolve() checked it
     try:
-        match = SYNTHETIC.fullmatch(config.scenario)
-        if match:
-            scenario = synthetic_fleet(
-                int(match.group(1)), int(match.group(2)), seed=config.simulate_seed
-            )
-        else:
-            scenario = load_scenario(config.scenario)
+        scenario = load_scenario(config.scenario, seed=config.simulate_seed)
     except ScenarioError as exc:
         raise ConfigError(f"--scenario: {exc}") from None
     return SimulatedSource(

@@ -218,7 +218,8 @@ FLAGS: tuple[Flag, ...] = (
          "certificates, basic auth, headers (docs/security.md). Re-read when it or a "
          "certificate changes.", None, _parse_path, "FILE"),
     Flag("web.max-requests", "max_requests", "Most concurrent metric scrapes waiting for a "
-         "collection; more get the last collected data at once (0 = no limit).", 40,
+         "collection; more get the last collected data at once (503 before the first "
+         "collection; 0 = no limit).", 40,
          _parse_int(0), "N"),
     Flag("web.max-other-requests", "max_other_requests", "Most concurrent requests to the JSON "
          "API, the page and the docs; more get 503 at once (0 = no limit).", 4, _parse_int(0),

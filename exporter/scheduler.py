@@ -201,13 +201,15 @@ class Scheduler:
             self._count_overrun(now)
             return self._build(now, timed_out=True)
 
-    def latest(self) -> ExporterState:
-        """The last collected state at once: never starts or waits for a collection.
+    def latest(self) -> ExporterState | None:
+        """The last collected state at once (None before any): never starts or waits.
 
         For scrapes beyond ``--web.max-requests``: they get what the waiting ones will get
         at most one collection later, instead of a 503.
         """
         with self._lock:
+            if self._latest is None:
+                return None
             return self._build(self._clock(), timed_out=False)
 
     def trigger(self) -> None:

@@ -315,6 +315,31 @@ def test_beyond_max_requests_the_last_data_is_served_at_once() -> None:
     sched.close()
 
 
+def test_beyond_max_requests_before_any_collection_is_503_at_once() -> None:
+    source = ProcessSource()
+    test_client, sched, _ = _client(source, max_requests=2, timeout=10.0)
+    with test_client:
+        source.gate.clear()  # the very first collection hangs: nothing collected yet
+        workers = [threading.Thread(target=test_client.get, args=("/metrics",))
+                   for _ in range(2)]
+        for worker in workers:
+            worker.start()
+        waiting = test_client.app.app.state.metrics_waiting  # type: ignore[attr-defined]
+        deadline = time.monotonic() + 5
+        while waiting[0] < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        begin = time.monotonic()
+        over = test_client.get("/metrics")
+        assert time.monotonic() - begin < 1.0
+        assert over.status_code == 503
+        assert over.headers["retry-after"] == "1"
+        assert "--web.max-requests=2" in over.text
+        source.gate.set()
+        for worker in workers:
+            worker.join(10)
+    sched.close()
+
+
 def test_every_exposed_family_is_from_the_catalogue(client: TestClient) -> None:
     text = client.get("/metrics", headers={"Accept-Encoding": "identity"}).text
     names = {family.name for family in text_string_to_metric_families(text)}

@@ -10,12 +10,12 @@ only, so one sick GPU neither hides nor pollutes the others.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 
 from exporter import metrics
 from exporter.exposition.families import FamilyData, family, gpu_label_values
-from exporter.metrics import GPU_ROWS, Group, Metric
-from exporter.snapshot import GpuReading, Snapshot
+from exporter.metrics import GPU_ROWS, Group
+from exporter.snapshot import Snapshot
 
 __all__ = ["gpu_families"]
 
@@ -36,31 +36,26 @@ def _status(snapshot: Snapshot) -> Iterator[FamilyData]:
     yield up
 
 
-def _row_family(row: Metric, gpus: list[GpuReading]) -> FamilyData:
-    result = family(row)
-    name = row.name
-    for gpu in gpus:
-        value = gpu.values.get(name)
-        if value is None:
-            continue
-        labels = gpu_label_values(gpu.identity)
-        if isinstance(value, Mapping):
-            for label in row.label_values:
-                labelled = value.get(label)
-                if labelled is not None:
-                    result.add((*labels, label), labelled)
-        else:
-            result.add(labels, value)
-    return result
-
-
 def gpu_families(snapshot: Snapshot, groups: frozenset[Group]) -> Iterator[FamilyData]:
     """Per-GPU families of the enabled ``groups``; families without samples are left out."""
     if Group.INFO in groups:
         yield from _status(snapshot)
-    healthy = [gpu for gpu in snapshot.gpus if gpu.up]
+    healthy = [(gpu_label_values(gpu.identity), gpu.values) for gpu in snapshot.gpus if gpu.up]
     for row in GPU_ROWS:
-        if row.group in groups:
-            result = _row_family(row, healthy)
-            if result.rows:
-                yield result
+        if row.group not in groups:
+            continue
+        result = family(row)
+        name, rows = row.name, result.rows
+        for labels, values in healthy:
+            value = values.get(name)
+            if value is None:
+                continue
+            if isinstance(value, (int, float)):
+                rows.append((labels, value))
+                continue
+            for label in row.label_values:
+                labelled = value.get(label)
+                if labelled is not None:
+                    rows.append(((*labels, label), labelled))
+        if rows:
+            yield result

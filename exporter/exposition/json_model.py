@@ -13,6 +13,7 @@ collector groups that are switched off are ``null`` and processes are omitted wh
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
@@ -77,6 +78,11 @@ def _json_values(rows: tuple[Metric, ...], values: Mapping[str, Any],
         else:
             out[field_name] = _cast(row, value)
     return out
+
+
+def _copy(source: object, names: tuple[str, ...]) -> dict[str, Any]:
+    """The attributes ``names`` of ``source`` (snapshot and JSON fields share their names)."""
+    return {name: getattr(source, name) for name in names}
 
 
 def _cast(row: Metric, value: float) -> Any:
@@ -147,13 +153,7 @@ def process_model(process: GpuProcess, groups: frozenset[Group]) -> ProcessModel
         uid=owner.uid if owner else None,
         process_name=owner.name if owner else None,
         cmdline=owner.cmdline if owner else None,
-        pod=None if pod is None else PodModel(
-            pod_uid=pod.pod_uid,
-            container_id=pod.container_id,
-            namespace=pod.namespace,
-            pod=pod.pod,
-            container=pod.container,
-        ),
+        pod=None if pod is None else PodModel(**asdict(pod)),
         **_json_values(PROCESS_ROWS, row_values, groups),
     )
 
@@ -162,12 +162,7 @@ def gpu_model(gpu: GpuReading, groups: frozenset[Group]) -> GpuModel:
     """Mirror one ``GpuReading``, nulling readings of switched-off groups."""
     identity = gpu.identity
     return GpuModel(
-        index=identity.index,
-        uuid=identity.uuid,
-        name=identity.name,
-        pci_bus_id=identity.pci_bus_id,
-        serial=identity.serial,
-        vbios_version=identity.vbios_version,
+        **_copy(identity, ("index", "uuid", "name", "pci_bus_id", "serial", "vbios_version")),
         up=gpu.up,
         error=gpu.error,
         power_limit_default_watts=(identity.power_limit_default_watts
@@ -209,18 +204,12 @@ class SnapshotResponse(BaseModel):
         """Mirror ``state`` under ``options`` (groups switched off are hidden)."""
         snap = state.snapshot
         return cls(
-            source=snap.source,
-            hostname=snap.hostname,
-            taken_at=snap.taken_at,
-            duration_seconds=snap.duration_seconds,
+            **_copy(snap, ("source", "hostname", "taken_at", "duration_seconds", "source_up",
+                           "source_error", "driver_version", "cuda_driver_version",
+                           "nvml_version")),
             data_age_seconds=max(state.data_age_seconds, 0.0),
             stale=state.stale,
             last_success_timestamp=state.last_success_timestamp,
-            source_up=snap.source_up,
-            source_error=snap.source_error,
-            driver_version=snap.driver_version,
-            cuda_driver_version=snap.cuda_driver_version,
-            nvml_version=snap.nvml_version,
             errors=dict(snap.errors),
             errors_total=dict(state.errors_total),
             gpus=[

@@ -25,7 +25,7 @@ __all__ = ["ProcessSeries", "process_families", "process_label_names", "process_
 
 def _fold(fold: Fold, total: float | None, value: float) -> float:
     if total is None:
-        return min(1.0, value + 0.0) if fold is Fold.SUM_RATIO else value + 0
+        return min(1.0, value + 0.0) if fold is Fold.SUM_RATIO else value
     if fold is Fold.SUM:
         return value + total
     if fold is Fold.SUM_RATIO:
@@ -179,12 +179,11 @@ def _add_unmerged(gpu: GpuReading, options: ExpositionOptions,
         read = row.process_value
         if read is None:
             continue
-        rows = target.rows
-        fold = row.fold
-        for key, proc in zip(keys, processes, strict=True):
-            value = read(proc)
-            if value is not None:
-                rows.append((key, _fold(fold, None, value)))  # normalised as a fold would
+        values = [(key, read(proc)) for key, proc in zip(keys, processes, strict=True)]
+        if row.fold is Fold.SUM_RATIO:  # as _fold starts a series
+            target.rows += [(key, min(1.0, v + 0.0)) for key, v in values if v is not None]
+        else:
+            target.rows += [(key, v) for key, v in values if v is not None]
     return True
 
 

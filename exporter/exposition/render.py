@@ -4,8 +4,8 @@ A snapshot is immutable, so its per-GPU/per-process text is rendered once per
 (snapshot, options, content type) and reused; only the small self-metrics part (data age,
 error counters, ``process_*``) is rendered on every scrape and appended. The cached part is
 what the negotiated prometheus_client encoder writes for the snapshot families (produced by
-``encode.FastEncoder``, byte-identical) without OpenMetrics' closing ``# EOF``; the fresh part
-is the self families (through a second ``FastEncoder``) followed by the encoder's own output
+``encode.Encoder``, byte-identical) without OpenMetrics' closing ``# EOF``; the fresh part
+is the self families (through a second ``Encoder``) followed by the encoder's own output
 for ``process_*``, which ends with the one ``# EOF``. No two parts share a family name, so
 the body equals encoding everything in one registry.
 
@@ -27,14 +27,16 @@ from __future__ import annotations
 import struct
 import threading
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from prometheus_client import ProcessCollector
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, choose_encoder, generate_latest
 from prometheus_client.exposition import gzip_accepted as _gzip_accepted
+from prometheus_client.metrics_core import Metric
 
 from exporter.exposition.collector import snapshot_families
-from exporter.exposition.encode import EOF, Encoder, Families, FastEncoder
+from exporter.exposition.encode import EOF, Encoder
 from exporter.exposition.families import FamilyData
 from exporter.exposition.self_metrics import self_families
 from exporter.snapshot import Snapshot
@@ -42,13 +44,24 @@ from exporter.state import ExporterState, ExpositionOptions
 
 __all__ = ["MetricsRenderer", "gzip_accepted", "negotiate"]
 
-_OPENMETRICS = "application/openmetrics-text"
+#: A prometheus_client encoder (``generate_latest`` and friends): anything with collect().
+ClientEncoder = Callable[..., bytes]
+
+
+class _Families:
+    """A minimal registry stand-in: prometheus_client's encoders only call ``collect()``."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> list[Metric]:
+        return self._families
 #: Distinct content types cached per snapshot; beyond that (odd Accept headers) bodies are
 #: rendered uncached so a client cannot grow the cache.
 MAX_CACHED_FORMATS = 8
 
 
-def negotiate(accept: str | None) -> tuple[Encoder, str]:
+def negotiate(accept: str | None) -> tuple[ClientEncoder, str]:
     """The prometheus_client encoder and Content-Type for an ``Accept`` header.
 
     Text 0.0.4 unless OpenMetrics (or text >= 1.0.0) is asked for. A header that
@@ -70,7 +83,7 @@ def gzip_accepted(accept_encoding: str | None) -> bool:
 class _Body:
     """The cached snapshot part of one content type."""
 
-    parts: list[str]  # one text per snapshot family (from ``FastEncoder.encode_parts``)
+    parts: list[str]  # one text per snapshot family (from ``Encoder.encode_parts``)
     prefix: bytes  # the parts encoded, without OpenMetrics' final ``# EOF``
     gzip_chunks: bytes | None = None  # raw deflate of ``prefix``, full-flushed per family
     crc: int = 0  # CRC-32 of ``prefix`` (set with ``gzip_chunks``)
@@ -106,9 +119,9 @@ class MetricsRenderer:
         self._chunks: dict[int, tuple[str, bytes]] = {}
         self._lock = threading.Lock()
         self._entry: _Entry | None = None
-        self._encoders: dict[str, FastEncoder] = {}
+        self._encoders: dict[str, Encoder] = {}
         # Self metrics get their own encoders: each keeps only its last call's lines.
-        self._self_encoders: dict[str, FastEncoder] = {}
+        self._self_encoders: dict[str, Encoder] = {}
 
     def render(
         self,
@@ -129,7 +142,7 @@ class MetricsRenderer:
         fresh = self._fresh_part(encoder, content_type, state)
         headers = {"Content-Type": content_type, "Vary": "Accept, Accept-Encoding"}
         with self._lock:
-            body = self._body(state.snapshot, options, encoder, content_type)
+            body = self._body(state.snapshot, options, content_type)
             if not use_gzip:
                 return body.prefix + fresh, headers
             chunks = self._gzip_chunks(body)
@@ -141,35 +154,31 @@ class MetricsRenderer:
         )
         return b"".join((self._gzip_header, chunks, tail, trailer)), headers
 
-    def _fresh_part(self, encoder: Encoder, content_type: str, state: ExporterState) -> bytes:
+    def _fresh_part(self, client_encoder: ClientEncoder, content_type: str,
+                    state: ExporterState) -> bytes:
         """Self and ``process_*`` families, ending with OpenMetrics' ``# EOF``."""
-        fast = self._self_encoders.get(content_type)
-        if fast is None:  # two racing scrapes may both build one: harmless
-            fast = FastEncoder(encoder, content_type.startswith(_OPENMETRICS))
+        encoder = self._self_encoders.get(content_type)
+        if encoder is None:  # two racing scrapes may both build one: harmless
+            encoder = Encoder(content_type)
             if len(self._self_encoders) < MAX_CACHED_FORMATS:
-                self._self_encoders[content_type] = fast
-        text = fast.encode(self_families(state))
+                self._self_encoders[content_type] = encoder
+        text = encoder.encode(self_families(state))
         if self._process is not None:
-            # The real encoder writes the body's single closing ``# EOF`` (OpenMetrics).
-            return text.encode("utf-8") + encoder(Families(list(self._process.collect())))
-        return (text + EOF if fast.openmetrics else text).encode("utf-8")
+            # prometheus_client writes process_* and the body's one closing ``# EOF``.
+            return text.encode("utf-8") + client_encoder(
+                _Families(list(self._process.collect())))
+        return (text + EOF if encoder.openmetrics else text).encode("utf-8")
 
-    def _fast_encoder(self, encoder: Encoder, content_type: str) -> FastEncoder:
-        """The template cache of one format (caller holds the lock)."""
-        fast = self._encoders.get(content_type)
-        if fast is None:
-            fast = FastEncoder(encoder, content_type.startswith(_OPENMETRICS))
+    def _encoder(self, content_type: str) -> Encoder:
+        """The snapshot-part encoder of one format (caller holds the lock)."""
+        encoder = self._encoders.get(content_type)
+        if encoder is None:
+            encoder = Encoder(content_type)
             if len(self._encoders) < MAX_CACHED_FORMATS:
-                self._encoders[content_type] = fast
-        return fast
+                self._encoders[content_type] = encoder
+        return encoder
 
-    def _body(
-        self,
-        snapshot: Snapshot,
-        options: ExpositionOptions,
-        encoder: Encoder,
-        content_type: str,
-    ) -> _Body:
+    def _body(self, snapshot: Snapshot, options: ExpositionOptions, content_type: str) -> _Body:
         """The cached snapshot part (caller holds the lock)."""
         entry = self._entry
         if entry is None or entry.snapshot is not snapshot or entry.options != options:
@@ -179,7 +188,7 @@ class MetricsRenderer:
         body = entry.bodies.get(content_type)
         if body is not None:
             return body
-        parts = self._fast_encoder(encoder, content_type).encode_parts(entry.families)
+        parts = self._encoder(content_type).encode_parts(entry.families)
         body = _Body(parts, "".join(parts).encode("utf-8"))
         if len(entry.bodies) < MAX_CACHED_FORMATS:
             entry.bodies[content_type] = body

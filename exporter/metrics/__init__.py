@@ -6,8 +6,7 @@ itself); ``core`` says what a row holds. The NVML read, the simulated value,
 the families, the JSON model, the README table and the dashboards' names all follow from the
 rows. ``CATALOGUE`` is every row in documentation order; ``GPU_ROWS`` and ``PROCESS_ROWS``
 are the rows the generic code paths walk.
-
-Run ``python -m exporter.metrics`` to print the Markdown table used in the README.
+``markdown_table`` is the README's metric table (written by ``python -m dashboards.generate``).
 """
 
 from __future__ import annotations

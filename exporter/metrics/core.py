@@ -203,10 +203,3 @@ class Metric:
         if self.kind is Kind.COUNTER:
             return self.name.removesuffix("_total")
         return self.name
-
-    @property
-    def extra_label(self) -> str | None:
-        """The label after the GPU labels of a labelled per-GPU metric, else None."""
-        if self.scope is Scope.GPU and len(self.labels) == len(GPU_LABELS) + 1:
-            return self.labels[-1]
-        return None

@@ -105,9 +105,15 @@ def create_app(
         accept, encoding = request.headers.get("accept"), request.headers.get("accept-encoding")
         if config.max_requests and waiting[0] >= config.max_requests:
             # Beyond --web.max-requests: the last collected data, at once, rendered here
-            # (its families are cached per snapshot): no thread, no wait, no 503, so a flood
-            # of scrapes cannot crowd a well-behaved scraper out.
+            # (its families are cached per snapshot): no thread, no wait, so a flood of
+            # scrapes cannot crowd a well-behaved scraper out. Before the first collection
+            # there is nothing to serve: 503 at once.
             state = scheduler.latest()
+            if state is None:
+                return PlainTextResponse(
+                    f"too many concurrent scrapes (--web.max-requests={config.max_requests}) "
+                    "and no collection finished yet; retry later\n",
+                    status_code=503, headers={**_NO_STORE, "Retry-After": "1"})
             mid = time.perf_counter()
             body, headers = metrics_renderer.render(state, options, accept, encoding)
             state_s, render_s = mid - start, time.perf_counter() - mid

@@ -12,6 +12,7 @@ from functools import lru_cache
 from importlib import resources
 from string import Template
 
+from exporter import thresholds
 from exporter.metrics import MEMORY_USED, POWER_LIMIT, POWER_USAGE, TEMPERATURE, UTILIZATION
 from exporter.snapshot import GpuProcess, GpuReading
 from exporter.state import ExporterState
@@ -20,13 +21,6 @@ __all__ = ["TOP_PROCESSES", "render_landing"]
 
 #: Rows in the "top processes" table.
 TOP_PROCESSES = 15
-#: Memory use above this share of the total is drawn in the alert colour (the seed's 90 %).
-HIGH_MEMORY_RATIO = 0.9
-#: Hints from the guide the project grew from: memory held while the GPU idles means the job
-#: is not really running; above 80 degrees, check the cooling.
-IDLE_MEMORY_RATIO = 0.5
-IDLE_UTILIZATION_RATIO = 0.05
-HOT_CELSIUS = 80.0
 
 
 @lru_cache(maxsize=1)
@@ -60,12 +54,13 @@ def _hints(gpu: GpuReading) -> str:
     ratio = used / total if used is not None and total > 0 else None
     utilization = gpu.value(UTILIZATION.name)
     temperature = gpu.value(TEMPERATURE.name)
-    if ratio is not None and ratio > HIGH_MEMORY_RATIO:
+    # The alerts' thresholds (the page sees one sample, the alerts an average over time).
+    if ratio is not None and ratio > thresholds.MEMORY_USED_RATIO:
         hints.append("memory almost full")
-    if (ratio is not None and ratio > IDLE_MEMORY_RATIO and utilization is not None
-            and utilization < IDLE_UTILIZATION_RATIO):
+    if (ratio is not None and ratio > thresholds.IDLE_GPU_MEMORY_RATIO
+            and utilization is not None and utilization < thresholds.IDLE_UTILIZATION_RATIO):
         hints.append("memory held but GPU idle")
-    if temperature is not None and temperature > HOT_CELSIUS:
+    if temperature is not None and temperature > thresholds.TEMPERATURE_WARNING_CELSIUS:
         hints.append("hot: check cooling")
     return "; ".join(hints)
 
@@ -84,7 +79,7 @@ def _gpu_row(gpu: GpuReading) -> str:
     memory = f"{_gib(used)} / {_gib(total)}"
     if used is not None and total > 0:
         ratio = min(1.0, used / total)
-        high = " high" if ratio > HIGH_MEMORY_RATIO else ""
+        high = " high" if ratio > thresholds.MEMORY_USED_RATIO else ""
         memory += (
             f' ({ratio * 100:.0f} %)<span class="bar{high}" '
             f'style="width:{ratio * 5:.2f}rem"></span>'

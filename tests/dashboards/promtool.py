@@ -1,8 +1,9 @@
 """Run promtool on the generated rule files; shared by the rule tests.
 
-``promtool test rules`` compares annotations exactly, so behaviour tests run against a copy of
-the rules with annotations removed (laid out like ``dashboards/rules/``, so the tests' relative
-``rule_files`` resolve to the copy); ``annotations.test.yaml`` runs against the real files.
+``promtool test rules`` compares annotations exactly, so the behaviour tests load the generated
+copy of the alerts without annotations (``dashboards/rules/tests/rules/``);
+``annotations.test.yaml`` runs against the real file. Both run as-is from the repository root:
+``promtool test rules dashboards/rules/tests/*.yaml``.
 """
 
 from __future__ import annotations
@@ -10,10 +11,8 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_DIR = ROOT / "dashboards" / "rules"
@@ -38,23 +37,13 @@ def run(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProce
     )
 
 
-def strip_annotations(text: str) -> str:
-    """A rule file's text with every rule's annotations removed."""
-    doc: dict[str, Any] = yaml.safe_load(text)
-    for group in doc["groups"]:
-        for rule in group["rules"]:
-            rule.pop("annotations", None)
-    return yaml.safe_dump(doc, sort_keys=False)
+def test_files() -> list[str]:
+    """The rule test files as a user passes them: ``dashboards/rules/tests/*.yaml``."""
+    return sorted(str(p.relative_to(ROOT)) for p in TESTS_DIR.glob("*.yaml"))
 
 
-def stage_behaviour_tests(tmp: Path) -> list[Path]:
-    """Copy the rule tests under ``tmp`` next to annotation-free rules; returns the test files."""
-    rules, tests = tmp / "rules", tmp / "rules" / "tests"
-    tests.mkdir(parents=True)
-    for rule_file in RULE_FILES:
-        (rules / rule_file.name).write_text(strip_annotations(rule_file.read_text()))
-    staged = []
-    for test_file in sorted(TESTS_DIR.glob("*.test.yaml")):
-        if test_file.name != ANNOTATIONS_TEST:
-            staged.append(Path(shutil.copy(test_file, tests / test_file.name)))
-    return staged
+def stage_tests(tmp: Path, alerts_without_annotations: str) -> list[Path]:
+    """A copy of the rule tests whose behaviour tests load ``alerts_without_annotations``."""
+    tests = Path(shutil.copytree(TESTS_DIR, tmp / "tests"))
+    (tests / "rules" / "gpu-exporter-alerts.yaml").write_text(alerts_without_annotations)
+    return sorted(tests.glob("*.yaml"))

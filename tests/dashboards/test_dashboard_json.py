@@ -14,9 +14,9 @@ from grafana_foundation_sdk.cog.plugins import register_default_plugins
 from grafana_foundation_sdk.models import dashboard as dm
 
 from dashboards import alerts, generate, recording
-from dashboards import thresholds as t
 from dashboards.panels import UNITS
 from exporter import metrics as catalogue
+from exporter import thresholds as t
 from tests.dashboards.grafana import (
     BUILTIN_VARIABLES,
     DASHBOARD_FILES,
@@ -190,7 +190,8 @@ def test_committed_files_equal_generated() -> None:
 def _scratch_tree(tmp_path: Path) -> Path:
     """A copy of what the generator reads and writes."""
     shutil.copy(generate.REPO / "README.md", tmp_path / "README.md")
-    for part in ("dashboards/grafana", "dashboards/rules", "helm/gpu-exporter/files"):
+    for part in ("dashboards/grafana", "dashboards/rules", "helm/gpu-exporter/files",
+                 "tests/golden"):
         shutil.copytree(generate.REPO / part, tmp_path / part)
     return tmp_path
 

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from dashboards import alerts, recording, rules
-from dashboards import thresholds as t
 from dashboards.promql import num
+from exporter import thresholds as t
 from tests.dashboards import promtool
 from tests.dashboards.promtool import RULES_DIR, TESTS_DIR
 
@@ -46,12 +46,13 @@ def test_promtool_check_rules_is_clean() -> None:
     assert result.stdout.count("SUCCESS") == 2
 
 
-def test_promtool_unit_tests_pass(tmp_path: Path) -> None:
-    staged = promtool.stage_behaviour_tests(tmp_path)
-    assert len(staged) >= 6
-    result = promtool.run("test", "rules", *staged)
+def test_promtool_unit_tests_pass_as_documented() -> None:
+    """``promtool test rules dashboards/rules/tests/*.yaml`` from the repository root."""
+    files = promtool.test_files()
+    assert len(files) >= 7
+    result = promtool.run("test", "rules", *files, cwd=promtool.ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.count("SUCCESS") == len(staged)
+    assert result.stdout.count("SUCCESS") == len(files)
 
 
 def test_annotation_wording_renders() -> None:
@@ -74,10 +75,9 @@ def test_unit_tests_catch_a_shifted_threshold(
 ) -> None:
     """The edge cases are real: moving one threshold a little makes promtool fail."""
     monkeypatch.setattr(t, constant, value)
-    staged = promtool.stage_behaviour_tests(tmp_path)
-    (tmp_path / "rules" / ALERTS_YAML.name).write_text(
-        promtool.strip_annotations(rules.render(alerts.groups(), "alerts.py"))
-    )
+    shifted = rules.render(alerts.groups(), "alerts.py", annotations=False)
+    staged = [p for p in promtool.stage_tests(tmp_path, shifted)
+              if p.name != promtool.ANNOTATIONS_TEST]
     result = promtool.run("test", "rules", *staged)
     assert result.returncode != 0, f"{constant}={value} went unnoticed:\n{result.stdout}"
 

@@ -4,7 +4,9 @@ passes promtool."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import ssl
 import subprocess
@@ -72,3 +74,19 @@ def test_exporter_serves_the_secrets_and_prometheus_config_checks(secrets: Path,
         check = subprocess.run(["promtool", "check", "config", str(tmp_path / "prometheus.yml")],
                                capture_output=True, text=True, check=False)
         assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_image_healthcheck_works_behind_tls_and_basic_auth(secrets: Path) -> None:
+    dockerfile = (DOCKER / "Dockerfile").read_text(encoding="utf-8")
+    match = re.search(r"^HEALTHCHECK .*\\\n\s+CMD (\[.*\])$", dockerfile, re.MULTILINE)
+    assert match is not None
+    argv = json.loads(match.group(1))
+    with SecureExporter("--source", "simulated", "--scenario", "calm",
+                        "--web.config.file", str(secrets / "web-config.yml")) as exporter:
+        env = {**os.environ, "GPU_EXPORTER_WEB_LISTEN_ADDRESS": f"127.0.0.1:{exporter.port}"}
+        check = subprocess.run([sys.executable, *argv[1:]], env=env, capture_output=True,
+                               text=True, timeout=30, check=False)
+        assert check.returncode == 0, check.stderr
+    check = subprocess.run([sys.executable, *argv[1:]], env=env, capture_output=True,
+                           text=True, timeout=30, check=False)
+    assert check.returncode == 1  # nothing listens any more

@@ -49,8 +49,12 @@ class ExporterProcess:
         ready_timeout: float = 30,
         module: str = "exporter",
         wait_ready: bool = True,
+        root: Path = ROOT,
     ) -> None:
-        """Start the server; wait for /readyz (or with ``wait_ready=False`` for /healthz)."""
+        """Start the server; wait for /readyz (or with ``wait_ready=False`` for /healthz).
+
+        ``root``: the checkout whose ``exporter`` package runs (benchmarks compare revisions).
+        """
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_EXPORTER_")}
         full_env.update(env or {})
         self.lines: list[str] = []
@@ -58,7 +62,8 @@ class ExporterProcess:
         self.port = 0
         self.proc = subprocess.Popen(
             exporter_command("--web.listen-address", "127.0.0.1:0", *args, module=module),
-            cwd=ROOT, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            cwd=root, env={**full_env, "PYTHONPATH": str(root)}, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
             text=True,
         )
         self._reader = threading.Thread(target=self._read, daemon=True)

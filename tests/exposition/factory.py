@@ -105,16 +105,9 @@ def reading(index: int, processes: tuple[GpuProcess, ...] = (), *, up: bool = Tr
     for row in metrics.GPU_ROWS:  # rows without a typical value above: any plausible one
         if row.name not in values:
             values[row.name] = dict.fromkeys(row.label_values, 1) if row.label_values else 1
-    for field_name, value in fields.items():
-        name = ROWS_BY_FIELD[field_name].name
-        if value is None:
-            values.pop(name, None)
-        else:
-            values[name] = value
-    if not up:
-        values = {}
-    return GpuReading(identity=identity(index), up=up, error=error, values=values,
-                      processes=processes)
+    reading = GpuReading(identity=identity(index), up=up, error=error,
+                         values=values if up else {}, processes=processes)
+    return with_values(reading, **fields) if up else reading
 
 
 def with_values(gpu: GpuReading, **fields: Value | None) -> GpuReading:

@@ -1,4 +1,10 @@
-"""The fast encoder writes exactly what prometheus_client's encoders write."""
+"""Golden output: the encoder writes exactly what prometheus_client's encoders write.
+
+Every family type (gauge, counter, info; with and without labels and units), every escaping
+case (label values and help with backslash, newline, double quote, braces, non-ASCII), odd
+numbers (inf, nan, -0.0, huge, tiny, big integers) and every Accept header prometheus_client
+distinguishes are compared byte for byte.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,7 @@ from prometheus_client.utils import floatToGoString
 
 from exporter import metrics as cat
 from exporter.exposition import snapshot_families
-from exporter.exposition.encode import EOF, Families, FastEncoder, format_value
+from exporter.exposition.encode import EOF, Encoder, encode, escaping_of, format_value
 from exporter.exposition.families import FamilyData, family
 from exporter.exposition.render import negotiate
 from exporter.metrics import Group
@@ -33,8 +39,16 @@ ACCEPTS = (
 ODD_VALUES = ('quote"d', "back\\slash", "new\nline", "braces{0}}{", "ünï €", "", "a=b,c")
 
 
+class _Registry:
+    def __init__(self, data: list[FamilyData]) -> None:
+        self.data = data
+
+    def collect(self) -> list[object]:
+        return [d.to_family() for d in self.data]
+
+
 def _reference(encoder: object, content_type: str, data: list[FamilyData]) -> str:
-    out = encoder(Families([d.to_family() for d in data])).decode()  # type: ignore[operator]
+    out = encoder(_Registry(data)).decode()  # type: ignore[operator]
     return out.removesuffix(EOF) if content_type.startswith("application/openmetrics") else out
 
 
@@ -69,28 +83,33 @@ def test_byte_identical_to_prometheus_client(accept: str | None, kube: bool) -> 
     options = ExpositionOptions(groups=frozenset(Group), kubernetes_labels=kube)
     for snap in (_odd_snapshot(), f.fleet(3, 5), f.snapshot()):
         data = snapshot_families(snap, options)
-        fast = FastEncoder(encoder, content_type.startswith("application/openmetrics"))
+        openmetrics = content_type.startswith("application/openmetrics")
+        cached = Encoder(content_type)
         expected = _reference(encoder, content_type, data)
-        assert fast.encode(data) == expected
-        assert fast.encode(data) == expected  # again, from cached templates
+        escaping = escaping_of(content_type)
+        assert "".join(encode(d, openmetrics, escaping) for d in data) == expected
+        assert cached.encode(data) == expected
+        assert cached.encode(data) == expected  # again, reusing the previous call's texts
 
 
-def test_every_catalogue_metric_gets_a_template() -> None:
-    encoder, content_type = negotiate(None)
-    fast = FastEncoder(encoder, False)
-    for metric in cat.CATALOGUE:
-        data = family(metric)
-        data.add(tuple(f"v{i}" for i in range(len(metric.labels))), 2.5)
-        assert fast.encode([data]) == _reference(encoder, content_type, [data])
-    assert not any(isinstance(t, str) for t in fast._templates.values())
+ODD_HELP = 'help with "quotes", a back\\slash and a\nnewline'
 
 
-def test_label_value_with_the_probe_marker_is_encoded_like_prometheus_client() -> None:
-    encoder, content_type = negotiate("application/openmetrics-text")
-    data = family(cat.GPU_UP)
-    data.add(("0", "uuid\x00with-nul"), 1.0)
-    fast = FastEncoder(encoder, True)
-    assert fast.encode([data]) == _reference(encoder, content_type, [data])
+@pytest.mark.parametrize("accept", ACCEPTS)
+@pytest.mark.parametrize("metric", cat.CATALOGUE, ids=lambda m: m.name)
+def test_every_row_and_escaping_case(accept: str | None, metric: cat.Metric) -> None:
+    encoder, content_type = negotiate(accept)
+    openmetrics = content_type.startswith("application/openmetrics")
+    odd = replace(metric, help=ODD_HELP)
+    for row in (metric, odd):
+        data = family(row)
+        width = len(row.labels)
+        for i, text in enumerate(ODD_VALUES):
+            data.add(tuple(f"{text}{j}" for j in range(width)), [2.5, -0.0, 1e21, 7][i % 4])
+        if not width:
+            data.rows[1:] = []
+        got = encode(data, openmetrics, escaping_of(content_type))
+        assert got == _reference(encoder, content_type, [data])
 
 
 def test_format_value_equals_float_to_go_string() -> None:
@@ -104,15 +123,15 @@ def test_format_value_equals_float_to_go_string() -> None:
 
 
 @pytest.mark.parametrize("accept", [None, "application/openmetrics-text"])
-def test_reused_lines_follow_changing_snapshots(accept: str | None) -> None:
+def test_reused_texts_follow_changing_snapshots(accept: str | None) -> None:
     encoder, content_type = negotiate(accept)
-    fast = FastEncoder(encoder, content_type.startswith("application/openmetrics"))
+    cached = Encoder(content_type)
     options = ExpositionOptions(groups=frozenset(Group))
     base = f.fleet(2, 3)
     gpu0, gpu1 = base.gpus
     changes = [
         base,
-        base,  # identical: every line reused
+        base,  # identical: every family text reused
         replace(base, gpus=(f.with_values(gpu0, temperature_celsius=-0.0), gpu1)),
         replace(base, gpus=(f.with_values(gpu0, temperature_celsius=0.0), gpu1)),
         replace(base, gpus=(f.with_values(gpu0, temperature_celsius=-0.0), gpu1)),  # equal rows
@@ -121,18 +140,13 @@ def test_reused_lines_follow_changing_snapshots(accept: str | None) -> None:
         replace(base, gpus=(gpu1,)),
         base,
     ]
-    for snap in changes:
+    previous: list[str] = []
+    for index, snap in enumerate(changes):
         data = snapshot_families(snap, options)
-        assert fast.encode(data) == _reference(encoder, content_type, data)
-    # only the last call's lines are kept
-    kept = sum(len(lines) for lines in fast._lines.values())
-    assert 0 < kept <= sum(len(d.rows) for d in snapshot_families(base, options))
+        parts = cached.encode_parts(data)
+        assert "".join(parts) == _reference(encoder, content_type, data)
+        if index == 1:  # the same snapshot again: the very same texts (gzip chunks reused)
+            assert all(a is b for a, b in zip(parts, previous, strict=True))
+        previous = parts
 
 
-def test_families_without_a_template_use_the_real_encoder(monkeypatch: pytest.MonkeyPatch) -> None:
-    encoder, content_type = negotiate("application/openmetrics-text")
-    fast = FastEncoder(encoder, True)
-    # What _derive answers when a format's sample line does not have the expected shape.
-    monkeypatch.setattr(fast, "_derive", lambda data: "unused header")
-    data = snapshot_families(f.fleet(2, 2), ExpositionOptions())
-    assert fast.encode(data) == _reference(encoder, content_type, data)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from exporter import thresholds
 from exporter.snapshot import GpuProcess, PodRef, ProcessOwner, ProcessType, Snapshot
 from exporter.state import ExporterState
 from exporter.web.page import TOP_PROCESSES, render_landing
@@ -88,3 +89,16 @@ def test_refresh_and_stale_notice() -> None:
     assert '<meta http-equiv="refresh" content="7">' in page
     assert "Stale data" in page
     assert "1.5 s (stale)" in page
+
+
+def test_idle_hint_uses_the_alert_thresholds() -> None:
+    total = 80 * GIB  # make_snapshot's GPU
+    held = thresholds.IDLE_GPU_MEMORY_RATIO * 1.5
+    idle = _gpu(make_snapshot(), memory_used_bytes=int(total * held), utilization_ratio=0.0)
+    assert "memory held but GPU idle" in _render(idle)
+    edge = _gpu(make_snapshot(), memory_used_bytes=int(total * thresholds.IDLE_GPU_MEMORY_RATIO),
+                utilization_ratio=0.0)
+    assert "memory held but GPU idle" not in _render(edge)  # the alert needs more than that
+    busy = _gpu(make_snapshot(), memory_used_bytes=int(total * held),
+                utilization_ratio=thresholds.IDLE_UTILIZATION_RATIO)
+    assert "memory held but GPU idle" not in _render(busy)

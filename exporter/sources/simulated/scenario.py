@@ -336,15 +336,16 @@ def _preset_dir() -> Any:
 _SYNTHETIC_RE = re.compile(r"^synthetic:(\d+)x(\d+)$")
 
 
-def load_scenario(name_or_path: str) -> Scenario:
-    """Load a bundled preset by name, ``synthetic:GxP`` (``synthetic_fleet(G, P)``), or a file.
+def load_scenario(name_or_path: str, seed: int = 0) -> Scenario:
+    """Load a bundled preset by name, ``synthetic:GxP`` (``synthetic_fleet(G, P, seed)``), or a
+    file.
 
     Raises:
         ScenarioError: unknown preset and no such file, unreadable file, bad YAML, bad field.
     """
     synthetic = _SYNTHETIC_RE.match(name_or_path)
     if synthetic:
-        return synthetic_fleet(int(synthetic.group(1)), int(synthetic.group(2)))
+        return synthetic_fleet(int(synthetic.group(1)), int(synthetic.group(2)), seed=seed)
     if name_or_path in list_presets():
         text = _preset_dir().joinpath(f"{name_or_path}.yaml").read_text(encoding="utf-8")
         origin, stem = f"preset {name_or_path}", name_or_path

@@ -1,7 +1,8 @@
 """Every alert threshold and duration, defined once.
 
-The alert rules (``dashboards/alerts.py``) and the dashboards' colour thresholds both read
-these constants, so a dashboard turns red exactly where an alert starts to fire. To tune them,
+The alert rules (``dashboards/alerts.py``), the dashboards' colour thresholds and the landing
+page's hints (``exporter/web/page.py``) all read these constants, so a dashboard turns red and
+the page says "idle" exactly where an alert starts to fire. To tune them,
 edit this file and run ``python -m dashboards.generate``: the rule YAML and dashboard JSON are
 regenerated (and CI's ``--check`` keeps the committed files in step). The promtool unit tests
 under ``dashboards/rules/tests/`` pin today's values; update them together with a change here.

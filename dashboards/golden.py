@@ -1,0 +1,42 @@
+"""Golden exposition outputs: what ``/metrics`` serves for each scenario preset, as text.
+
+One file per preset under ``tests/golden/`` (node_exporter's ``e2e-output.txt`` idea): the
+per-GPU and per-process part of the body at a fixed simulated moment with every group on, in
+text format 0.0.4. Written by ``python -m dashboards.generate``; ``tests/exposition/
+test_golden.py`` compares, so any change to names, labels, values, order or escaping shows up
+as one reviewable diff. (The exporter's own ``gpu_exporter_*`` families are left out: they
+hold the Python and library versions of the machine that renders them.)
+"""
+
+from __future__ import annotations
+
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+
+from exporter.exposition.collector import snapshot_families
+from exporter.exposition.encode import Encoder
+from exporter.metrics import SWITCHABLE_GROUPS, Group
+from exporter.sources.simulated.scenario import list_presets, load_scenario
+from exporter.sources.simulated.source import SimulatedSource
+from exporter.state import ExpositionOptions
+
+#: Where the golden files live, relative to the repository root.
+GOLDEN_DIR = "tests/golden"
+#: The simulated moment of the golden bodies: ten minutes into each scenario.
+START, SECONDS = 1_700_000_000.0, 600.0
+
+
+def golden_body(preset: str) -> str:
+    """The snapshot part of ``/metrics`` for ``preset`` at ``SECONDS`` (every group on)."""
+    clock = [START]
+    source = SimulatedSource(load_scenario(preset), clock=lambda: clock[0])
+    source.start()
+    clock[0] = START + SECONDS
+    snapshot = source.collect(frozenset(SWITCHABLE_GROUPS))
+    options = ExpositionOptions(groups=frozenset(Group),
+                                kubernetes_labels=preset == "kubernetes-node")
+    return Encoder(CONTENT_TYPE_PLAIN_0_0_4).encode(snapshot_families(snapshot, options))
+
+
+def golden_files() -> dict[str, str]:
+    """Path relative to the repository root -> content, one per preset."""
+    return {f"{GOLDEN_DIR}/{preset}.prom": golden_body(preset) for preset in list_presets()}
