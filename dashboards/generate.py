@@ -30,9 +30,20 @@ from pathlib import Path
 from grafana_foundation_sdk.builders import dashboard
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
-from dashboards import alerts, fleet, health, node, recording, rules, users
+from dashboards import (
+    accounting,
+    alerts,
+    efficiency,
+    fleet,
+    health,
+    node,
+    recording,
+    rules,
+    users,
+)
 from dashboards.golden import golden_files
 from exporter.docs import DocsError, render_readme
+from exporter.report import records
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -42,9 +53,11 @@ DASHBOARDS: dict[str, Callable[[], dashboard.Dashboard]] = {
     "gpu-node-device.json": node.build,
     "gpu-users-processes.json": users.build,
     "gpu-exporter-health.json": health.build,
+    "gpu-efficiency.json": efficiency.build,
 }
 ALERTS_FILE = "gpu-exporter-alerts.yaml"
 RECORDING_FILE = "gpu-exporter-recording.yaml"
+ACCOUNTING_FILE = records.RULE_FILE
 README = "README.md"
 #: The alert rules without annotations, which the behaviour rule tests load (``rule_files``).
 BEHAVIOUR_RULES = f"dashboards/rules/tests/rules/{ALERTS_FILE}"
@@ -75,6 +88,8 @@ def outputs(root: Path) -> dict[str, str]:
              for name, build in DASHBOARDS.items()}
     files[f"dashboards/rules/{ALERTS_FILE}"] = rules.render(alerts.groups(), "alerts.py")
     files[f"dashboards/rules/{RECORDING_FILE}"] = rules.render(recording.groups(), "recording.py")
+    files[f"dashboards/rules/{ACCOUNTING_FILE}"] = rules.render(accounting.groups(),
+                                                               "accounting.py")
     for source, copy in CHART_COPIES.items():
         for rel, text in list(files.items()):
             if rel.startswith(source + "/") and "/" not in rel.removeprefix(source + "/"):

@@ -70,10 +70,16 @@ class RuleGroup:
 
     name: str
     rules: Sequence[AlertRule | RecordingRule] = field(default_factory=tuple)
+    #: Its own evaluation interval (None: Prometheus's global one). Accounting rules fix it,
+    #: because their range totals multiply by it.
+    interval: str | None = None
 
     def to_dict(self, annotations: bool = True) -> dict[str, Any]:
         """The group as it appears in a rule file."""
-        return {"name": self.name, "rules": [rule.to_dict(annotations) for rule in self.rules]}
+        head: dict[str, Any] = {"name": self.name}
+        if self.interval is not None:
+            head["interval"] = self.interval
+        return {**head, "rules": [rule.to_dict(annotations) for rule in self.rules]}
 
 
 class _Dumper(yaml.SafeDumper):

@@ -215,6 +215,13 @@ def _fail(message: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the exporter; returns the exit status (see the module docstring)."""
+    # --- subcommand: `gpu-exporter report ...` (its own flags; the exporter never starts) ---
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["report"]:
+        from exporter.report.main import main as report_main  # noqa: PLC0415
+
+        return report_main(args[1:])
+    # --- the exporter ---
     install_stop_handler()
     try:
         config = parse_config(argv, os.environ)

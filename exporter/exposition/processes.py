@@ -31,6 +31,8 @@ def _fold(fold: Fold, total: float | None, value: float) -> float:
     if fold is Fold.SUM_RATIO:
         # Samples of different processes cover the same period: the sum is a share of it.
         return min(1.0, value + total)
+    if fold is Fold.NEWEST:
+        return max(value, total)
     return min(value, total)
 
 

@@ -80,6 +80,7 @@ class Fold(str, Enum):
     SUM = "sum"
     SUM_RATIO = "sum_ratio"  # summed, at most 1 (shares of one sample period)
     OLDEST = "oldest"  # the smallest (start times)
+    NEWEST = "newest"  # the largest (last-active times)
 
 
 PREFIX = "gpu_"

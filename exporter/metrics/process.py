@@ -9,6 +9,21 @@ series) combine. ``Scope.GPU_SUMMARY`` rows are counted or summed from a GPU's p
 from __future__ import annotations
 
 from exporter.metrics.core import GPU_LABELS, PROCESS_LABELS, Fold, Group, Kind, Metric, Scope
+from exporter.snapshot import GpuProcess
+
+#: ``GpuProcess.values`` key of the last-active time (filled by the sources).
+LAST_ACTIVE = "gpu_process_last_active_timestamp_seconds"
+
+
+def last_active_seconds(process: GpuProcess) -> float | None:
+    """The process's last-active time, unless it predates the process (a sample of an earlier
+    process with the same pid, still in NVML's buffer after an exporter restart)."""
+    value = process.values.get(LAST_ACTIVE)
+    owner = process.owner
+    if value is None or (owner is not None and value < owner.start_time_seconds - 1.0):
+        return None
+    return value
+
 
 PROCESSES = Metric(
     "gpu_processes", Kind.GAUGE, Group.PROCESSES,
@@ -40,6 +55,16 @@ PROCESS_START_TIME = Metric(
                                    if process.owner is not None else None),
     fold=Fold.OLDEST,
     json_field="start_time_seconds",
+)
+PROCESS_LAST_ACTIVE = Metric(
+    "gpu_process_last_active_timestamp_seconds", Kind.GAUGE, Group.PROCESS_UTILIZATION,
+    "Unix time in seconds of the newest utilisation sample in which this process's kernels ran "
+    "(SM utilisation above 0); time() minus this is how long it has been idle. Absent while no "
+    "such sample was seen: after an exporter restart only NVML's own sample buffer is known.",
+    labels=PROCESS_LABELS, scope=Scope.PROCESS,
+    process_value=last_active_seconds,
+    fold=Fold.NEWEST,
+    json_field="last_active_seconds",
 )
 USER_MEMORY = Metric(
     "gpu_user_memory_used_bytes", Kind.GAUGE, Group.PROCESSES,

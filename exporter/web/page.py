@@ -14,6 +14,8 @@ from string import Template
 
 from exporter import thresholds
 from exporter.metrics import MEMORY_USED, POWER_LIMIT, POWER_USAGE, TEMPERATURE, UTILIZATION
+from exporter.metrics.process import last_active_seconds
+from exporter.report.timerange import format_duration
 from exporter.snapshot import GpuProcess, GpuReading
 from exporter.state import ExporterState
 
@@ -21,6 +23,8 @@ __all__ = ["TOP_PROCESSES", "render_landing"]
 
 #: Rows in the "top processes" table.
 TOP_PROCESSES = 15
+#: A process whose kernels ran this recently is shown "active" rather than idle for seconds.
+ACTIVE_WITHIN_SECONDS = 60.0
 
 
 @lru_cache(maxsize=1)
@@ -98,7 +102,18 @@ def _gpu_row(gpu: GpuReading) -> str:
     )
 
 
-def _process_row(gpu: GpuReading, process: GpuProcess) -> str:
+def _idle_for(process: GpuProcess, now: float) -> str:
+    """How long since the process's kernels last ran, from its last-active time."""
+    if process.sm_utilization_ratio is None:
+        return "n/a"  # per-process utilisation is not collected
+    last = last_active_seconds(process)
+    if last is None:
+        return "no kernel seen"
+    idle = now - last
+    return "active" if idle < ACTIVE_WITHIN_SECONDS else format_duration(idle)
+
+
+def _process_row(gpu: GpuReading, process: GpuProcess, now: float) -> str:
     owner = process.owner
     user = owner.user if owner is not None else "unknown"
     name = owner.name if owner is not None else "unknown"
@@ -109,14 +124,15 @@ def _process_row(gpu: GpuReading, process: GpuProcess) -> str:
         f"<tr><td>{gpu.identity.index}</td><td>{process.pid}</td><td>{_e(user)}</td>"
         f"<td>{_e(name)}</td><td>{_e(pod)}</td>"
         f'<td class="num">{_gib(process.used_memory_bytes)}</td>'
-        f'<td class="num">{_pct(process.sm_utilization_ratio)}</td></tr>'
+        f'<td class="num">{_pct(process.sm_utilization_ratio)}</td>'
+        f'<td class="num idle">{_e(_idle_for(process, now))}</td></tr>'
     )
 
 
-def _top_processes(gpus: tuple[GpuReading, ...]) -> list[str]:
+def _top_processes(gpus: tuple[GpuReading, ...], now: float) -> list[str]:
     pairs = [(gpu, p) for gpu in gpus if gpu.up for p in gpu.processes]
     pairs.sort(key=lambda pair: pair[1].used_memory_bytes or 0, reverse=True)
-    return [_process_row(gpu, p) for gpu, p in pairs[:TOP_PROCESSES]]
+    return [_process_row(gpu, p, now) for gpu, p in pairs[:TOP_PROCESSES]]
 
 
 def render_landing(
@@ -144,7 +160,8 @@ def render_landing(
     elif state.stale:
         notice = '<p class="notice">Stale data: the latest collection did not finish in time.</p>'
     gpu_rows = [_gpu_row(g) for g in gpus] or ['<tr><td colspan="8">No GPUs.</td></tr>']
-    process_rows = _top_processes(gpus) or ['<tr><td colspan="7">No processes.</td></tr>']
+    process_rows = (_top_processes(gpus, snap.taken_at)
+                    or ['<tr><td colspan="8">No processes.</td></tr>'])
     driver = snap.driver_version or "n/a"
     if snap.cuda_driver_version:
         driver += f" (CUDA {snap.cuda_driver_version})"

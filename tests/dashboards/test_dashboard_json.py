@@ -13,7 +13,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.cog.plugins import register_default_plugins
 from grafana_foundation_sdk.models import dashboard as dm
 
-from dashboards import alerts, generate, recording
+from dashboards import accounting, alerts, generate, recording
 from dashboards.panels import UNITS
 from exporter import metrics as catalogue
 from exporter import thresholds as t
@@ -39,11 +39,12 @@ BOARDS = {path.name: load(path) for path in DASHBOARD_FILES}
 NAMES = sorted(BOARDS)
 
 
-def test_the_four_dashboards_exist_with_stable_uids() -> None:
+def test_the_dashboards_exist_with_stable_uids() -> None:
     assert sorted(generate.DASHBOARDS) == NAMES
     uids = {name: board["uid"] for name, board in BOARDS.items()}
     assert uids == {
         "gpu-exporter-health.json": "gpu-exporter-health",
+        "gpu-efficiency.json": "gpu-exporter-efficiency",
         "gpu-fleet-overview.json": "gpu-exporter-fleet",
         "gpu-node-device.json": "gpu-exporter-node",
         "gpu-users-processes.json": "gpu-exporter-users",
@@ -143,7 +144,8 @@ def test_units_titles_and_descriptions(name: str) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_queries_use_only_catalogue_metrics(name: str) -> None:
     known = {m.name for m in catalogue.CATALOGUE} | PROMETHEUS_SERIES
-    records = {r.record for r in (*recording.all_records(), *alerts.all_records())}
+    records = {r.record for r in (*recording.all_records(), *alerts.all_records(),
+                                  *accounting.all_records())}
     for panel, target in targets(BOARDS[name]):
         expr = re.sub(r'"[^"]*"', '""', target["expr"])  # drop label values
         for word in re.findall(r"\b(gpu_[a-z_]+|up|scrape_[a-z_]+)\b(?=\s*[{\[)]|\s|$)", expr):

@@ -32,7 +32,8 @@ def _repo_groups() -> list[dict[str, Any]]:
 
 def test_repository_has_the_files_the_chart_needs() -> None:
     assert [p.name for p in rule_files()] == [
-        "gpu-exporter-alerts.yaml", "gpu-exporter-recording.yaml"]
+        "gpu-exporter-accounting.yaml", "gpu-exporter-alerts.yaml",
+        "gpu-exporter-recording.yaml"]
     assert len(dashboard_files()) >= 1
 
 

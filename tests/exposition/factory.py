@@ -44,10 +44,13 @@ def process(
     utilization: float | None = 0.25,
     pod: PodRef | None = None,
     start: float = 1_700_000_000.0,
+    last_active: float | None = 60.0,
     torch_allocated: int | None = None,
 ) -> GpuProcess:
-    """A process; ``torch_allocated`` adds the figures its allocator publisher would report
-    (reserved = allocated + 1/8 of it as cache, one OOM and three retries counted)."""
+    """A process; ``last_active`` is seconds after its start that its kernels last ran (None:
+    never seen; also None when per-process utilisation is off); ``torch_allocated`` adds the
+    figures its allocator publisher would report (reserved = allocated + 1/8 of it as cache,
+    one OOM and three retries counted)."""
     owner = None
     if user is not None:
         uid = 1000 + USERS.index(user) if user in USERS else 2000
@@ -59,7 +62,11 @@ def process(
         sm_utilization_ratio=utilization,
         owner=owner,
         pod=pod,
-        values=torch_values(torch_allocated) if torch_allocated is not None else {},
+        values={
+            **({} if last_active is None or utilization is None else {
+                metrics.PROCESS_LAST_ACTIVE.name: start + pid + last_active}),
+            **(torch_values(torch_allocated) if torch_allocated is not None else {}),
+        },
     )
 
 

@@ -187,3 +187,17 @@ def test_unmerged_fast_path_equals_process_series() -> None:
             # equal is not enough: -0.0 and 0.0 are equal but are written differently
             assert [repr(r) for r in got] == [repr(r) for r in want], key
         assert [v for _, v in found[cat.PROCESS_MEMORY] if v == 3 * MIB]  # pid 9 summed
+
+
+def test_last_active_series_merged_newest_and_stale_pids_dropped() -> None:
+    last = cat.PROCESS_LAST_ACTIVE.name
+    text = _text(f.process(7, MIB, last_active=100.0), f.process(8, MIB, last_active=None))
+    assert value(text, last, pid="7") == 1_700_000_007.0 + 100.0
+    assert value(text, last, pid="8") is None  # no kernel seen: no series
+    # Without pid labels, two processes of one name and user share a series: the newest wins.
+    merged = _text(f.process(7, MIB, last_active=100.0), f.process(9, MIB, last_active=50.0),
+                   pid_label=False)
+    assert value(merged, last, process="python") == 1_700_000_007.0 + 100.0
+    # A time before the process started belongs to an earlier process with the same pid.
+    reused = _text(f.process(7, MIB, last_active=-3600.0))
+    assert value(reused, last, pid="7") is None

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import types
 
 import pytest
 
 from exporter.metrics import Group, default_groups
+from exporter.metrics.process import LAST_ACTIVE
 from exporter.snapshot import GpuProcess, ProcessType
 from exporter.sources.nvml.processes import PID_MAX_LIMIT, clean_entries, newest_samples
 from exporter.sources.nvml.source import NvmlSource
@@ -226,3 +228,41 @@ def test_graphics_only_process() -> None:
     _, procs, _ = collect(fake)
     assert procs[77].type is ProcessType.GRAPHICS
     assert procs[77].used_memory_bytes == 512 << 20
+
+
+def test_last_active_is_the_newest_busy_sample_and_survives_idle_collections() -> None:
+    now = time.time()
+    fake = FakeNvml([h200(0)])
+    g = fake.gpus[0]
+    g.compute = [FakeProcess(10, GIB), FakeProcess(20, GIB)]
+    us = 1_000_000
+    g.samples = [FakeSample(10, int((now - 30) * us), 80), FakeSample(10, int((now - 5) * us), 0),
+                 FakeSample(20, int((now - 2) * us), 0)]
+    source, procs, _ = collect(fake)
+    assert procs[10].values[LAST_ACTIVE] == pytest.approx(now - 30)
+    assert LAST_ACTIVE not in procs[20].values  # only idle samples: unknown
+    _, procs, _ = collect(fake, source)  # no new samples: the time is kept
+    assert procs[10].values[LAST_ACTIVE] == pytest.approx(now - 30)
+    g.samples.append(FakeSample(20, int((now - 1) * us), 40))
+    _, procs, _ = collect(fake, source)
+    assert procs[20].values[LAST_ACTIVE] == pytest.approx(now - 1)
+    # A restarted exporter asks with timestamp 0 and recovers what NVML still holds.
+    restarted, procs, _ = collect(fake)
+    assert g.utilization_queries[-1] == 0
+    assert procs[10].values[LAST_ACTIVE] == pytest.approx(now - 30)
+    g.compute = [FakeProcess(20, GIB)]  # pid 10 exits: forgotten
+    _, procs, _ = collect(fake, restarted)
+    g.compute = [FakeProcess(10, GIB), FakeProcess(20, GIB)]  # a new process reuses pid 10
+    g.samples = [s for s in g.samples if s.pid != 10]
+    _, procs, _ = collect(fake, restarted)
+    assert LAST_ACTIVE not in procs[10].values
+
+
+def test_last_active_not_read_without_process_utilization() -> None:
+    fake = FakeNvml([h200(0)])
+    fake.gpus[0].compute = [FakeProcess(10, GIB)]
+    fake.gpus[0].samples = [FakeSample(10, int(time.time() * 1_000_000), 50)]
+    source = NvmlSource(nvml=fake)
+    source.start()
+    snap = source.collect(default_groups() - {Group.PROCESS_UTILIZATION})
+    assert snap.gpus[0].processes[0].values == {}

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from exporter.metrics import SWITCHABLE_GROUPS, Group, default_groups
+from exporter.metrics.process import LAST_ACTIVE
 from exporter.snapshot import GpuProcess, GpuReading, Snapshot
 from exporter.sources.base import Source
 from exporter.sources.simulated.scenario import (
@@ -17,7 +18,7 @@ from exporter.sources.simulated.scenario import (
     parse_scenario,
     synthetic_fleet,
 )
-from exporter.sources.simulated.source import SimulatedSource
+from exporter.sources.simulated.source import LOADED_AFTER, SimulatedSource
 
 T0 = 1_750_000_000.0  # wall-clock origin of the fake clock
 ALL = frozenset(SWITCHABLE_GROUPS)
@@ -203,3 +204,21 @@ def test_synthetic_fleet_collect_is_fast() -> None:
     assert sum(len(g.processes) for g in snap.gpus) >= 200
     assert all(p.owner is not None for g in snap.gpus for p in g.processes)
     assert per_call < 0.005  # measured ~0.5 ms; loose bound for slow CI machines
+
+
+def test_last_active_now_when_computing_and_after_loading_when_idle() -> None:
+    source, clock = make_source("shared-workstation")
+    clock.now += 600.0
+    snap = source.collect(default_groups())
+    now = clock.now
+    procs = [p for gpu in snap.gpus for p in gpu.processes]
+    for proc in procs:
+        last = proc.values[LAST_ACTIVE]
+        assert proc.owner is not None
+        if (proc.sm_utilization_ratio or 0.0) > 0.0:
+            assert last == pytest.approx(now)
+        else:  # configured idle: ran its last kernel LOADED_AFTER s after it started
+            assert last <= proc.owner.start_time_seconds + LOADED_AFTER + 1e-6
+    assert any(now - p.values[LAST_ACTIVE] > 3600 for p in procs)  # the forgotten notebook
+    off = source.collect(default_groups() - {Group.PROCESS_UTILIZATION})
+    assert all(p.values == {} for gpu in off.gpus for p in gpu.processes)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from exporter import thresholds
+from exporter.metrics import PROCESS_LAST_ACTIVE
 from exporter.snapshot import GpuProcess, PodRef, ProcessOwner, ProcessType, Snapshot
 from exporter.state import ExporterState
 from exporter.web.page import TOP_PROCESSES, render_landing
@@ -91,6 +92,21 @@ def test_refresh_and_stale_notice() -> None:
     assert "1.5 s (stale)" in page
 
 
+def test_idle_for_shows_time_since_the_last_kernel() -> None:
+    taken = 1_000_000.0
+    busy = replace(_proc(1, 2 * GIB, "bob"), sm_utilization_ratio=0.9,
+                   values={PROCESS_LAST_ACTIVE.name: taken - 2})
+    idle = replace(_proc(2, 30 * GIB, "alice"), sm_utilization_ratio=0.0,
+                   values={PROCESS_LAST_ACTIVE.name: taken - 3 * 3600 - 120})
+    unseen = replace(_proc(3, GIB, "carol"), sm_utilization_ratio=0.0)
+    snap = replace(_gpu(make_snapshot(), processes=(busy, idle, unseen)), taken_at=taken)
+    page = _render(snap)
+    table = page[page.index('<table id="processes">'):]
+    rows = {row.split("</td><td>")[2]: row for row in table.split("<tr>")[2:]}
+    assert "<th>Idle for</th>" in table
+    assert '<td class="num idle">active</td>' in rows["bob"]
+    assert '<td class="num idle">3h2m</td>' in rows["alice"]
+    assert '<td class="num idle">no kernel seen</td>' in rows["carol"]
 def test_idle_hint_uses_the_alert_thresholds() -> None:
     total = 80 * GIB  # make_snapshot's GPU
     held = thresholds.IDLE_GPU_MEMORY_RATIO * 1.5

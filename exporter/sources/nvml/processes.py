@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Final
 
+from exporter.metrics.process import LAST_ACTIVE
 from exporter.snapshot import GpuProcess, ProcessType
 from exporter.sources.nvml.errors import (
     FUNCTION_NOT_FOUND,
@@ -195,11 +196,13 @@ def merge_processes(
     compute: Mapping[int, int | None],
     graphics: Mapping[int, int | None],
     utilization: Mapping[int, float] | None,
+    last_active: Mapping[int, float] | None = None,
 ) -> tuple[GpuProcess, ...]:
     """One ``GpuProcess`` per pid, sorted by pid; owners are left for enrichment.
 
     ``utilization`` None means per-process utilisation was not read (ratio stays None);
-    otherwise listed processes without a sample get 0.0.
+    otherwise listed processes without a sample get 0.0. ``last_active`` (pid -> Unix seconds
+    of the newest sample showing its kernels) goes into ``values`` where known.
     """
     processes: list[GpuProcess] = []
     for pid in sorted(compute.keys() | graphics.keys()):
@@ -214,8 +217,10 @@ def merge_processes(
         else:
             kind, memory = ProcessType.GRAPHICS, graphics[pid]
         ratio = None if utilization is None else utilization.get(pid, 0.0)
+        active = None if last_active is None else last_active.get(pid)
         processes.append(GpuProcess(pid=pid, type=kind, used_memory_bytes=memory,
-                                    sm_utilization_ratio=ratio))
+                                    sm_utilization_ratio=ratio,
+                                    values={} if active is None else {LAST_ACTIVE: active}))
     return tuple(processes)
 
 

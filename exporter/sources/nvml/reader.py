@@ -9,6 +9,7 @@ different attributes of one struct); ``NvmlSpecial`` rows through the readers in
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -24,6 +25,7 @@ from exporter.sources.nvml.errors import (
     describe,
     reaction_for,
 )
+from exporter.sources.nvml.last_active import LastActive
 from exporter.sources.nvml.processes import (
     ProcessLister,
     clean_entries,
@@ -46,6 +48,7 @@ class GpuState:
     error: str | None = None  # why the GPU is not answering (handle refused, lost, ...)
     unsupported: set[str] = field(default_factory=set)  # fields never to ask for again
     last_seen_timestamp: int = 0  # newest process-utilisation sample seen (microseconds)
+    last_active: LastActive = field(default_factory=LastActive)  # per pid, across collections
     garbled_seen: bool = False  # garbled process entries were already reported in the log
 
 
@@ -250,15 +253,22 @@ class GpuReader:
             gpu.garbled_seen = True
             self.count("garbled_process_entry", garbled)
         utilization: dict[int, float] | None = None
+        active: dict[int, float] | None = None
         if with_utilization and (compute or graphics):
             samples = self.call(gpu, "process_utilization", calls.process_utilization,
                                 gpu.last_seen_timestamp)
             if samples is not None:
+                samples = list(samples)
                 utilization, gpu.last_seen_timestamp, unreadable = newest_samples(
                     samples, gpu.last_seen_timestamp)
                 if unreadable:
                     self.count("process_utilization_sample", unreadable)
-        return merge_processes(compute, graphics, utilization)
+                # The first call asks with timestamp 0: NVML's buffer is all a restart recovers.
+                active = gpu.last_active.update(samples, compute.keys() | graphics.keys(),
+                                                time.time())
+        elif with_utilization:
+            gpu.last_active.update((), (), time.time())  # no process left: forget them all
+        return merge_processes(compute, graphics, utilization, active)
 
 
 _ROW_GROUPS: dict[str, Group] = {row.name: row.group for row in GPU_ROWS}

@@ -35,6 +35,7 @@ from collections.abc import Callable
 
 from exporter.metrics import GPU_ROWS, Group
 from exporter.metrics import allocator as a
+from exporter.metrics.process import LAST_ACTIVE
 from exporter.snapshot import (
     GpuIdentity,
     GpuProcess,
@@ -57,6 +58,8 @@ _M64 = (1 << 64) - 1
 _BUCKET = 5.0  # seconds of simulated time between independent noise values
 _DRIVER_BYTES = 4 << 20  # driver bookkeeping counted as used (v2 "used" on an idle GPU: ~8 MB)
 _RESTART_PID_STEP = 101
+#: Simulated seconds after its start at which a process configured idle ran its last kernel.
+LOADED_AFTER = 60.0
 _BUS_IDS = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)  # a typical 8-GPU HGX board
 _INF = math.inf
 
@@ -109,7 +112,9 @@ class _Proc:
         self.steady = spec.memory_bytes
         self.owner: tuple[int, ProcessOwner] | None = None
         # the last GpuProcess built, reused while nothing in it changed (it is immutable)
-        self.last: tuple[int, int, float, GpuProcess] | None = None
+        # (restart, memory, utilisation, process, last active, published torch figures)
+        self.last: tuple[int, int, float, GpuProcess, float | None, dict[str, float]] | None \
+            = None
         self.torch = spec.torch
         self.pod = None if spec.pod is None else PodRef(
             pod_uid=str(uuid.UUID(int=(_mix(key) << 64) | _mix(key ^ 5), version=4)),
@@ -352,13 +357,20 @@ class SimulatedSource:
                 published = _torch_values(p.torch, memory - p.context, age, t) \
                     if want_torch and p.torch is not None else _NO_VALUES
                 last = p.last
+                # Last active: now (to the noise bucket, so a process is rebuilt no more often
+                # than its utilisation changes) for a computing process; a process configured
+                # idle last ran a kernel LOADED_AFTER seconds after it started (its model load).
+                active = (t - t % _BUCKET if p.util > 0.0 else t - age + min(age, LOADED_AFTER)) \
+                    if want_putil else None
                 if last is None or last[0] != k or last[1] != memory or last[2] != u \
-                        or (last[3].sm_utilization_ratio is None) == want_putil \
-                        or last[3].values != published:
+                        or last[4] != active or last[5] != published:
+                    process_values = published if active is None else {
+                        **published, LAST_ACTIVE: start + active / self.speed}
                     last = p.last = (k, memory, u, GpuProcess(
                         pid=p.spec.pid + _RESTART_PID_STEP * k, type=p.spec.type,
                         used_memory_bytes=memory, sm_utilization_ratio=u if want_putil else None,
-                        owner=self._owner(p, k, start), pod=p.pod, values=published))
+                        owner=self._owner(p, k, start), pod=p.pod, values=process_values), active,
+                        published)
                 procs.append(last[3])
         util, mem_util = round(min(1.0, util), 2), round(min(1.0, mem_util), 2)  # whole %
         busy = used > _DRIVER_BYTES

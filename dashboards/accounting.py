@@ -1,0 +1,152 @@
+"""Idle accounting: recording rules for GPU time and memory held while idle (issue 12).
+
+One group runs every ``records.INTERVAL`` (1m) and records, per interval, rates that a range
+total only has to sum (``sum_over_time(r[7d]) * 60``): the report and the efficiency dashboard
+never touch raw per-process samples over long ranges.
+
+Definitions (the idle threshold is ``thresholds.IDLE_UTILIZATION_RATIO``, shared with alerts):
+
+- A process is **idle** in an interval when its SM utilisation averaged over the interval is
+  under the threshold. It then holds its memory idle (``idle_memory_bytes``).
+- A GPU is **held** by its processes in proportion to the memory each holds (``held_gpus``:
+  shares of one GPU summing to 1); it is **held idle** when its own utilisation averaged over
+  the interval is under the threshold (``idle_gpus``: the idle processes' shares). A process
+  idle on a GPU that a neighbour keeps busy wastes memory, not the GPU.
+- **Used** GPUs are the processes' own SM utilisation (``used_gpus``), so held minus used is
+  what was paid for and not used.
+- **Power** per user is the GPU's average power over the interval (from the energy counter's
+  rate where the energy collector is on, which survives counter resets, else the power gauge),
+  split by the users' shares of SM utilisation on that GPU, or by memory when nothing ran.
+
+Each quantity is recorded per user, per namespace/pod (processes with a pod) and per batch
+job (processes with ``records.JOB_LABEL``); target labels (instance, node, ...) are kept.
+Per-process series are recorded only while idle (``process:*``), for the report's list of
+forgotten processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dashboards.promql import num
+from dashboards.rules import RecordingRule, RuleGroup
+from exporter import metrics as c
+from exporter import thresholds as t
+from exporter.report import records as r
+
+#: Labels that tell processes on one GPU apart (everything a process series has beyond the
+#: GPU's labels and the target's).
+PROCESS_ONLY = ("pid", "process", "uid", "user", *c.KUBERNETES_LABELS, r.JOB_LABEL)
+_WINDOW = f"[{r.INTERVAL}]"
+_IDLE = num(t.IDLE_UTILIZATION_RATIO)
+
+
+def _csv(labels: Sequence[str]) -> str:
+    return ", ".join(labels)
+
+
+def _drop(level: r.Level) -> str:
+    """The ``without (...)`` list that aggregates process series to ``level``."""
+    return _csv([x for x in (*c.GPU_LABELS, *PROCESS_ONLY) if x not in level.keeps])
+
+
+def _only(level: r.Level) -> str:
+    """Matchers keeping series that have the level's labels (pods, jobs; users always)."""
+    return ", ".join(f'{label}!=""' for label in level.keeps if label != "user")
+
+
+def _sel(name: str, matchers: str) -> str:
+    return f"{name}{{{matchers}}}" if matchers else name
+
+
+#: Memory held by all processes of a GPU, from the per-user series (one per user and GPU:
+#: far fewer than the process series; a GPU's user sums add up to its process sum).
+PER_GPU_MEMORY = f"sum without (user) ({c.USER_MEMORY.name}) > 0"
+
+
+def _process_rules() -> list[RecordingRule]:
+    mem, util = c.PROCESS_MEMORY.name, c.PROCESS_UTILIZATION.name
+    not_user = _csv([x for x in PROCESS_ONLY if x != "user"])
+    return [
+        RecordingRule(
+            r.PROCESS_IDLE_MEMORY,
+            f"{mem}\nand avg_over_time({util}{_WINDOW}) < {_IDLE}\n",
+        ),
+        RecordingRule(
+            r.PROCESS_IDLE_GPUS,
+            f"{r.PROCESS_IDLE_MEMORY}\n"
+            f"/ ignoring ({_csv(PROCESS_ONLY)}) group_left () ({PER_GPU_MEMORY})\n"
+            f"and ignoring ({_csv(PROCESS_ONLY)})\n"
+            f"avg_over_time({c.UTILIZATION.name}{_WINDOW}) < {_IDLE}\n",
+        ),
+        RecordingRule(
+            r.GPU_USER_USED,
+            f"sum without ({not_user}) (avg_over_time({util}{_WINDOW}))",
+        ),
+    ]
+
+
+def _level_rules(level: r.Level) -> list[RecordingRule]:
+    only = _only(level)
+    drop = _drop(level)
+    mem, util = c.PROCESS_MEMORY.name, c.PROCESS_UTILIZATION.name
+    exprs = {
+        r.IDLE_MEMORY: f"sum without ({drop}) ({_sel(r.PROCESS_IDLE_MEMORY, only)})",
+        r.IDLE_GPUS: f"sum without ({drop}) ({_sel(r.PROCESS_IDLE_GPUS, only)})",
+        r.HELD_MEMORY: f"sum without ({drop}) ({_sel(mem, only)})",
+        r.HELD_GPUS: (
+            f"sum without ({drop}) (\n"
+            f"  {_sel(mem, only)}\n"
+            f"  / ignoring ({_csv(PROCESS_ONLY)}) group_left () ({PER_GPU_MEMORY})\n)"
+        ),
+        r.USED_GPUS: f"sum without ({drop}) (avg_over_time({_sel(util, only)}{_WINDOW}))",
+    }
+    if level is r.USER:
+        # Cheaper per-user series for memory held (one per user and GPU, not per process).
+        user_mem = c.USER_MEMORY.name
+        gpus = _csv(c.GPU_LABELS)
+        exprs[r.HELD_MEMORY] = f"sum without ({gpus}) ({user_mem})"
+        exprs[r.HELD_GPUS] = (
+            f"sum without ({gpus}) (\n"
+            f"  {user_mem}\n"
+            f"  / ignoring (user) group_left () (sum without (user) ({user_mem}) > 0)\n)"
+        )
+        exprs[r.USED_GPUS] = f"sum without ({gpus}) ({r.GPU_USER_USED})"
+        exprs[r.POWER] = _power_rule()
+    return [RecordingRule(level.record(q), exprs[q]) for q in r.level_quantities(level)]
+
+
+def _power_rule() -> str:
+    """Per user: each GPU's average power, split by SM-utilisation share (memory share if idle)."""
+    gpus = _csv(c.GPU_LABELS)
+    util = r.GPU_USER_USED
+    user_mem = c.USER_MEMORY.name
+    watts = (
+        f"rate({c.ENERGY.name}[{2 * r.INTERVAL_SECONDS}s])\n"
+        f"  or avg_over_time({c.POWER_USAGE.name}{_WINDOW})"
+    )
+    return (
+        f"sum without ({gpus}) (\n"
+        f"  (\n"
+        f"    {util}\n"
+        f"    / ignoring (user) group_left () (sum without (user) ({util}) > 0)\n"
+        f"    or\n"
+        f"    {user_mem}\n"
+        f"    / ignoring (user) group_left () (sum without (user) ({user_mem}) > 0)\n"
+        f"  )\n"
+        f"  * ignoring (user) group_left () (\n  {watts}\n  )\n"
+        f")"
+    )
+
+
+def groups() -> tuple[RuleGroup, ...]:
+    """The accounting group (one group: later rules read earlier ones of the same run)."""
+    rules = _process_rules()
+    for level in r.LEVELS:
+        rules.extend(_level_rules(level))
+    return (RuleGroup(r.GROUP, tuple(rules), interval=r.INTERVAL),)
+
+
+def all_records() -> tuple[RecordingRule, ...]:
+    """Every accounting recording rule."""
+    return tuple(rule for g in groups() for rule in g.rules if isinstance(rule, RecordingRule))

@@ -1,0 +1,189 @@
+"""Ask Prometheus for the idle-accounting records over a range and rank the results.
+
+Per day of the range and per level (user, namespace/pod, job), one instant query sums every
+recorded quantity over that day (``sum_over_time`` of 1-minute records: about 1,440 samples a
+series), so a week costs 21 small queries and a progress line can count them. The day windows
+are ``(day start, day end]`` (the window is one millisecond short of a day), so a sample on a
+boundary is counted once. The forgotten processes come from one query over the whole range.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from exporter.report import records as r
+from exporter.report.client import PrometheusClient, ReportError, Sample
+from exporter.report.model import Day, ProcessRow, Report, Row, Usage
+from exporter.report.timerange import TimeRange, chunks, iso
+
+__all__ = ["Progress", "build_report"]
+
+#: ``progress(done, total)`` after each query.
+Progress = Callable[[int, int], None]
+#: Record quantity -> the ``Usage`` field its range total goes to.
+FIELDS = {
+    r.IDLE_GPUS: "idle_gpu_seconds",
+    r.IDLE_MEMORY: "idle_byte_seconds",
+    r.HELD_GPUS: "held_gpu_seconds",
+    r.HELD_MEMORY: "held_byte_seconds",
+    r.USED_GPUS: "used_gpu_seconds",
+    r.POWER: "energy_joules",
+}
+_TAG = "__report_field"
+START_TIME = "gpu_process_start_time_seconds"
+LAST_ACTIVE = "gpu_process_last_active_timestamp_seconds"
+PROCESS_MEMORY = "gpu_process_memory_used_bytes"
+
+
+def _window(span: TimeRange) -> str:
+    """A range selector covering ``(start, end]`` when evaluated at ``end``."""
+    return f"[{round(span.seconds * 1000) - 1}ms]"
+
+
+def _sel(name: str, matchers: str) -> str:
+    return f"{name}{{{matchers}}}" if matchers else name
+
+
+def _tagged(expr: str, tag: str) -> str:
+    return f'label_replace({expr}, "{_TAG}", "{tag}", "", "")'
+
+
+def level_query(level: r.Level, span: TimeRange, matchers: str) -> str:
+    """One query for every quantity of ``level`` summed over ``span``."""
+    by = ", ".join(level.keeps)
+    parts = [
+        _tagged(f"sum by ({by}) (sum_over_time({_sel(level.record(q), matchers)}"
+                f"{_window(span)}))", q)
+        for q in r.level_quantities(level)
+    ]
+    return "\nor ".join(parts)
+
+
+def process_query(span: TimeRange, matchers: str, top: int) -> str:
+    """Details of the ``top`` processes by idle byte-seconds over the whole range."""
+    window = _window(span)
+    idle = _sel(r.PROCESS_IDLE_MEMORY, matchers)
+    best = f"topk({top}, sum_over_time({idle}{window}))"
+    parts = {
+        "sum": best,
+        "count": f"count_over_time({idle}{window}) and {best}",
+        "max": f"max_over_time({idle}{window}) and {best}",
+        "start": f"last_over_time({_sel(START_TIME, matchers)}{window}) and {best}",
+        "active": f"last_over_time({_sel(LAST_ACTIVE, matchers)}{window}) and {best}",
+        "running": f"{_sel(PROCESS_MEMORY, matchers)} and {best}",
+    }
+    return "\nor ".join(_tagged(f"({expr})", tag) for tag, expr in parts.items())
+
+
+def _split(sample: Sample) -> tuple[str, tuple[tuple[str, str], ...]]:
+    labels = dict(sample.labels)
+    tag = labels.pop(_TAG, "")
+    labels.pop("__name__", None)
+    return tag, tuple(sorted(labels.items()))
+
+
+def rule_interval(client: PrometheusClient) -> float | None:
+    """The accounting group's interval as loaded in Prometheus (None if it is not loaded)."""
+    for group in client.rule_groups():
+        if group.get("name") == r.GROUP:
+            return float(group.get("interval") or r.INTERVAL_SECONDS)
+    return None
+
+
+def _explain_empty(client: PrometheusClient, span: TimeRange, matchers: str,
+                   loaded: bool) -> ReportError:
+    probe = _sel(r.USER.record(r.HELD_MEMORY), matchers)
+    if client.series_exist(probe):
+        return ReportError(
+            f"empty range: no idle-accounting data between {iso(span.start)} and "
+            f"{iso(span.end)} (this Prometheus has {probe} at other times)")
+    if loaded:
+        return ReportError(
+            f"empty range: the {r.GROUP} rules are loaded but recorded nothing before "
+            f"{iso(span.end)}; they need GPU processes scraped (and a minute) to record")
+    return ReportError(
+        f"missing recording rules: no series named {r.USER.record(r.HELD_MEMORY)} and no "
+        f"{r.GROUP} rule group on this Prometheus; load dashboards/rules/{r.RULE_FILE} "
+        "(docs: README, 'Idle accounting')")
+
+
+def build_report(client: PrometheusClient, span: TimeRange, *, matchers: str = "",
+                 top: int = 10, progress: Progress | None = None,
+                 now: float | None = None) -> Report:
+    """Query Prometheus and assemble the ranked report.
+
+    Raises:
+        ReportError: Prometheus unreachable or erroring, no data in the range, or the
+            recording rules missing.
+    """
+    loaded_interval = rule_interval(client)
+    interval = loaded_interval or float(r.INTERVAL_SECONDS)
+    report = Report(prometheus_url=client.base, start=span.start, end=span.end,
+                    interval_seconds=interval, generated_at=time.time() if now is None else now,
+                    matchers=matchers)
+    pieces = chunks(span)
+    total = len(pieces) * len(r.LEVELS) + 1
+    done = 0
+    tables: dict[str, dict[tuple[tuple[str, str], ...], Usage]] = {
+        lv.name: {} for lv in r.LEVELS
+    }
+    for piece in pieces:
+        day = Day(piece.start, piece.end)
+        for level in r.LEVELS:
+            for sample in client.query(level_query(level, piece, matchers), piece.end):
+                quantity, key = _split(sample)
+                if quantity not in FIELDS:
+                    continue
+                value = sample.value * interval
+                tables[level.name].setdefault(key, Usage()).add(FIELDS[quantity], value)
+                if level is r.USER and quantity in (r.IDLE_GPUS, r.IDLE_MEMORY, r.HELD_GPUS,
+                                                    r.USED_GPUS):
+                    name = FIELDS[quantity]
+                    setattr(day, name, getattr(day, name) + value)
+            done += 1
+            if progress is not None:
+                progress(done, total)
+        report.days.append(day)
+    if not tables[r.USER.name]:
+        raise _explain_empty(client, span, matchers, loaded_interval is not None)
+
+    def ranked(level: r.Level) -> list[Row]:
+        rows = [Row(dict(key), usage) for key, usage in tables[level.name].items()]
+        rows.sort(key=lambda row: (-row.usage.idle_gpu_seconds, -row.usage.idle_byte_seconds,
+                                   tuple(row.labels.values())))
+        return rows
+
+    report.users, report.pods, report.jobs = (ranked(lv) for lv in r.LEVELS)
+    for row in report.users:
+        for name in FIELDS.values():
+            value = getattr(row.usage, name)
+            if value is not None:
+                report.totals.add(name, value)
+    report.processes = _processes(client, span, matchers, top, interval)
+    if progress is not None:
+        progress(total, total)
+    return report
+
+
+def _processes(client: PrometheusClient, span: TimeRange, matchers: str, top: int,
+               interval: float) -> list[ProcessRow]:
+    rows: dict[tuple[tuple[str, str], ...], ProcessRow] = {}
+    for sample in client.query(process_query(span, matchers, top), span.end):
+        tag, key = _split(sample)
+        row = rows.setdefault(key, ProcessRow(dict(key)))
+        if tag == "sum":
+            row.idle_byte_seconds = sample.value * interval
+        elif tag == "count":
+            row.idle_seconds = sample.value * interval
+        elif tag == "max":
+            row.peak_idle_bytes = sample.value
+        elif tag == "start":
+            row.started_at = sample.value
+        elif tag == "active":
+            row.last_active_at = sample.value
+        elif tag == "running":
+            row.running_at_end = True
+    ranked = [row for row in rows.values() if row.idle_byte_seconds > 0]
+    ranked.sort(key=lambda row: (-row.idle_byte_seconds, tuple(row.labels.items())))
+    return ranked[:top]

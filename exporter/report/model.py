@@ -1,0 +1,83 @@
+"""What a report holds: plain dataclasses in base units (seconds, bytes, joules)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GIB = 1024**3
+HOUR = 3600.0
+
+
+@dataclass(slots=True)
+class Usage:
+    """Totals over the range for one user, pod or job (or everyone)."""
+
+    idle_gpu_seconds: float = 0.0
+    idle_byte_seconds: float = 0.0
+    held_gpu_seconds: float = 0.0
+    held_byte_seconds: float = 0.0
+    used_gpu_seconds: float = 0.0
+    energy_joules: float | None = None  # only per user (and in the totals)
+
+    def add(self, quantity: str, value: float) -> None:
+        """Add ``value`` (already multiplied by the rule interval) to one quantity."""
+        if quantity == "energy_joules":
+            self.energy_joules = (self.energy_joules or 0.0) + value
+        else:
+            setattr(self, quantity, getattr(self, quantity) + value)
+
+    @property
+    def used_ratio(self) -> float | None:
+        """Used GPU time over held GPU time (None when nothing was held)."""
+        return self.used_gpu_seconds / self.held_gpu_seconds if self.held_gpu_seconds else None
+
+
+@dataclass(slots=True)
+class Row:
+    """One ranked entity: its identifying labels (user; namespace and pod; job and user)."""
+
+    labels: dict[str, str]
+    usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(slots=True)
+class ProcessRow:
+    """A process that held memory while idle during the range."""
+
+    labels: dict[str, str]  # instance, gpu, pid, process, user, namespace, pod, ...
+    idle_byte_seconds: float = 0.0
+    idle_seconds: float = 0.0
+    peak_idle_bytes: float = 0.0
+    started_at: float | None = None
+    last_active_at: float | None = None  # newest kernel seen (needs the exporter's metric)
+    running_at_end: bool = False
+
+
+@dataclass(slots=True)
+class Day:
+    """One chunk of the range (a day, the last one maybe shorter)."""
+
+    start: float
+    end: float
+    idle_gpu_seconds: float = 0.0
+    idle_byte_seconds: float = 0.0
+    held_gpu_seconds: float = 0.0
+    used_gpu_seconds: float = 0.0
+
+
+@dataclass(slots=True)
+class Report:
+    """Everything the formats print."""
+
+    prometheus_url: str
+    start: float
+    end: float
+    interval_seconds: float
+    generated_at: float
+    matchers: str = ""
+    totals: Usage = field(default_factory=Usage)
+    users: list[Row] = field(default_factory=list)
+    pods: list[Row] = field(default_factory=list)
+    jobs: list[Row] = field(default_factory=list)
+    processes: list[ProcessRow] = field(default_factory=list)
+    days: list[Day] = field(default_factory=list)
