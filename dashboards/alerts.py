@@ -9,7 +9,15 @@ user and host) and cheap at fleet scale. Thresholds come from ``exporter.thresho
 
 from __future__ import annotations
 
-from dashboards.promql import NOT_OVERFLOW, PROCESS_ONLY_LABELS, num, reason_in, sel
+from dashboards import health_alerts
+from dashboards.promql import (
+    NOT_OVERFLOW,
+    PROCESS_ONLY_LABELS,
+    allocated_idle,
+    num,
+    reason_in,
+    sel,
+)
 from dashboards.rules import AlertRule, RecordingRule, RuleGroup
 from exporter import metrics as c
 from exporter import thresholds as t
@@ -191,8 +199,21 @@ def idle_group() -> RuleGroup:
             f"{t.STARVED_FOR}: the job waits on the CPU, data loading or I/O, not on the GPU."
         ),
     )
+    allocated = AlertRule(
+        alert="GpuAllocatedIdle",
+        expr=allocated_idle("", ratio=t.IDLE_UTILIZATION_RATIO, window=t.IDLE_AVG_WINDOW) + "\n",
+        for_=t.IDLE_FOR,
+        severity="warning",
+        summary="A pod holds an allocated GPU and does nothing with it.",
+        description=(
+            "Pod {{ $labels.namespace }}/{{ $labels.pod }} (container {{ $labels.container }}) "
+            f"was given {_WHERE} by the kubelet, and for {t.IDLE_FOR} either none of its "
+            "processes was on that GPU or the GPU, its alone, stayed under "
+            f"{t.IDLE_UTILIZATION_RATIO:.0%} utilisation. Nobody else can be scheduled on it."
+        ),
+    )
     return RuleGroup(
-        "gpu-idle", (*idle_records(), gpu_idle, process_idle, user_idle, starved)
+        "gpu-idle", (*idle_records(), gpu_idle, process_idle, user_idle, starved, allocated)
     )
 
 
@@ -361,7 +382,20 @@ def exporter_group() -> RuleGroup:
             f"{{{{ $labels.kind }}}} in the last {t.ERRORS_WINDOW}."
         ),
     )
-    return RuleGroup("gpu-exporter", (exporter_down, source_down, failing, stale, errors))
+    pod_resources = AlertRule(
+        alert="GpuExporterPodResourcesFailing",
+        expr=f"{c.POD_RESOURCES_UP.name} == 0",
+        for_=t.POD_RESOURCES_FAILING_FOR,
+        severity="warning",
+        summary="The exporter cannot read the kubelet's GPU allocations.",
+        description=(
+            "The kubelet's PodResources API has not answered " + _HOST + " for "
+            f"{t.POD_RESOURCES_FAILING_FOR} (see gpu_exporter_pod_resources_status): "
+            "gpu_allocation_info is missing and GpuAllocatedIdle cannot fire there."
+        ),
+    )
+    return RuleGroup("gpu-exporter", (exporter_down, source_down, failing, stale, errors,
+                                      pod_resources))
 
 
 TORCH_NEW_OOMS = (f"instance_user:{allocator.TORCH_OOMS.name.removesuffix('_total')}"
@@ -428,7 +462,8 @@ def torch_group() -> RuleGroup:
 
 def groups() -> tuple[RuleGroup, ...]:
     """Every alert group, in file order."""
-    return (memory_group(), idle_group(), thermal_group(), health_group(), torch_group(),
+    return (memory_group(), idle_group(), thermal_group(), health_group(),
+            health_alerts.xid_group(), health_alerts.memory_repair_group(), torch_group(),
             exporter_group())
 
 

@@ -88,7 +88,8 @@ def _summary(grid: panels.Layout) -> None:
     ), 3, 4)
     grid.add(panels.stat_panel(
         "Average utilisation", "Mean GPU utilisation: the share of time a kernel was running, "
-        "averaged over the GPUs that answer. It says nothing about how many SMs were busy.",
+        "averaged over the GPUs that answer (GPUs in MIG mode report none). It says nothing "
+        "about how many SMs were busy.",
         "percentunit",
         panels.query(f"sum({_rec(r.INSTANCE_UTILIZATION)} * {gpus_up}) / sum({gpus_up})"),
     ), 3, 4)

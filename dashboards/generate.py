@@ -9,6 +9,7 @@ Derived files, all from the metric rows (``exporter.metrics``), the flags
 (``exporter.config``) and the thresholds (``exporter.thresholds``):
 
 - ``README.md``: the metric and flag tables between their ``BEGIN``/``END`` markers;
+- the runbook's XID table (``dashboards.xids``) between its ``BEGIN``/``END XID TABLE`` markers;
 - ``dashboards/grafana/*.json`` and ``dashboards/rules/*.yaml`` (plus
   ``dashboards/rules/tests/rules/``: the alerts without annotations, for the behaviour tests);
 - ``helm/gpu-exporter/files/{dashboards,rules}/``: the chart's byte-identical copies (Helm
@@ -40,6 +41,8 @@ from dashboards import (
     recording,
     rules,
     users,
+    workloads,
+    xids,
 )
 from dashboards.golden import golden_files
 from exporter.docs import DocsError, render_readme
@@ -53,12 +56,14 @@ DASHBOARDS: dict[str, Callable[[], dashboard.Dashboard]] = {
     "gpu-node-device.json": node.build,
     "gpu-users-processes.json": users.build,
     "gpu-exporter-health.json": health.build,
+    "gpu-workloads.json": workloads.build,
     "gpu-efficiency.json": efficiency.build,
 }
 ALERTS_FILE = "gpu-exporter-alerts.yaml"
 RECORDING_FILE = "gpu-exporter-recording.yaml"
 ACCOUNTING_FILE = records.RULE_FILE
 README = "README.md"
+RUNBOOK = f"dashboards/runbooks/{rules.RUNBOOK_FILE}"
 #: The alert rules without annotations, which the behaviour rule tests load (``rule_files``).
 BEHAVIOUR_RULES = f"dashboards/rules/tests/rules/{ALERTS_FILE}"
 #: Where the chart keeps its copies: generated folder -> chart folder.
@@ -97,6 +102,7 @@ def outputs(root: Path) -> dict[str, str]:
     files[BEHAVIOUR_RULES] = rules.render(alerts.groups(), "alerts.py", annotations=False)
     files.update(golden_files())
     files[README] = render_readme((root / README).read_text(encoding="utf-8"))
+    files[RUNBOOK] = xids.render_runbook((root / RUNBOOK).read_text(encoding="utf-8"))
     return files
 
 

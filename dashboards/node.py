@@ -8,6 +8,7 @@ from grafana_foundation_sdk.builders import dashboard
 from dashboards import panels
 from dashboards import variables as v
 from dashboards.fleet import MEMORY_STEPS, TEMPERATURE_STEPS
+from dashboards.gpu_health_panels import node_health_rows, node_mig_rows
 from dashboards.promql import NOT_OVERFLOW, idle_process_filter, num, sel
 from exporter import metrics as c
 from exporter import thresholds as t
@@ -230,4 +231,6 @@ def build() -> dashboard.Dashboard:
     _device(grid)
     _processes(grid)
     _inside(grid)
+    node_health_rows(grid, M)
+    node_mig_rows(grid, M)
     return built

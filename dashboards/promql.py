@@ -9,10 +9,12 @@ from exporter import metrics as c
 
 #: Labels a per-GPU series carries beyond the target's own (job, instance, node, ...).
 GPU_LABELS = ", ".join(c.GPU_LABELS)
-#: Labels that identify one process (plus the Kubernetes ones when the exporter adds them).
-PROCESS_ONLY_LABELS = ", ".join(
-    label for label in (*c.PROCESS_LABELS, *c.KUBERNETES_LABELS) if label != "user"
-)
+#: Labels that identify one process (plus the pod, container and Slurm job ones when the
+#: exporter adds them).
+PROCESS_ONLY_LABELS = ", ".join(dict.fromkeys(
+    label for label in (*c.PROCESS_LABELS, *c.KUBERNETES_LABELS, *c.CONTAINER_LABELS,
+                        *c.SLURM_LABELS) if label != "user"
+))
 NOT_OVERFLOW = f'process!="{c.OVERFLOW_VALUE}"'
 
 
@@ -77,3 +79,30 @@ def idle_process_filter(matchers: str, memory_bytes: float, ratio: float, window
     mem = sel(c.PROCESS_MEMORY, matchers, NOT_OVERFLOW)
     busy = sel(c.PROCESS_UTILIZATION, matchers, NOT_OVERFLOW)
     return f"{mem} > {num(memory_bytes)} and max_over_time({busy}[{window}]) < {num(ratio)}"
+
+
+def exclusive_allocation(host: str, *matchers: str) -> str:
+    """Allocations of whole GPUs (not MIG devices) that one container owns alone."""
+    return sel(c.ALLOCATION_INFO, host, *matchers, 'sharing="exclusive"', 'gpu_instance=""',
+               'uuid!=""')
+
+
+def owned(metric: c.Metric, host: str, *matchers: str) -> str:
+    """A per-GPU ``metric`` of the GPUs one container owns alone, with that container's
+    ``namespace``, ``pod`` and ``container`` labels (a shared GPU's numbers are not split)."""
+    return (f"{sel(metric, host)} * on (job, instance, uuid) group_left (namespace, pod, "
+            f"container) {exclusive_allocation(host, *matchers)}")
+
+
+def allocated_idle(host: str, *matchers: str, ratio: float, window: str) -> str:
+    """Allocations (series of ``gpu_allocation_info``) holding a GPU for nothing: no process of
+    the pod on the GPU, or a GPU the container owns alone with average utilisation under
+    ``ratio`` over ``window``."""
+    allocated = sel(c.ALLOCATION_INFO, host, *matchers, 'uuid!=""')
+    processes = sel(c.WORKLOAD_MEMORY, host)
+    utilization = sel(c.UTILIZATION, host)
+    return (
+        f"({allocated} unless on (job, instance, uuid, namespace, pod) {processes})\n"
+        f"or ({exclusive_allocation(host, *matchers)} and on (job, instance, uuid) "
+        f"avg_over_time({utilization}[{window}]) < {num(ratio)})"
+    )

@@ -10,7 +10,7 @@ without these.
 
 from __future__ import annotations
 
-from dashboards.promql import HOSTNAME_RECORD
+from dashboards.promql import HOSTNAME_RECORD, owned, sel
 from dashboards.rules import RecordingRule, RuleGroup
 from exporter import metrics as c
 
@@ -79,9 +79,45 @@ def fleet_group() -> RuleGroup:
     return RuleGroup("gpu-exporter-recording-fleet", rules)
 
 
+def workload_group() -> RuleGroup:
+    """Per namespace and pod (Kubernetes) and per Slurm job.
+
+    Device metrics (memory, utilisation, power) go to a pod only for whole GPUs one container
+    owns alone (``sharing="exclusive"``): a shared GPU's numbers are not split. Memory of
+    processes is exact on shared GPUs too (the driver accounts it per process).
+    """
+    pod_memory = sel(c.WORKLOAD_MEMORY, 'pod!=""')
+    job_memory = sel(c.WORKLOAD_MEMORY, 'slurm_job!=""')
+    not_pod = "container, container_id, slurm_job"
+    not_job = "namespace, pod, container, container_id"
+    rules = (
+        RecordingRule(f"namespace_pod:{used}:sum",
+                      f"sum without ({_GPU}, container) ({owned(c.MEMORY_USED, '')})"),
+        RecordingRule(f"namespace_pod:{total}:sum",
+                      f"sum without ({_GPU}, container) ({owned(c.MEMORY_TOTAL, '')})"),
+        RecordingRule(f"namespace_pod:{c.UTILIZATION.name}:avg",
+                      f"avg without ({_GPU}, container) ({owned(c.UTILIZATION, '')})"),
+        RecordingRule(f"namespace_pod:{c.POWER_USAGE.name}:sum",
+                      f"sum without ({_GPU}, container) ({owned(c.POWER_USAGE, '')})"),
+        RecordingRule(f"namespace:{used}:sum", f"sum without (pod) (namespace_pod:{used}:sum)"),
+        RecordingRule(f"namespace:{c.POWER_USAGE.name}:sum",
+                      f"sum without (pod) (namespace_pod:{c.POWER_USAGE.name}:sum)"),
+        RecordingRule(f"namespace_pod:{c.WORKLOAD_MEMORY.name}:sum",
+                      f"sum without ({_GPU}, {not_pod}) ({pod_memory})"),
+        RecordingRule(f"namespace:{c.WORKLOAD_MEMORY.name}:sum",
+                      f"sum without (pod) (namespace_pod:{c.WORKLOAD_MEMORY.name}:sum)"),
+        RecordingRule("namespace_pod:gpu_allocated:count",
+                      f"count without ({_GPU}, device_id, gpu_instance, resource, container, "
+                      f"sharing) ({c.ALLOCATION_INFO.name})"),
+        RecordingRule(f"slurm_job:{c.WORKLOAD_MEMORY.name}:sum",
+                      f"sum without ({_GPU}, {not_job}) ({job_memory})"),
+    )
+    return RuleGroup("gpu-exporter-recording-workloads", rules)
+
+
 def groups() -> tuple[RuleGroup, ...]:
     """Every recording group, in file order."""
-    return (gpu_group(), instance_group(), fleet_group())
+    return (gpu_group(), instance_group(), fleet_group(), workload_group())
 
 
 def all_records() -> tuple[RecordingRule, ...]:

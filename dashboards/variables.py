@@ -80,6 +80,18 @@ def user() -> dashboard.QueryVariable:
     return _query("user", "User", f"label_values({sel(c.USER_MEMORY, HOST)}, user)")
 
 
+def workload_labels() -> list[Variable]:
+    """Namespace, pod (of the chosen namespaces) and Slurm job on the chosen targets, from the
+    allocation and process series."""
+    either = f'{{__name__=~"{c.ALLOCATION_INFO.name}|{c.WORKLOAD_MEMORY.name}", {HOST}'
+    return [
+        _query("namespace", "Namespace", f"label_values({either}}}, namespace)"),
+        _query("pod", "Pod", f'label_values({either}, namespace=~"$namespace"}}, pod)'),
+        _query("slurm_job", "Slurm job",
+               f"label_values({sel(c.WORKLOAD_MEMORY, HOST)}, slurm_job)"),
+    ]
+
+
 def host_chain(*more: Variable, one_node: bool = False) -> list[Variable]:
     """datasource -> job -> node -> hidden instance, then ``more`` (``one_node``: no multi-pick)."""
     return [datasource(), job(), node(multi=not one_node), instance(), *more]

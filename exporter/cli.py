@@ -19,6 +19,7 @@ from exporter import __version__
 from exporter.attribution.enrich import Enricher, ProcessEnricher, chain
 from exporter.attribution.owners import OwnerResolver, ProcfsError, check_procfs
 from exporter.attribution.passwd import PasswdFileError, check_passwd_file
+from exporter.attribution.podresources.client import PodResourcesClient, PodResourcesPoller
 from exporter.config import (
     Config,
     ConfigError,
@@ -38,7 +39,7 @@ from exporter.web.app import create_app
 from exporter.web.server import ServerLimits, build_server
 from exporter.web.webconfig import WebConfigError, WebConfigWatcher
 
-__all__ = ["build_enricher", "build_source", "main", "parse_config"]
+__all__ = ["build_enricher", "build_poller", "build_source", "main", "parse_config"]
 
 log = logging.getLogger("exporter")
 
@@ -96,7 +97,8 @@ def build_source(config: Config) -> Source:
         from exporter.sources.nvml.source import NvmlSource  # noqa: PLC0415 (pynvml loads lazily)
 
         # Half the collection timeout: a hung GPU is answered down while scrapes still wait.
-        return NvmlSource(hostname=config.hostname, gpu_timeout=config.timeout / 2)
+        return NvmlSource(hostname=config.hostname, gpu_timeout=config.timeout / 2,
+                          watch_events=Group.XID in config.groups)
     from exporter.sources.simulated.scenario import ScenarioError, load_scenario  # noqa: PLC0415
     from exporter.sources.simulated.source import SimulatedSource  # noqa: PLC0415
 
@@ -110,22 +112,42 @@ def build_source(config: Config) -> Source:
     )
 
 
-def build_enricher(config: Config) -> Enricher | None:
-    """Owner (and with ``--kubernetes`` pod) enrichment, then the published PyTorch allocator
-    figures (``--collector.torch``); None for the simulated source."""
+def build_poller(config: Config) -> PodResourcesPoller | None:
+    """The kubelet allocation poller (not started), with ``--kubernetes`` on the NVML source
+    and a socket path; None otherwise (the simulated source simulates allocations)."""
+    if config.source == "simulated" or not config.kubernetes or not config.pod_resources_socket:
+        return None
+    client = PodResourcesClient(
+        config.pod_resources_socket, max_message_bytes=config.pod_resources_max_bytes,
+        extra_resource_names=config.gpu_resources,
+    )
+    return PodResourcesPoller(client, interval_seconds=config.pod_resources_interval)
+
+
+def build_enricher(config: Config, poller: PodResourcesPoller | None = None) -> Enricher | None:
+    """Owner, cgroup (pod, Slurm job, container) and allocation enrichment, then the published
+    PyTorch allocator figures (``--collector.torch``); None for the simulated source."""
     if config.source == "simulated":
         return None  # its processes carry owners and pods; this host's /proc is unrelated
+    cgroups = config.kubernetes or config.slurm or config.containers
     owners = OwnerResolver(
         procfs=config.procfs, passwd_file=config.passwd_file,
-        include_cmdline=config.cmdline, cgroups=config.kubernetes,
+        include_cmdline=config.cmdline, cgroups=cgroups,
     )
-    enricher = ProcessEnricher(owners)
+    pods = None
     if config.kubernetes:
         from exporter.attribution.kubernetes import PodResolver  # noqa: PLC0415 (only when on)
 
-        enricher = ProcessEnricher(owners, PodResolver(
+        pods = PodResolver(
             pod_logs_dir=config.pod_logs_dir, container_logs_dir=config.container_logs_dir,
-        ))
+        )
+    names = None
+    if config.containers:
+        from exporter.attribution.container_names import ContainerNames  # noqa: PLC0415
+
+        names = ContainerNames(docker_root=config.docker_root or None,
+                               podman_storage=config.podman_storage or None)
+    enricher = ProcessEnricher(owners, pods, container_names=names, allocations=poller)
     if Group.TORCH not in config.groups:
         return enricher
     from exporter.attribution.torchstats import (  # noqa: PLC0415 (only when on)
@@ -255,9 +277,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpu-exporter: error: cannot listen on {config.listen_address}: "
               f"{exc.strerror or exc}", file=sys.stderr)
         return 1
+    poller = build_poller(config)
     scheduler = Scheduler(
         source,
-        build_enricher(config),
+        build_enricher(config, poller),
         groups=config.collect_groups(),
         min_interval=config.min_interval,
         timeout=config.timeout,
@@ -271,11 +294,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "TLS" if web.tls else "plain HTTP", ", basic auth" if web.users else "",
         extra={"address": f"{host}:{port}"},
     )
+    if poller is not None:
+        poller.start()  # background thread: scrapes only read its latest answer
     scheduler.trigger()  # initialise the source now, not on the first scrape
     try:
         started = serve(config, scheduler, sock, watcher)
     finally:
         scheduler.close()
+        if poller is not None:
+            poller.stop()
         sock.close()
     if not started:
         log.error("the HTTP server failed to start")

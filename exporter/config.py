@@ -17,6 +17,15 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from exporter import __version__
+from exporter.attribution.container_names import DEFAULT_DOCKER_ROOT, DEFAULT_PODMAN_STORAGE
+from exporter.attribution.podresources.client import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_SOCKET,
+    MAX_MESSAGE_BYTES_LIMIT,
+    MIN_INTERVAL_SECONDS,
+    MIN_MESSAGE_BYTES,
+    check_max_message_bytes,
+)
 from exporter.metrics import OPT_IN_GROUPS, SWITCHABLE_GROUPS, Group
 from exporter.sources.simulated import list_presets  # not .scenario: YAML loads lazily
 from exporter.state import ExpositionOptions
@@ -113,6 +122,27 @@ def _parse_path(text: str) -> str:
     if not text.strip():
         raise ValueError("empty path")
     return text
+
+
+def _parse_names(text: str) -> frozenset[str]:
+    """Comma-separated names (blanks ignored)."""
+    return frozenset(name.strip() for name in text.split(",") if name.strip())
+
+
+def _parse_optional_path(text: str) -> str:
+    """A path, or "" to switch the feature off."""
+    return text.strip()
+
+
+def _parse_poll_interval(text: str) -> float:
+    value = parse_duration(text)
+    if value < MIN_INTERVAL_SECONDS:
+        raise ValueError(f"{text!r} is shorter than the minimum of {MIN_INTERVAL_SECONDS:g}s")
+    return value
+
+
+def _parse_message_bytes(text: str) -> int:
+    return check_max_message_bytes(_parse_int(0)(text))
 
 
 def _parse_hostname(text: str) -> str:
@@ -278,6 +308,28 @@ FLAGS: tuple[Flag, ...] = (
          "DURATION"),
     Flag("torch.max-files", "torch_max_files", "Most files of the torch directory read per "
          "collection.", 4096, _parse_int(1), "N"),
+    Flag("kubernetes.pod-resources-socket", "pod_resources_socket", "With --kubernetes: the "
+         "kubelet's PodResources socket, polled in the background for GPU allocations "
+         "(gpu_allocation_info); empty turns polling off.", DEFAULT_SOCKET,
+         _parse_optional_path, "PATH"),
+    Flag("kubernetes.pod-resources-interval", "pod_resources_interval", "How often the kubelet "
+         "is asked for allocations (at least 1s).", "5s", _parse_poll_interval, "DURATION"),
+    Flag("kubernetes.pod-resources-max-bytes", "pod_resources_max_bytes", "Largest "
+         f"PodResources answer accepted, in bytes ({MIN_MESSAGE_BYTES} to "
+         f"{MAX_MESSAGE_BYTES_LIMIT}).", DEFAULT_MAX_MESSAGE_BYTES, _parse_message_bytes, "N"),
+    Flag("kubernetes.gpu-resource", "gpu_resources", "Extra device-plugin resource names "
+         "counted as GPUs besides nvidia.com/gpu, nvidia.com/gpu.shared and nvidia.com/mig-* "
+         "(comma-separated).", "", _parse_names, "NAMES"),
+    Flag("slurm", "slurm", "Add the slurm_job label to per-process series (the job id from "
+         "the process's cgroup).", False),
+    Flag("containers", "containers", "Add container and container_id labels for processes in "
+         "Docker, Podman, containerd or CRI-O containers outside Kubernetes.", False),
+    Flag("containers.docker-root", "docker_root", "Docker's data root, read for container "
+         "names (containers/<id>/config.v2.json); empty: no Docker names.", DEFAULT_DOCKER_ROOT,
+         _parse_optional_path, "DIR"),
+    Flag("containers.podman-storage", "podman_storage", "Podman's rootful storage root, read "
+         "for container names; empty: no Podman names.", DEFAULT_PODMAN_STORAGE,
+         _parse_optional_path, "DIR"),
     Flag("log.level", "log_level", "Log level: debug, info, warn, error.", "info",
          _parse_choice(LOG_LEVELS), "LEVEL"),
     Flag("log.format", "log_format", "Log format: logfmt or json.", "logfmt",
@@ -322,6 +374,14 @@ class Config:
     torch_dir: str = "/run/gpu-exporter/torch"
     torch_max_age: float = 60.0
     torch_max_files: int = 4096
+    pod_resources_socket: str = DEFAULT_SOCKET
+    pod_resources_interval: float = 5.0
+    pod_resources_max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    gpu_resources: frozenset[str] = frozenset()
+    slurm: bool = False
+    containers: bool = False
+    docker_root: str = DEFAULT_DOCKER_ROOT
+    podman_storage: str = DEFAULT_PODMAN_STORAGE
     log_level: str = "info"
     log_format: str = "logfmt"
 
@@ -338,6 +398,8 @@ class Config:
             pid_label=self.pid_label,
             max_process_series_per_gpu=self.max_series_per_gpu,
             kubernetes_labels=self.kubernetes,
+            container_labels=self.containers,
+            slurm_labels=self.slurm,
         )
 
 

@@ -16,7 +16,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from types import MappingProxyType
 from typing import TypeAlias
+
+from exporter.health import MigDevice, XidKey, XidStat
 
 #: A per-GPU metric's value: a number, or a number per value of the metric's extra label.
 Value: TypeAlias = "float | Mapping[str, float]"
@@ -53,6 +56,39 @@ class PodRef:
 
 
 @dataclass(frozen=True, slots=True)
+class ContainerRef:
+    """A container outside Kubernetes (Docker, Podman, containerd, CRI-O), from the cgroup."""
+
+    container_id: str  # 64 hex characters
+    name: str | None = None  # from the runtime's own files on the host, when readable
+    runtime: str | None = None  # "docker", "podman", "containerd", "cri-o"
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationRow:
+    """One device the kubelet allocated to one container (label values; "" = unknown)."""
+
+    gpu: str  # index of the (parent) GPU on this host
+    uuid: str  # the (parent) GPU's UUID
+    device_id: str  # the device plugin's id without a replica suffix: GPU-..., MIG-...
+    gpu_instance: str  # MIG GPU instance id
+    resource: str  # e.g. nvidia.com/gpu, nvidia.com/mig-1g.18gb
+    namespace: str
+    pod: str
+    container: str
+    sharing: str  # "exclusive" or "shared" (time-sliced/MPS replicas, several containers)
+
+
+@dataclass(frozen=True, slots=True)
+class PodResourcesHealth:
+    """Outcome of the last poll of the kubelet's PodResources API."""
+
+    up: bool
+    status: str  # exporter.attribution.podresources.client.PollStatus value
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class GpuProcess:
     """One process holding a context on one GPU."""
 
@@ -62,7 +98,11 @@ class GpuProcess:
     sm_utilization_ratio: float | None = None  # from process-utilisation samples; None if no sample
     owner: ProcessOwner | None = None  # None until enrichment (or if the process vanished)
     pod: PodRef | None = None  # None outside Kubernetes or for host processes
+    slurm_job: str | None = None  # Slurm job id (or SLUID), from the cgroup
+    container: ContainerRef | None = None  # a container outside Kubernetes
     values: Mapping[str, float] = field(default_factory=dict)  # further per-process metrics
+    gpu_instance: int | None = None  # MIG GPU instance it runs in (None without MIG)
+    compute_instance: int | None = None  # MIG compute instance within that GPU instance
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +128,9 @@ class GpuReading:
     value to a number. A metric that was not read (group off, unsupported, failed) is absent.
     ``up`` is False when the GPU could not be read at all (lost, reset required, hung); then
     ``error`` says why and ``values`` is empty.
+    ``xids``: XIDs counted since the exporter started (group ``xid``), by code and, under MIG,
+    the instance NVML attributed them to. ``mig``: the MIG devices when MIG is on (group
+    ``mig``), None when off or not read; their processes are in ``processes`` too.
     """
 
     identity: GpuIdentity
@@ -95,6 +138,8 @@ class GpuReading:
     error: str | None = None
     values: Mapping[str, Value] = field(default_factory=dict)
     processes: tuple[GpuProcess, ...] = ()  # processes that exited are simply absent
+    xids: Mapping[XidKey, XidStat] = field(default_factory=lambda: MappingProxyType({}))
+    mig: tuple[MigDevice, ...] | None = None
 
     def value(self, name: str) -> float | None:
         """The value of scalar metric ``name``, or None when absent."""
@@ -129,3 +174,5 @@ class Snapshot:
     nvml_version: str | None = None
     gpus: tuple[GpuReading, ...] = ()
     errors: Mapping[str, int] = field(default_factory=dict)
+    allocations: tuple[AllocationRow, ...] = ()  # the kubelet's device allocations
+    pod_resources: PodResourcesHealth | None = None  # None when PodResources is not polled

@@ -32,3 +32,5 @@ class ExpositionOptions:
     pid_label: bool = True
     max_process_series_per_gpu: int = 64
     kubernetes_labels: bool = False
+    container_labels: bool = False  # container/container_id of containers outside Kubernetes
+    slurm_labels: bool = False  # slurm_job

@@ -80,12 +80,24 @@ TORCH_OOM_WINDOW: Final = "10m"
 TORCH_RETRIES_WINDOW: Final = "15m"
 TORCH_RETRIES_THRESHOLD: Final = 3
 TORCH_RETRIES_FOR: Final = "20m"  # longer than the window: one burst never fires
+# --- XID errors and memory repair -----------------------------------------------------------
+#: An XID keeps its alert active this long after it arrived (seconds).
+XID_RECENT_SECONDS: Final = 900
+#: XIDs per second (over XID_STORM_WINDOW, sustained for XID_STORM_FOR) above which a GPU is
+#: in an XID storm: more than one every 6 s.
+XID_STORM_RATE: Final = 1 / 6
+XID_STORM_WINDOW: Final = "1m"
+XID_STORM_FOR: Final = "5m"
+XID_NOT_WATCHED_FOR: Final = "30m"
+REMAP_PENDING_FOR: Final = "5m"
 
 # --- the exporter itself --------------------------------------------------------------------
 #: Scrape jobs the exporter-down alert watches (a regular expression on ``job``).
 EXPORTER_JOB_REGEX: Final = ".*gpu-exporter.*"
 EXPORTER_DOWN_FOR: Final = "5m"
 COLLECTION_FAILING_FOR: Final = "10m"
+#: The kubelet's PodResources API unreadable this long: allocations (and GpuAllocatedIdle) go.
+POD_RESOURCES_FAILING_FOR: Final = "10m"
 SOURCE_DOWN_FOR: Final = "5m"
 #: Data older than this is stale (the exporter's own --collector.stale-after defaults to 30 s).
 DATA_STALE_SECONDS: Final = 60.0

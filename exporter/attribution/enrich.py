@@ -1,9 +1,12 @@
-"""Enrichment: fill ``owner`` and ``pod`` of a snapshot's processes, returning a new snapshot.
+"""Enrichment: fill owner, pod, Slurm job and container of a snapshot's processes, and the
+kubelet's GPU allocations, returning a new snapshot.
 
 One step per process: ``OwnerResolver.lookup`` reads ``/proc/<pid>`` once per (pid, start
-time), giving the owner and (on Kubernetes) the cgroup identity; ``PodResolver`` names that
-identity from the kubelet log tree. A new attribution (Slurm job, container, PodResources
-allocation) adds what it needs to the owner lookup's cgroup step or a resolver here.
+time), giving the owner and the cgroup identity (``exporter.attribution.cgroup``: a Kubernetes
+pod, a Slurm job or a container); ``PodResolver`` names a pod from the kubelet log tree and
+``ContainerNames`` a container from its runtime's files. Allocations come from a background
+``PodResourcesPoller`` (never a call to the kubelet on the collection path), joined with the
+snapshot's GPUs.
 
 Rule for processes whose owner is missing (``exporter.attribution.owners`` documents the lookup):
 
@@ -27,11 +30,16 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
+from exporter.attribution.cgroup import CgroupIdentity
 from exporter.attribution.owners import OwnerResolver, OwnerStatus
-from exporter.snapshot import GpuProcess, GpuReading, Snapshot
+from exporter.attribution.podresources.client import PollStatus
+from exporter.attribution.podresources.join import join_allocations
+from exporter.snapshot import ContainerRef, GpuProcess, GpuReading, PodResourcesHealth, Snapshot
 
-if TYPE_CHECKING:  # imported by the CLI only with --kubernetes
+if TYPE_CHECKING:  # imported by the CLI only when switched on
+    from exporter.attribution.container_names import ContainerNames
     from exporter.attribution.kubernetes import PodResolver
+    from exporter.attribution.podresources.client import PodResourcesPoller
 
 #: Sources whose snapshots are never enriched (their processes are not on this host).
 SKIPPED_SOURCES: frozenset[str] = frozenset({"simulated"})
@@ -55,15 +63,22 @@ def merge_errors(base: Mapping[str, int], *extra: Mapping[str, int]) -> dict[str
 
 
 class ProcessEnricher:
-    """Fills owners (and, with a ``PodResolver``, pods) of every process of a snapshot.
+    """Fills owners, and from cgroups pods (with a ``PodResolver``), Slurm jobs and containers
+    (with ``container_names``), of every process; adds the poller's ``allocations``.
 
-    With ``pods`` the ``owners`` resolver must read cgroups (``OwnerResolver(cgroups=True)``).
+    Cgroup attribution needs an ``owners`` resolver that reads cgroups
+    (``OwnerResolver(cgroups=True)``). Slurm jobs are always filled when the cgroup names one
+    (exposing them is the exposition's choice); containers only with ``container_names``.
     """
 
     def __init__(self, owners: OwnerResolver, pods: PodResolver | None = None, *,
+                 container_names: ContainerNames | None = None,
+                 allocations: PodResourcesPoller | None = None,
                  skip_sources: frozenset[str] = SKIPPED_SOURCES) -> None:
         self.owners = owners
         self.pods = pods
+        self.container_names = container_names
+        self.allocations = allocations
         self.skip_sources = skip_sources
 
     def enrich(self, snapshot: Snapshot) -> Snapshot:
@@ -72,9 +87,20 @@ class ProcessEnricher:
             return snapshot
         with self.owners.collection():
             gpus = tuple(self._gpu(gpu) for gpu in snapshot.gpus)
-        pod_errors = self.pods.take_errors() if self.pods is not None else {}
-        errors = merge_errors(snapshot.errors, self.owners.take_errors(), pod_errors)
-        return replace(snapshot, gpus=gpus, errors=errors)
+        more = [resolver.take_errors() for resolver in
+                (self.pods, self.container_names, self.allocations) if resolver is not None]
+        errors = merge_errors(snapshot.errors, self.owners.take_errors(), *more)
+        snapshot = replace(snapshot, gpus=gpus, errors=errors)
+        return self._with_allocations(snapshot) if self.allocations is not None else snapshot
+
+    def _with_allocations(self, snapshot: Snapshot) -> Snapshot:
+        assert self.allocations is not None
+        state = self.allocations.state()
+        rows = () if state.table is None else join_allocations(
+            state.table, [(gpu.identity.index, gpu.identity.uuid) for gpu in snapshot.gpus])
+        health = PodResourcesHealth(state.status is PollStatus.OK, state.status.value,
+                                    state.error)
+        return replace(snapshot, allocations=rows, pod_resources=health)
 
     def _gpu(self, gpu: GpuReading) -> GpuReading:
         if not gpu.processes:
@@ -88,12 +114,25 @@ class ProcessEnricher:
         found = self.owners.lookup(process.pid)
         if found.status is OwnerStatus.VANISHED:
             return None
-        pod = process.pod
-        if pod is None and found.cgroup is not None and self.pods is not None:
-            pod = self.pods.names(found.cgroup)
-        if found.owner is None and pod is process.pod:
-            return process
-        return replace(process, owner=found.owner, pod=pod)
+        cgroup = found.cgroup
+        if cgroup is None:
+            return replace(process, owner=found.owner) if found.owner is not None else process
+        pod, slurm_job, container = process.pod, process.slurm_job, process.container
+        if cgroup.kind == "kubernetes" and pod is None and self.pods is not None:
+            pod = self.pods.names(cgroup)
+        elif cgroup.kind == "slurm" and slurm_job is None:
+            slurm_job = cgroup.slurm_job
+        elif cgroup.kind == "container" and container is None:
+            container = self._container(cgroup)
+        return replace(process, owner=found.owner, pod=pod, slurm_job=slurm_job,
+                       container=container)
+
+    def _container(self, cgroup: CgroupIdentity) -> ContainerRef | None:
+        if self.container_names is None or cgroup.container_id is None:
+            return None
+        return ContainerRef(cgroup.container_id,
+                            self.container_names.name(cgroup.runtime, cgroup.container_id),
+                            cgroup.runtime)
 
 
 class _Chain:

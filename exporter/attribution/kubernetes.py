@@ -144,7 +144,8 @@ class PodResolver:
             return {POD_ERROR_KIND: count} if count else {}
 
     def names(self, identity: CgroupIdentity) -> PodRef:
-        """The pod of ``identity`` with whatever names the log tree has. Never raises."""
+        """The pod of a Kubernetes ``identity`` with whatever names the log tree has. Never
+        raises."""
         with self._lock:
             self._index.refresh(miss=False)
             ref = self._lookup_names(identity)
@@ -160,11 +161,11 @@ class PodResolver:
             if found is not None:
                 namespace, pod, container = found
         if pod is None:
-            by_uid = self._index.pods.get(identity.pod_uid)
+            by_uid = self._index.pods.get(identity.pod_uid or "")
             if by_uid is not None:
                 namespace, pod = by_uid
         return PodRef(
-            pod_uid=identity.pod_uid,
+            pod_uid=identity.pod_uid or "",
             container_id=identity.container_id,
             namespace=namespace,
             pod=pod,

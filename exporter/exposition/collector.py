@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 
 from exporter.exposition.families import Family, FamilyData
 from exporter.exposition.gpu import gpu_families
+from exporter.exposition.health import health_families
 from exporter.exposition.processes import process_families
 from exporter.exposition.self_metrics import self_families
 from exporter.snapshot import Snapshot
@@ -26,7 +27,8 @@ StateProvider = Callable[[], ExporterState]
 
 def snapshot_families(snapshot: Snapshot, options: ExpositionOptions) -> list[FamilyData]:
     """Every per-GPU and per-process family of ``snapshot`` under ``options`` (as data)."""
-    return [*gpu_families(snapshot, options.groups), *process_families(snapshot, options)]
+    return [*gpu_families(snapshot, options.groups), *health_families(snapshot, options.groups),
+            *process_families(snapshot, options)]
 
 
 class ExporterCollector:

@@ -71,7 +71,17 @@ def _row_values(process: GpuProcess) -> list[float | None]:
 def process_label_names(options: ExpositionOptions) -> tuple[str, ...]:
     """Label names of per-process series under ``options`` (catalogue order)."""
     names = tuple(n for n in cat.PROCESS_LABELS if options.pid_label or n != "pid")
-    return names + cat.KUBERNETES_LABELS if options.kubernetes_labels else names
+    if options.kubernetes_labels:
+        names += cat.KUBERNETES_LABELS
+    if options.container_labels:
+        names += tuple(n for n in cat.CONTAINER_LABELS if n not in names)
+    if options.slurm_labels:
+        names += cat.SLURM_LABELS
+    return names
+
+
+def _attributed(options: ExpositionOptions) -> bool:
+    return options.kubernetes_labels or options.container_labels or options.slurm_labels
 
 
 def _labels(
@@ -83,12 +93,27 @@ def _labels(
         who = (cat.UNKNOWN_VALUE, cat.UNKNOWN_VALUE, cat.UNKNOWN_VALUE)
     else:
         who = (owner.name, owner.user, str(owner.uid))
-    if not options.kubernetes_labels:
+    if not _attributed(options):
         return (*gpu, *pid, *who)
-    pod = process.pod
-    if pod is None:
-        return (*gpu, *pid, *who, "", "", "")
-    return (*gpu, *pid, *who, pod.namespace or "", pod.pod or "", pod.container or "")
+    return (*gpu, *pid, *who, *_workload(process, options))
+
+
+def _workload(process: GpuProcess, options: ExpositionOptions) -> tuple[str, ...]:
+    """Values of the workload labels switched on (empty strings for a host process)."""
+    labels: tuple[str, ...] = ()
+    pod, box = process.pod, process.container
+    # ``container`` names the Kubernetes container, or with --containers a plain one.
+    box_name = (box.name or "") if box is not None and options.container_labels else ""
+    if options.kubernetes_labels:
+        labels += ((pod.namespace or "", pod.pod or "", pod.container or "") if pod is not None
+                   else ("", "", box_name))
+    if options.container_labels:
+        if not options.kubernetes_labels:
+            labels += (box_name,)
+        labels += (box.container_id[:12] if box is not None else "",)
+    if options.slurm_labels:
+        labels += (process.slurm_job or "",)
+    return labels
 
 
 def _overflow_labels(gpu: tuple[str, str], options: ExpositionOptions) -> tuple[str, ...]:
@@ -165,7 +190,7 @@ def _add_unmerged(gpu: GpuReading, options: ExpositionOptions,
     if not options.pid_label or len(processes) > max(options.max_process_series_per_gpu, 0):
         return False
     gpu_labels = gpu_label_values(gpu.identity)
-    if options.kubernetes_labels:
+    if _attributed(options):
         keys = [_labels(gpu_labels, proc, options) for proc in processes]
     else:  # what _labels gives, inlined: this runs for every process of every snapshot
         unknown = (cat.UNKNOWN_VALUE,) * 3
@@ -189,12 +214,48 @@ def _add_unmerged(gpu: GpuReading, options: ExpositionOptions,
     return True
 
 
+def _workload_totals(gpus: Iterable[GpuReading], options: ExpositionOptions
+                     ) -> tuple[FamilyData, FamilyData]:
+    """Memory and summed utilisation per (GPU, workload); processes of no workload are left
+    out (they are in the per-user totals)."""
+    names = (*cat.GPU_LABELS, *process_label_names(options)[len(process_label_names(
+        ExpositionOptions(pid_label=options.pid_label))):])
+    memory = family(cat.WORKLOAD_MEMORY, names)
+    utilization = family(cat.WORKLOAD_UTILIZATION, names)
+    if not _attributed(options):
+        return memory, utilization
+    for gpu in gpus:
+        labels = gpu_label_values(gpu.identity)
+        used: dict[tuple[str, ...], int] = {}
+        busy: dict[tuple[str, ...], float] = {}
+        for proc in gpu.processes:
+            workload = _workload(proc, options)
+            if not any(workload):
+                continue
+            if proc.used_memory_bytes is not None:
+                used[workload] = proc.used_memory_bytes + used.get(workload, 0)
+            if proc.sm_utilization_ratio is not None:
+                busy[workload] = min(1.0, proc.sm_utilization_ratio + busy.get(workload, 0.0))
+        memory.rows.extend(((*labels, *key), total) for key, total in sorted(used.items()))
+        utilization.rows.extend(((*labels, *key), share) for key, share in sorted(busy.items()))
+    return memory, utilization
+
+
+def _allocations(snapshot: Snapshot) -> FamilyData:
+    """``gpu_allocation_info``: one series per kubelet allocation (already unique)."""
+    allocations = family(cat.ALLOCATION_INFO)
+    for row in snapshot.allocations:
+        allocations.add((row.gpu, row.uuid, row.device_id, row.gpu_instance, row.resource,
+                         row.namespace, row.pod, row.container, row.sharing), 1.0)
+    return allocations
+
+
 def process_families(snapshot: Snapshot, options: ExpositionOptions) -> Iterator[FamilyData]:
     """Families of the ``processes`` and ``process_utilization`` groups plus the overflow gauge.
 
     Order: ``gpu_processes``, the process rows of ``processes``, the per-user totals, the
-    process rows of ``process_utilization``, the overflow gauge. Only GPUs that are up
-    contribute; families without samples are left out.
+    kubelet's allocations, the process rows of ``process_utilization``, the overflow gauge.
+    Only GPUs that are up contribute; families without samples are left out.
     """
     groups = options.groups
     with_processes = Group.PROCESSES in groups
@@ -218,11 +279,14 @@ def process_families(snapshot: Snapshot, options: ExpositionOptions) -> Iterator
                 value = series.values[index]
                 if value is not None:
                     target.add(series.labels, value)
+    workload_memory, workload_utilization = _workload_totals(healthy, options)
     chosen: list[FamilyData] = []
     if with_processes:
         chosen += [count, *(f for f in per_process if f.metric.group is Group.PROCESSES),
-                   *_user_totals(healthy)]
+                   *_user_totals(healthy), workload_memory, _allocations(snapshot)]
     chosen += [f for f in per_process if f.metric.group is not Group.PROCESSES
                and f.metric.group in groups]
+    if Group.PROCESS_UTILIZATION in groups:
+        chosen.append(workload_utilization)
     chosen.append(overflow)
     yield from (result for result in chosen if result.rows)

@@ -32,12 +32,18 @@ def nvml_binding_version() -> str:
         return "none"
 
 
+#: Error kinds that do not make a collection unsuccessful: the kubelet's PodResources API is
+#: polled on its own thread, has its own health metrics and never affects the GPU readings.
+ADVISORY_ERROR_KINDS: frozenset[str] = frozenset({"pod_resources"})
+
+
 def collection_success(snapshot: Snapshot) -> bool:
     """True when the source was up, every GPU answered and no collection error was counted."""
     return (
         snapshot.source_up
         and all(gpu.up for gpu in snapshot.gpus)
-        and not any(count > 0 for count in snapshot.errors.values())
+        and not any(count > 0 for kind, count in snapshot.errors.items()
+                    if kind not in ADVISORY_ERROR_KINDS)
     )
 
 
@@ -66,6 +72,14 @@ def self_families(state: ExporterState) -> Iterator[FamilyData]:
     age = family(cat.DATA_AGE)
     age.add((), max(state.data_age_seconds, 0.0))
     yield age
+    health = snapshot.pod_resources
+    if health is not None:
+        pod_resources = family(cat.POD_RESOURCES_UP)
+        pod_resources.add((), 1.0 if health.up else 0.0)
+        yield pod_resources
+        status = family(cat.POD_RESOURCES_STATUS)
+        status.add((health.status,), 1.0)
+        yield status
     errors = family(cat.ERRORS)
     for kind in sorted(state.errors_total):
         errors.add((kind,), state.errors_total[kind])

@@ -49,6 +49,9 @@ class Group(str, Enum):
     PROCESSES = "processes"
     PROCESS_UTILIZATION = "process_utilization"
     TORCH = "torch"  # PyTorch allocator figures published by the processes themselves
+    REMAPPING = "remapping"  # row remapping and page retirement (memory repair)
+    XID = "xid"  # XID errors and health events, counted in the background from NVML events
+    MIG = "mig"  # MIG GPU / compute instances
     EXPORTER = "exporter"  # self-metrics, always on
 
 
@@ -71,6 +74,9 @@ class Scope(str, Enum):
     GPU_STATUS = "gpu_status"  # gpu_info / gpu_up: from the reading's identity and health
     PROCESS = "process"  # one series per process, from ``process_value`` (capped, folded)
     GPU_SUMMARY = "gpu_summary"  # per GPU or per (GPU, user) from its process list
+    XID = "xid"  # per (GPU, XID code) from ``GpuReading.xids`` (exposition/health.py)
+    MIG = "mig"  # per MIG instance from ``GpuReading.mig`` (exposition/health.py)
+    ALLOCATION = "allocation"  # one series per kubelet allocation (``Snapshot.allocations``)
     EXPORTER = "exporter"  # the exporter's own health
 
 
@@ -91,6 +97,10 @@ GPU_LABELS: tuple[str, ...] = ("gpu", "uuid")
 #: Labels of per-process series (``pid`` can be switched off; pod labels only on Kubernetes).
 PROCESS_LABELS: tuple[str, ...] = (*GPU_LABELS, "pid", "process", "user", "uid")
 KUBERNETES_LABELS: tuple[str, ...] = ("namespace", "pod", "container")
+#: Process labels of containers outside Kubernetes (``--containers``; ``container`` is shared
+#: with Kubernetes) and of Slurm jobs (``--slurm``).
+CONTAINER_LABELS: tuple[str, ...] = ("container", "container_id")
+SLURM_LABELS: tuple[str, ...] = ("slurm_job",)
 #: Label value used for processes folded into the overflow series when the per-GPU cap is hit,
 #: and for processes whose owner could not be resolved.
 OVERFLOW_VALUE = "__overflow__"

@@ -214,3 +214,89 @@ def test_warm_collections_read_one_file_per_distinct_pid(
     assert sorted(reads) == sorted(f"{proc}/{pid}/stat" for pid in pids)
     assert sum(len(g.processes) for g in warm.gpus) == 256
     assert all(p.pod is not None and p.owner is not None for g in warm.gpus for p in g.processes)
+
+
+# --- Slurm jobs, containers outside Kubernetes, kubelet allocations --------------------------
+def test_slurm_job_and_container_come_from_the_same_cgroup_read(node: Path) -> None:
+    from exporter.attribution.container_names import ContainerNames  # noqa: PLC0415
+    from tests.attribution.test_container_names import write_docker  # noqa: PLC0415
+    from tests.fixtures.cgroups import CID_B  # noqa: PLC0415
+
+    proc = node / "proc"
+    write_process(proc, 200, uid=2001, comm="python", start_ticks=12,
+                  cgroup="0::/system.slice/slurmstepd.scope/job_913377/step_0/user/task_0\n")
+    write_process(proc, 201, uid=0, comm="triton", start_ticks=13,
+                  cgroup=f"0::/system.slice/docker-{CID_B}.scope\n")
+    write_docker(node / "docker", CID_B, "triton")
+    enricher = ProcessEnricher(
+        OwnerResolver(procfs=str(proc), passwd_file=str(PASSWD), cgroups=True),
+        PodResolver(pod_logs_dir=str(node / "pods"), container_logs_dir=str(node / "containers")),
+        container_names=ContainerNames(docker_root=str(node / "docker"), podman_storage=None),
+    )
+    procs = by_pid(enricher.enrich(snapshot(gpu(0, 100, 101, 200, 201))), 0)
+    assert procs[200].slurm_job == "913377"
+    assert procs[200].pod is None
+    assert procs[200].container is None
+    box = procs[201].container
+    assert box is not None
+    assert (box.container_id, box.name, box.runtime) == (CID_B, "triton", "docker")
+    assert procs[100].pod is not None
+    assert procs[100].pod.pod == "job-0"
+    assert (procs[101].pod, procs[101].slurm_job, procs[101].container) == (None, None, None)
+
+
+def test_containers_without_names_resolver_are_left_out(node: Path) -> None:
+    from tests.fixtures.cgroups import CID_B  # noqa: PLC0415
+
+    write_process(node / "proc", 201, uid=0, comm="triton", start_ticks=13,
+                  cgroup=f"0::/system.slice/docker-{CID_B}.scope\n")
+    procs = by_pid(pod_enricher(node).enrich(snapshot(gpu(0, 201))), 0)
+    assert procs[201].container is None  # --containers is off
+
+
+class FakePoller:
+    """What the enricher reads from a ``PodResourcesPoller``."""
+
+    def __init__(self, state: object, errors: dict[str, int] | None = None) -> None:
+        self._state, self._errors = state, errors or {}
+
+    def state(self) -> object:
+        return self._state
+
+    def take_errors(self) -> dict[str, int]:
+        errors, self._errors = self._errors, {}
+        return errors
+
+
+def test_allocations_are_joined_with_the_snapshot_gpus(node: Path) -> None:
+    from exporter.attribution.podresources.allocations import (  # noqa: PLC0415
+        Allocation,
+        AllocationTable,
+        parse_device_id,
+    )
+    from exporter.attribution.podresources.client import (  # noqa: PLC0415
+        PodResourcesState,
+        PollStatus,
+    )
+
+    table = AllocationTable.of([
+        Allocation(parse_device_id("GPU-00000001"), "nvidia.com/gpu", "ml", "job-0", "trainer"),
+    ])
+    ok = FakePoller(PodResourcesState(table, PollStatus.OK), {"pod_resources": 2})
+    enricher = ProcessEnricher(
+        OwnerResolver(procfs=str(node / "proc"), passwd_file=str(PASSWD)),
+        allocations=ok,  # type: ignore[arg-type]
+    )
+    after = enricher.enrich(snapshot(gpu(0), gpu(1)))
+    assert [(a.gpu, a.uuid, a.pod, a.sharing) for a in after.allocations] == [
+        ("1", "GPU-00000001", "job-0", "exclusive")]
+    assert after.pod_resources is not None
+    assert (after.pod_resources.up, after.pod_resources.status) == (True, "ok")
+    assert after.errors["pod_resources"] == 2
+
+    down = FakePoller(PodResourcesState(None, PollStatus.PERMISSION_DENIED, "no"))
+    enricher.allocations = down  # type: ignore[assignment]
+    after = enricher.enrich(snapshot(gpu(0)))
+    assert after.allocations == ()
+    assert after.pod_resources is not None
+    assert (after.pod_resources.up, after.pod_resources.status) == (False, "permission_denied")

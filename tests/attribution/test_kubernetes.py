@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from exporter.attribution.cgroup import CgroupIdentity, parse_cgroup, read_cgroup
+from exporter.attribution.cgroup import read_cgroup
 from exporter.attribution.kubernetes import (
     PodResolver,
     parse_container_log_name,
     parse_pod_log_dir_name,
 )
 from exporter.snapshot import PodRef
-from tests.fixtures.cgroups import CASES, CID_A, CID_B, CID_C, UID_A, UID_B, UID_C, V1_HOST
+from tests.fixtures.cgroups import CID_A, CID_B, CID_C, UID_A, UID_B, UID_C, V1_HOST
 from tests.fixtures.fakeproc import write_boot, write_kubelet_logs, write_process
 
 
@@ -25,24 +25,6 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.mark.parametrize(("text", "pod_uid", "container_id"), [c[1:] for c in CASES],
-                         ids=[c[0] for c in CASES])
-def test_parse_cgroup(text: str, pod_uid: str | None, container_id: str | None) -> None:
-    identity = parse_cgroup(text)
-    if pod_uid is None:
-        assert identity is None
-    else:
-        assert identity == CgroupIdentity(pod_uid, container_id)
-
-
-def test_parse_cgroup_is_case_insensitive_and_ignores_other_pods_on_v1_lines() -> None:
-    text = (
-        f"0::/kubepods/burstable/pod{UID_A.upper()}\n"
-        f"3:pids:/kubepods/burstable/pod{UID_B}/{CID_B}\n"  # a different pod: not mixed in
-    )
-    assert parse_cgroup(text) == CgroupIdentity(UID_A, None)
 
 
 def test_parse_container_log_name() -> None:
@@ -95,7 +77,9 @@ class Resolver:
 
     def resolve(self, pid: int) -> PodRef | None:
         identity = read_cgroup(self.procfs, pid)
-        return None if identity is None else self.pods.names(identity)
+        if identity is None or identity.kind != "kubernetes":
+            return None
+        return self.pods.names(identity)
 
     def take_errors(self) -> dict[str, int]:
         return self.pods.take_errors()
@@ -182,7 +166,8 @@ def test_missing_process_raises_file_not_found(tree: Path) -> None:
 def test_own_process_via_the_real_proc_is_not_a_pod() -> None:
     with open("/proc/self/cgroup") as handle:
         in_pod = "kubepods" in handle.read()
-    assert (read_cgroup("/proc", os.getpid()) is not None) == in_pod
+    identity = read_cgroup("/proc", os.getpid())
+    assert (identity is not None and identity.kind == "kubernetes") == in_pod
 
 
 def test_crio_and_two_containers_of_one_pod(tmp_path: Path) -> None:

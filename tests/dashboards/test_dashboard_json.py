@@ -48,6 +48,7 @@ def test_the_dashboards_exist_with_stable_uids() -> None:
         "gpu-fleet-overview.json": "gpu-exporter-fleet",
         "gpu-node-device.json": "gpu-exporter-node",
         "gpu-users-processes.json": "gpu-exporter-users",
+        "gpu-workloads.json": "gpu-exporter-workloads",
     }
     assert len({b["title"] for b in BOARDS.values()}) == len(BOARDS)
 
@@ -192,8 +193,8 @@ def test_committed_files_equal_generated() -> None:
 def _scratch_tree(tmp_path: Path) -> Path:
     """A copy of what the generator reads and writes."""
     shutil.copy(generate.REPO / "README.md", tmp_path / "README.md")
-    for part in ("dashboards/grafana", "dashboards/rules", "helm/gpu-exporter/files",
-                 "tests/golden"):
+    for part in ("dashboards/grafana", "dashboards/rules", "dashboards/runbooks",
+                 "helm/gpu-exporter/files", "tests/golden"):
         shutil.copytree(generate.REPO / part, tmp_path / part)
     return tmp_path
 

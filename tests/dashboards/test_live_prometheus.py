@@ -50,7 +50,12 @@ SPEEDS = {
     "kubernetes-node": 1.0,
     "training-node": 1.0,
     "torch-memory-pressure": 1.0,  # carol's job catches an OOM at 20 s simulated
+    "slurm-node": 1.0,
+    "xid-storm": 2.0,  # XID 31 every 2 s from 10 s, XID 48/94 at 15/16 s simulated
+    "mig-node": 1.0,
+    "remap-pending": 2.0,  # remap pending from 20 s, remap failure at 30 s simulated
 }
+
 #: Seconds of real time after an exporter came up at which its alerts are evaluated.
 EVAL_AFTER = 40.0
 
@@ -60,7 +65,10 @@ TRIGGERS: dict[str, list[tuple[str, str | None]]] = {
     "GpuMemoryAlmostFull": [("memory-leak", "0")],
     "GpuMemoryExhaustionForecast": [("memory-leak", "0")],
     "GpuMemoryHeldIdle": [("shared-workstation", "2"), ("kubernetes-node", "2")],
-    "GpuProcessIdle": [("shared-workstation", None), ("kubernetes-node", None)],
+    "GpuProcessIdle": [("shared-workstation", None), ("kubernetes-node", None),
+                       ("slurm-node", None)],
+    # notebook-alice-0's GPU idles; sweep-trial-3 holds a replica of GPU 3 with no process.
+    "GpuAllocatedIdle": [("kubernetes-node", "2"), ("kubernetes-node", "3")],
     "GpuUserMemoryIdle": [("shared-workstation", None), ("kubernetes-node", None)],
     "GpuStarved": [("input-starved", "0"), ("shared-workstation", "1")],
     "GpuTemperatureHigh": [("overheating", "2")],
@@ -76,14 +84,24 @@ TRIGGERS: dict[str, list[tuple[str, str | None]]] = {
     "GpuExporterDown": [("down", None)],
     "GpuExporterCollectionFailing": [("gpu-failure", None)],
     "GpuExporterErrors": [("gpu-failure", None)],
+    "GpuXidHardwareError": [("xid-storm", "1"), ("remap-pending", "1")],
+    "GpuXidApplicationError": [("xid-storm", "0"), ("mig-node", "0")],
+    "GpuXidStorm": [("xid-storm", "0")],
+    "GpuXidEventsNotWatched": [("xid-storm", "3")],
+    "GpuRowRemapPending": [("remap-pending", "0"), ("remap-pending", "1")],
+    "GpuRowRemapFailed": [("remap-pending", "1")],
+    "GpuRetiredPagesPending": [("remap-pending", "3")],
 }
 #: Alerts no simulated scenario can trigger (a vanished GPU, a broken NVML, hung collections);
 #: promtool's unit tests cover them. Live, they must still be valid and silent under calm.
-NOT_LIVE = {"GpuMissing", "GpuExporterSourceDown", "GpuExporterDataStale"}
+NOT_LIVE = {"GpuMissing", "GpuExporterSourceDown", "GpuExporterDataStale",
+            "GpuExporterPodResourcesFailing"}
 #: Alerts that fire on one GPU must not spill over to its healthy neighbours.
 ONLY_THAT_GPU = {"GpuMemoryAlmostFull", "GpuMemoryExhaustionForecast", "GpuTemperatureHigh",
                  "GpuTemperatureCritical", "GpuThermalThrottling", "GpuHardwareSlowdown",
-                 "GpuDown", "GpuEccUncorrectedErrors", "GpuPowerCapped"}
+                 "GpuDown", "GpuEccUncorrectedErrors", "GpuPowerCapped", "GpuXidHardwareError",
+                 "GpuXidApplicationError", "GpuXidStorm", "GpuXidEventsNotWatched",
+                 "GpuRowRemapFailed", "GpuRetiredPagesPending"}
 
 
 @pytest.fixture(scope="module")

@@ -41,6 +41,13 @@ CASES: dict[str, tuple[dict[str, Any], bool]] = {
     "hostpid-and-passwd-off": ({"hostPID": False, "hostPasswd": {"enabled": False}}, True),
     "kubernetes-attribution": ({"kubernetes": {"enabled": True}}, True),
     "torch-allocator": ({"torch": {"enabled": True}}, True),
+    "kubernetes-off": ({"kubernetes": {"enabled": False}}, True),
+    "pod-resources-off": ({"kubernetes": {"podResources": {"enabled": False}}}, True),
+    "pod-resources-custom": (
+        {"kubernetes": {"podResources": {"directory": "/data/kubelet/pod-resources",
+                                         "interval": "10s", "maxBytes": 33554432}}},
+        True,
+    ),
     "custom-scheduling": (
         {
             # Helm merges maps with the defaults: null removes the default key.
@@ -208,12 +215,18 @@ def test_defaults_are_locked_down() -> None:
     assert security["readOnlyRootFilesystem"] is True
     assert security["allowPrivilegeEscalation"] is False
     assert security["capabilities"] == {"drop": ["ALL"]}
-    assert security["runAsNonRoot"] is True
-    assert security["runAsUser"] == 65534
+    # uid 0 only for the kubelet's root-only PodResources socket; no capability is added back.
+    assert (security["runAsUser"], security["runAsGroup"], security["runAsNonRoot"]) == (
+        0, 0, False)
     pod = _daemonset(rendered)["spec"]["template"]["spec"]
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert rendered.of_kind("Role") == rendered.of_kind("ClusterRole") == []
+    assert rendered.of_kind("RoleBinding") == rendered.of_kind("ClusterRoleBinding") == []
     assert rendered.one("ServiceAccount")["automountServiceAccountToken"] is False
+    for case in ("pod-resources-off", "kubernetes-off"):
+        security = _container(_render(case))["securityContext"]
+        assert security["runAsNonRoot"] is True
+        assert security["runAsUser"] == 65534
 
 
 def test_host_passwd_is_mounted_read_only_and_passed() -> None:
@@ -242,18 +255,44 @@ def test_probes_use_health_endpoints_with_timeouts() -> None:
         assert container[probe]["timeoutSeconds"] >= 3
 
 
-def test_kubernetes_attribution_mounts_the_log_trees() -> None:
-    rendered = _render("kubernetes-attribution")
-    container = _container(rendered)
-    assert "--kubernetes" in container["args"]
-    assert "--kubernetes.pod-logs-dir=/var/log/pods" in container["args"]
-    assert "--kubernetes.container-logs-dir=/var/log/containers" in container["args"]
+def _host_mounts(rendered: Any) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """mountPath -> (volumeMount, hostPath) of the exporter container."""
     volumes = {v["name"]: v for v in _daemonset(rendered)["spec"]["template"]["spec"]["volumes"]}
-    for path in ("/var/log/pods", "/var/log/containers"):
-        mount = next(m for m in container["volumeMounts"] if m["mountPath"] == path)
+    return {m["mountPath"]: (m, volumes[m["name"]].get("hostPath", {}))
+            for m in _container(rendered)["volumeMounts"]}
+
+
+def test_kubernetes_attribution_is_on_by_default_with_read_only_mounts() -> None:
+    rendered = _render("defaults")
+    args = _container(rendered)["args"]
+    assert "--kubernetes" in args
+    assert "--kubernetes.pod-logs-dir=/var/log/pods" in args
+    assert "--kubernetes.container-logs-dir=/var/log/containers" in args
+    assert ("--kubernetes.pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock"
+            in args)
+    assert "--kubernetes.pod-resources-interval=5s" in args
+    assert "--kubernetes.pod-resources-max-bytes=16777216" in args
+    mounts = _host_mounts(rendered)
+    for path in ("/var/log/pods", "/var/log/containers", "/var/lib/kubelet/pod-resources"):
+        mount, host = mounts[path]
         assert mount["readOnly"] is True
-        assert volumes[mount["name"]]["hostPath"] == {"path": path, "type": "Directory"}
-    assert "--kubernetes" not in _container(_render("defaults"))["args"]
+        assert host == {"path": path, "type": "Directory"}  # the directory, not the socket
+
+    custom = _render("pod-resources-custom")
+    args = _container(custom)["args"]
+    assert "--kubernetes.pod-resources-socket=/data/kubelet/pod-resources/kubelet.sock" in args
+    assert "--kubernetes.pod-resources-interval=10s" in args
+    assert "--kubernetes.pod-resources-max-bytes=33554432" in args
+    assert _host_mounts(custom)["/data/kubelet/pod-resources"][0]["readOnly"] is True
+
+    off = _render("pod-resources-off")
+    assert "--kubernetes.pod-resources-socket=" in _container(off)["args"]
+    assert "/var/lib/kubelet/pod-resources" not in _host_mounts(off)
+    assert "--kubernetes" in _container(off)["args"]
+
+    none = _render("kubernetes-off")
+    assert not any(a.startswith("--kubernetes") for a in _container(none)["args"])
+    assert set(_host_mounts(none)) & {"/var/log/pods", "/var/lib/kubelet/pod-resources"} == set()
 
 
 def test_torch_allocator_mounts_the_shared_directory_and_prepares_it() -> None:

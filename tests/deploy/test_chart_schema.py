@@ -29,6 +29,13 @@ BAD: dict[str, tuple[dict[str, Any], str]] = {
     "unknown-dashboards-key": ({"dashboards": {"labels": {}}}, "'labels' not allowed"),
     "kubernetes-relative-dir": ({"kubernetes": {"podLogsDir": "var/log/pods"}},
                                 "/kubernetes/podLogsDir"),
+    "pod-resources-relative-dir": (
+        {"kubernetes": {"podResources": {"directory": "var/lib/kubelet/pod-resources"}}},
+        "/kubernetes/podResources/directory"),
+    "pod-resources-limit-unbounded": ({"kubernetes": {"podResources": {"maxBytes": 1 << 30}}},
+                                      "/kubernetes/podResources/maxBytes"),
+    "pod-resources-interval": ({"kubernetes": {"podResources": {"interval": 5}}},
+                               "/kubernetes/podResources/interval"),
     "log-format": ({"log": {"format": "text"}}, "/log/format"),
     "tolerations-not-list": ({"tolerations": {"key": "nvidia.com/gpu"}}, "/tolerations"),
     "image-digest": ({"image": {"digest": "latest"}}, "/image/digest"),

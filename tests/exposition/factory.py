@@ -5,12 +5,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 from exporter import metrics
+from exporter.health import MigDevice, MigProcess, XidKey, XidStat
 from exporter.metrics import allocator
 from exporter.snapshot import (
+    AllocationRow,
     GpuIdentity,
     GpuProcess,
     GpuReading,
     PodRef,
+    PodResourcesHealth,
     ProcessOwner,
     ProcessType,
     Snapshot,
@@ -179,4 +182,31 @@ def fleet(gpus: int = 8, processes_per_gpu: int = 32) -> Snapshot:
                 )
             )
         readings.append(reading(index, tuple(procs)))
-    return snapshot(*readings)
+    # The kubelet gave each GPU to one pod (the exporter's allocation series).
+    allocations = tuple(
+        AllocationRow(str(r.identity.index), r.identity.uuid, r.identity.uuid, "",
+                      "nvidia.com/gpu", "ml", f"train-{r.identity.index}", "main", "exclusive")
+        for r in readings
+    )
+    if readings:
+        readings[0] = with_health(readings[0])
+    return snapshot(*readings, allocations=allocations,
+                    pod_resources=PodResourcesHealth(True, "ok"))
+
+
+def with_health(gpu: GpuReading) -> GpuReading:
+    """``gpu`` in MIG mode (its processes spread over two MIG devices: GPU instances 2 and 7),
+    with XIDs: two 79s, and a 31 NVML attributed to the MIG device GI 2 / CI 0."""
+    placed = tuple(replace(p, gpu_instance=(2, 7)[i % 2], compute_instance=0)
+                   for i, p in enumerate(gpu.processes))
+    devices = tuple(
+        MigDevice(gpu_instance=gi, compute_instance=0, uuid=f"MIG-{gi:08d}-0000-0000-0000-0000",
+                  profile=profile, memory_used_bytes=sum(p.used_memory_bytes or 0 for p in placed
+                                                         if p.gpu_instance == gi),
+                  memory_total_bytes=size * GIB,
+                  processes=tuple(MigProcess(p.pid, p.used_memory_bytes) for p in placed
+                                  if p.gpu_instance == gi))
+        for gi, profile, size in ((2, "3g.71gb", 71), (7, "1g.18gb", 18)))
+    xids = {XidKey(79): XidStat(2, 1_700_000_050.0),
+            XidKey(31, 2, 0): XidStat(1, 1_700_000_060.0)}
+    return replace(gpu, processes=placed, mig=devices, xids=xids)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from exporter import metrics as cat
 from exporter.exposition.processes import process_families, process_label_names, process_series
 from exporter.metrics import Group
-from exporter.snapshot import PodRef
+from exporter.snapshot import ContainerRef, PodRef
 from exporter.state import ExpositionOptions
 from tests.exposition import factory as f
 from tests.exposition.parse import collect_text, series, value
@@ -130,6 +132,41 @@ def test_kubernetes_labels_are_appended() -> None:
     names = process_label_names(ExpositionOptions(kubernetes_labels=True, pid_label=False))
     assert names == tuple(n for n in cat.PROCESS_LABELS if n != "pid") + cat.KUBERNETES_LABELS
     assert "namespace" not in series(_text(*procs), cat.PROCESS_MEMORY.name)[0]
+
+
+def test_slurm_and_container_labels_are_appended_when_asked_for() -> None:
+    box = ContainerRef("4f6c2a9e1b7d" + "0" * 52, "triton", "docker")
+    pod = PodRef(pod_uid="u1", namespace="ml", pod="train-0", container="main")
+    procs = (replace(f.process(1, MIB), slurm_job="913377"),
+             replace(f.process(2, MIB), container=box), f.process(3, MIB, pod=pod))
+    text = _text(*procs, slurm_labels=True, container_labels=True)
+    rows = {s["pid"]: s for s in series(text, cat.PROCESS_MEMORY.name)}
+    assert (rows["1"]["slurm_job"], rows["1"]["container"], rows["1"]["container_id"]) == (
+        "913377", "", "")
+    assert (rows["2"]["slurm_job"], rows["2"]["container"], rows["2"]["container_id"]) == (
+        "", "triton", "4f6c2a9e1b7d")
+    assert "namespace" not in rows["3"]  # --kubernetes off: the pod is not exposed
+    assert rows["3"]["container"] == ""
+    both = _text(*procs, kubernetes_labels=True, container_labels=True)
+    rows = {s["pid"]: s for s in series(both, cat.PROCESS_MEMORY.name)}
+    assert (rows["2"]["container"], rows["3"]["container"]) == ("triton", "main")
+    assert "slurm_job" not in rows["1"]
+    workloads = {(s["slurm_job"], s["container"]): s
+                 for s in series(text, cat.WORKLOAD_MEMORY.name)}
+    assert set(workloads) == {("913377", ""), ("", "triton")}  # host process 3: not a workload
+    assert "pid" not in workloads[("913377", "")]
+    assert value(text, cat.WORKLOAD_MEMORY.name, slurm_job="913377") == MIB
+    names = process_label_names(ExpositionOptions(kubernetes_labels=True, container_labels=True,
+                                                  slurm_labels=True))
+    assert names[-5:] == ("namespace", "pod", "container", "container_id", "slurm_job")
+
+
+def test_allocations_are_one_info_series_each() -> None:
+    snap = f.fleet(2, 1)
+    text = collect_text(f.state(snap), ExpositionOptions(groups=frozenset(Group)))
+    found = series(text, cat.ALLOCATION_INFO.name)
+    assert [(s["gpu"], s["pod"], s["sharing"]) for s in found] == [
+        ("0", "train-0", "exclusive"), ("1", "train-1", "exclusive")]
 
 
 def test_same_process_in_two_pods_stays_two_series_without_pid() -> None:

@@ -21,7 +21,8 @@ from exporter.sources.simulated.source import SimulatedSource
 from exporter.state import ExpositionOptions
 from tests.exposition import factory
 from tests.exposition.parse import collect_text, series
-from tests.sources.fake_nvml import FakeNvml, FakeProcess, FakeSample, h200
+from tests.sources.fake_nvml import FakeProcess, FakeSample
+from tests.sources.fake_nvml_health import FakeHealthGpu, FakeHealthNvml, h200_health
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL = frozenset(SWITCHABLE_GROUPS)
@@ -36,6 +37,11 @@ def _has(reading: GpuReading, row: Metric) -> bool:
     return row.name in reading.values
 
 
+def _every_field_gpu() -> FakeHealthGpu:
+    """An H200-like fake GPU answering every call (pages retire too, as on older GPUs)."""
+    return h200_health(0, unsupported=set(), retired_pages={0: [], 1: []})
+
+
 def test_names_are_unique_and_prefixed() -> None:
     assert len(set(IDS)) == len(IDS)
     assert all(name.startswith(metrics.PREFIX) for name in IDS)
@@ -43,12 +49,15 @@ def test_names_are_unique_and_prefixed() -> None:
 
 @pytest.mark.parametrize("row", [r for r in metrics.GPU_ROWS if r.nvml is not None], ids=_name)
 def test_nvml_rows_are_read(row: Metric) -> None:
-    fake = FakeNvml([h200(0, unsupported=set())])
+    fake = FakeHealthNvml([_every_field_gpu()])
     source = NvmlSource(hostname="h", nvml=fake)
     source.start()
-    reading = source.collect(ALL).gpus[0]
-    assert _has(reading, row), f"{row.name}: the NVML source (or the fake) does not read it"
-    assert not _has(source.collect(ALL - {row.group}).gpus[0], row)
+    try:
+        reading = source.collect(ALL).gpus[0]
+        assert _has(reading, row), f"{row.name}: the NVML source (or the fake) does not read it"
+        assert not _has(source.collect(ALL - {row.group}).gpus[0], row)
+    finally:
+        source.close()  # stops the XID event waiter's threads
 
 
 @pytest.mark.parametrize("row", [r for r in metrics.GPU_ROWS if r.simulate is not None], ids=_name)
@@ -62,16 +71,19 @@ def test_simulated_rows_appear_in_some_preset(row: Metric) -> None:
 
 def _exposed_names() -> set[str]:
     """Rows with series in /metrics (every group on) from the fake NVML or any preset."""
-    fake = FakeNvml([h200(0, unsupported=set())])
+    fake = FakeHealthNvml([_every_field_gpu()])
     fake.gpus[0].compute = [FakeProcess(pid=100, used_memory=1 << 30)]
     fake.gpus[0].samples = [FakeSample(pid=100, timestamp=10, sm=50)]
     nvml = NvmlSource(hostname="h", nvml=fake)
     nvml.start()
     snapshots = [nvml.collect(ALL)]
+    nvml.close()
     for preset in list_presets():
         snapshots.append(SimulatedSource(load_scenario(preset), clock=lambda: 1_000.0)
                          .collect(ALL))
-    options = ExpositionOptions(groups=frozenset(Group))
+    snapshots.append(factory.fleet(1, 2))  # processes in pods: the workload families
+    options = ExpositionOptions(groups=frozenset(Group), kubernetes_labels=True,
+                                container_labels=True, slurm_labels=True)
     names: set[str] = set()
     for snapshot in snapshots:
         text = collect_text(factory.state(snapshot), options)

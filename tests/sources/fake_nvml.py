@@ -18,7 +18,8 @@ Scripting (every knob may be changed between collections):
   ``compute`` / ``graphics`` process lists (any objects with ``pid``/``usedGpuMemory`` work, so
   garbled entries are plain data), ``samples`` for per-process utilisation, ``unsupported``
   (C symbol names answering NOT_SUPPORTED, e.g. ``"nvmlDeviceGetFanSpeed"``,
-  ``"nvmlDeviceGetMemoryInfo_v2"``), ``handle_error`` (code raised by
+  ``"nvmlDeviceGetMemoryInfo_v2"``), ``remapped`` / ``retired_pages`` / ``ecc_aggregate``
+  (memory health; None: NOT_SUPPORTED), ``handle_error`` (code raised by
   ``nvmlDeviceGetHandleByIndex``), ``r535_layout`` (``_v3`` lists come back shuffled exactly as a
   24-byte reader sees the 32-byte entries of drivers 535.43-535.86).
 - ``fake.lose(i)`` / ``fake.recover(i)``: GPU i answers GPU_IS_LOST to everything (incl. handles).
@@ -295,7 +296,28 @@ class FakeNvml(types.ModuleType):
         return self._enter("nvmlDeviceGetCurrentClocksThrottleReasons", h).reasons_mask
 
     def nvmlDeviceGetTotalEccErrors(self, h: FakeHandle, error_type: int, counter: int) -> int:
-        return self._enter("nvmlDeviceGetTotalEccErrors", h).ecc[error_type]
+        g = self._enter("nvmlDeviceGetTotalEccErrors", h)
+        return (g.ecc_aggregate if counter == self.NVML_AGGREGATE_ECC else g.ecc)[error_type]
+
+    def nvmlDeviceGetRemappedRows(self, h: FakeHandle) -> tuple[int, int, int, int]:
+        g = self._enter("nvmlDeviceGetRemappedRows", h)
+        if g.remapped is None:
+            self._raise(3)
+        assert g.remapped is not None
+        return g.remapped
+
+    def nvmlDeviceGetRetiredPages(self, h: FakeHandle, cause: int) -> list[int]:
+        g = self._enter("nvmlDeviceGetRetiredPages", h)
+        if g.retired_pages is None:
+            self._raise(3)
+        assert g.retired_pages is not None
+        return list(g.retired_pages.get(cause, []))
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h: FakeHandle) -> int:
+        g = self._enter("nvmlDeviceGetRetiredPagesPendingStatus", h)
+        if g.retired_pages is None:
+            self._raise(3)
+        return g.retired_pending
 
     def nvmlDeviceGetFanSpeed(self, h: FakeHandle) -> int:
         return self._enter("nvmlDeviceGetFanSpeed", h).fan_percent

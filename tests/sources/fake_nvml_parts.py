@@ -117,7 +117,12 @@ class FakeGpu:
     clocks_mhz: dict[int, int] = field(default_factory=lambda: {0: 345, 1: 345, 2: 3201})
     pstate: int = 0
     reasons_mask: int = 0x1
-    ecc: dict[int, int] = field(default_factory=lambda: {0: 0, 1: 0})
+    ecc: dict[int, int] = field(default_factory=lambda: {0: 0, 1: 0})  # volatile, by type
+    ecc_aggregate: dict[int, int] = field(default_factory=lambda: {0: 0, 1: 0})  # lifetime
+    remapped: tuple[int, int, int, int] | None = (0, 0, 0, 0)  # None: NOT_SUPPORTED
+    retired_pages: dict[int, list[int]] | None = field(  # cause -> addresses; None: Hopper+
+        default_factory=lambda: {0: [], 1: []})
+    retired_pending: int = 0
     compute: list[Any] = field(default_factory=list)
     graphics: list[Any] = field(default_factory=list)
     samples: list[FakeSample] = field(default_factory=list)

@@ -220,8 +220,12 @@ def test_invariants_hold_in_every_preset(name: str) -> None:
             reserved = gpu.value("gpu_memory_reserved_bytes") or 0
             assert used + free + reserved == gpu.identity.memory_total_bytes
             assert sum(p.used_memory_bytes or 0 for p in gpu.processes) < used
-            assert gpu.value("gpu_utilization_ratio") is not None
-            assert 0.0 <= gpu.value("gpu_utilization_ratio") <= 1.0
+            if gpu.value("gpu_mig_enabled") == 1.0:  # NVML has no utilisation under MIG
+                assert gpu.value("gpu_utilization_ratio") is None
+                assert all(p.sm_utilization_ratio is None for p in gpu.processes)
+            else:
+                assert gpu.value("gpu_utilization_ratio") is not None
+                assert 0.0 <= gpu.value("gpu_utilization_ratio") <= 1.0
             assert gpu.value("gpu_power_usage_watts") is not None
             assert gpu.value("gpu_power_limit_watts") is not None
             watts = gpu.value("gpu_power_usage_watts")
@@ -230,8 +234,9 @@ def test_invariants_hold_in_every_preset(name: str) -> None:
             celsius = gpu.value("gpu_temperature_celsius")
             assert spec.idle_celsius - 2 <= celsius <= spec.full_load_celsius + 2
             assert (gpu.value("gpu_performance_state") == 8) == (not gpu.processes)
-            idle = gpu.value("gpu_utilization_ratio") < 0.02
-            assert ("gpu_idle" in active_reasons(gpu)) == idle
+            utilization = gpu.value("gpu_utilization_ratio")
+            if utilization is not None:
+                assert ("gpu_idle" in active_reasons(gpu)) == (utilization < 0.02)
             for proc in gpu.processes:
                 assert proc.owner is not None
                 assert proc.owner.start_time_seconds <= snap.taken_at

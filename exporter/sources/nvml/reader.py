@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from exporter.health import EventCounts, MigDevice, XidKey, XidStat
 from exporter.metrics import GPU_ROWS, UNKNOWN_VALUE, Constant, Group, NvmlRead, NvmlSpecial
-from exporter.snapshot import GpuIdentity, GpuProcess, GpuReading, Value
+from exporter.snapshot import GpuIdentity, GpuProcess, GpuReading, ProcessType, Value
 from exporter.sources.nvml.errors import (
     GPU_DOWN_KINDS,
     GpuDown,
@@ -26,6 +27,7 @@ from exporter.sources.nvml.errors import (
     reaction_for,
 )
 from exporter.sources.nvml.last_active import LastActive
+from exporter.sources.nvml.mig import MigReader
 from exporter.sources.nvml.processes import (
     ProcessLister,
     clean_entries,
@@ -124,12 +126,15 @@ class GpuReader:
     """Reads GPUs for one collection, counting problems into ``errors``."""
 
     def __init__(self, calls: NvmlCalls, errors: dict[str, int],
-                 throttle_cache: dict[int, dict[str, float]]) -> None:
+                 throttle_cache: dict[int, dict[str, float]], *,
+                 events: EventCounts | None = None, mig: MigReader | None = None) -> None:
         self.calls = calls
         self._error = calls.error
         self._mismatch = calls.mismatch
         self.errors = errors
         self.throttle_cache = throttle_cache
+        self.events = events  # the XID waiter's counts at this collection (None: not running)
+        self.mig = mig
 
     def count(self, kind: str, n: int = 1) -> None:
         """Add ``n`` to the ``kind`` error counter of this collection."""
@@ -233,10 +238,21 @@ class GpuReader:
                 values[row.name] = value
         for name in [n for n in values if n not in _ROW_GROUPS or _ROW_GROUPS[n] not in groups]:
             del values[name]  # a special reader filled a row of a group that is off
+        mig = None
+        if self.mig is not None and Group.MIG in groups:
+            lister = self.calls.compute if Group.PROCESSES in groups else None
+            mig = self.mig.read(gpu.index, gpu.handle, self.errors, lister)
         processes: tuple[GpuProcess, ...] = ()
-        if Group.PROCESSES in groups:
+        if mig is not None:  # the parent's lists need privileges under MIG: use the instances'
+            processes = mig_processes(mig) if Group.PROCESSES in groups else ()
+        elif Group.PROCESSES in groups:
             processes = self._processes(gpu, Group.PROCESS_UTILIZATION in groups)
-        return GpuReading(identity=gpu.identity, values=values, processes=processes)
+        return GpuReading(identity=gpu.identity, values=values, processes=processes,
+                          xids=self._xids(gpu) if Group.XID in groups else {}, mig=mig)
+
+    def _xids(self, gpu: GpuState) -> Mapping[XidKey, XidStat]:
+        found = None if self.events is None else self.events.gpus.get(gpu.index)
+        return {} if found is None else found.xids
 
     def _processes(self, gpu: GpuState, with_utilization: bool) -> tuple[GpuProcess, ...]:
         calls = self.calls
@@ -269,6 +285,15 @@ class GpuReader:
         elif with_utilization:
             gpu.last_active.update((), (), time.time())  # no process left: forget them all
         return merge_processes(compute, graphics, utilization, active)
+
+
+def mig_processes(devices: tuple[MigDevice, ...]) -> tuple[GpuProcess, ...]:
+    """The processes of a MIG GPU, from its instances (MIG has no per-process utilisation)."""
+    return tuple(sorted(
+        (GpuProcess(pid=p.pid, type=ProcessType.COMPUTE, used_memory_bytes=p.used_memory_bytes,
+                    gpu_instance=d.gpu_instance, compute_instance=d.compute_instance)
+         for d in devices for p in d.processes),
+        key=lambda p: p.pid))
 
 
 _ROW_GROUPS: dict[str, Group] = {row.name: row.group for row in GPU_ROWS}

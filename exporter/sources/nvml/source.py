@@ -24,6 +24,7 @@ import time
 from types import ModuleType
 from typing import Any
 
+from exporter.health import EventCounts
 from exporter.metrics import Group
 from exporter.snapshot import GpuReading, Snapshot
 from exporter.sources.base import SourceUnavailable
@@ -35,6 +36,8 @@ from exporter.sources.nvml.errors import (
     NvmlFatal,
     describe,
 )
+from exporter.sources.nvml.events import DEFAULT_WAIT_MS, EVENT_FUNCTIONS, EventWaiter
+from exporter.sources.nvml.mig import MigReader
 from exporter.sources.nvml.reader import (
     GpuReader,
     GpuState,
@@ -84,10 +87,15 @@ class NvmlSource:
     name = "nvml"
 
     def __init__(self, *, hostname: str | None = None, nvml: ModuleType | None = None,
-                 gpu_timeout: float = DEFAULT_GPU_TIMEOUT) -> None:
+                 gpu_timeout: float = DEFAULT_GPU_TIMEOUT, watch_events: bool = True,
+                 event_wait_ms: int = DEFAULT_WAIT_MS) -> None:
         self._hostname = hostname or socket.gethostname()
         self.gpu_timeout = gpu_timeout
         self._injected = nvml
+        self._watch_events = watch_events  # run the XID event waiter (group xid)
+        self._event_wait_ms = event_wait_ms
+        self._events: EventWaiter | None = None
+        self._mig: MigReader | None = None
         self._nvml: ModuleType | None = None
         self._calls: NvmlCalls | None = None
         self._gpus: list[GpuState] = []
@@ -153,6 +161,7 @@ class NvmlSource:
                 ) from exc
             self._nvml = nvml
             self._calls = calls
+            self._mig = MigReader(nvml)
             self._workers = GpuWorkers(self.gpu_timeout)  # a hung thread of a past start stays
             self._gpus = []
             for index in range(count):
@@ -160,6 +169,8 @@ class NvmlSource:
                 self._acquire(gpu)
                 self._gpus.append(gpu)
             self._started = True
+            if self._watch_events:
+                self._events = self._start_events(nvml)
             if shuffles_process_structs(self.driver_version):
                 log.warning("driver %s writes garbled process lists (fixed in 535.104.05): "
                             "suspicious entries will be dropped; upgrade the driver",
@@ -185,8 +196,10 @@ class NvmlSource:
         taken_at = time.time()
         began = time.perf_counter()
         errors: dict[str, int] = {}
+        # The XID waiter's counts, taken once: every GPU of this collection sees the same ones.
+        events = None if self._events is None else self._events.counts()
         # One thread per GPU (inline for one GPU): slow calls overlap, a hung GPU hangs alone.
-        reads = {gpu.index: functools.partial(self._read_gpu, calls, gpu, groups)
+        reads = {gpu.index: functools.partial(self._read_gpu, calls, gpu, groups, events)
                  for gpu in self._gpus}
         readings: list[GpuReading] = []
         fatal: list[str] = []
@@ -227,10 +240,11 @@ class NvmlSource:
             errors=errors,
         )
 
-    def _read_gpu(self, calls: NvmlCalls, gpu: GpuState, groups: frozenset[Group]) -> _GpuResult:
+    def _read_gpu(self, calls: NvmlCalls, gpu: GpuState, groups: frozenset[Group],
+                  events: EventCounts | None) -> _GpuResult:
         """One GPU's reading (never raises: every failure is a down reading)."""
         errors: dict[str, int] = {}  # per GPU: reads of different GPUs run concurrently
-        reader = GpuReader(calls, errors, self._throttle_cache)
+        reader = GpuReader(calls, errors, self._throttle_cache, mig=self._mig, events=events)
         if gpu.handle is None:
             code = self._acquire(gpu)
             if gpu.handle is None:
@@ -268,6 +282,10 @@ class NvmlSource:
         under a running call is not safe.
         """
         with self._lock:
+            if self._events is not None:  # its threads first: they use NVML until they stop
+                took = self._events.stop()
+                log.info("XID event waiter stopped in %.0f ms", took * 1000)
+                self._events = None
             self._workers.close()
             stuck = self._workers.busy()
             if stuck:
@@ -280,6 +298,21 @@ class NvmlSource:
             self._calls = None
 
     # --- helpers -----------------------------------------------------------------------------
+    def _start_events(self, nvml: ModuleType) -> EventWaiter | None:
+        """The XID event waiter, running; None when the binding or NVML cannot do events."""
+        if not all(hasattr(nvml, name) for name in EVENT_FUNCTIONS):
+            log.info("this pynvml has no NVML event functions: XID errors are not counted "
+                     "(install a current nvidia-ml-py)")
+            return None
+        waiter = EventWaiter(nvml, wait_ms=self._event_wait_ms)
+        try:
+            waiter.start()
+        except Exception as exc:  # events are an extra: the GPUs are still read
+            log.warning("cannot start the XID event waiter: %s; XID errors are not counted",
+                        describe(exc))
+            return None
+        return waiter
+
     def _load(self) -> ModuleType:
         if self._injected is not None:
             return self._injected
@@ -323,6 +356,8 @@ class NvmlSource:
             return code if isinstance(code, int) else None
         if gpu.error is not None:
             log.info("GPU %d answers again", gpu.index)
+        if self._mig is not None:
+            self._mig.forget(gpu.index)  # a new handle (after a reset): MIG mode may differ
         gpu.handle = handle
         gpu.error = None
         return None

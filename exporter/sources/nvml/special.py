@@ -10,14 +10,19 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 from exporter.metrics import (
+    HEALTH_EVENT_COUNT,
+    HEALTH_EVENTS,
     MEMORY_FREE,
     MEMORY_RESERVED,
     MEMORY_TOTAL,
     MEMORY_USED,
+    MIG_ENABLED,
     THROTTLE_ACTIVE,
     THROTTLE_REASONS,
+    XID_EVENTS_REGISTERED,
 )
 from exporter.snapshot import Value
+from exporter.sources.nvml.health import read_remapped_rows, read_retired_pages
 
 if TYPE_CHECKING:
     from exporter.sources.nvml.reader import GpuReader, GpuState
@@ -62,7 +67,33 @@ def read_throttle(reader: GpuReader, gpu: GpuState) -> dict[str, Value]:
     return {THROTTLE_ACTIVE.name: reasons}
 
 
+def read_events(reader: GpuReader, gpu: GpuState) -> dict[str, Value]:
+    """From the XID waiter's counts (not an NVML call): registered or not, and health events
+    by type (0 for every watched type without events yet, so the first one shows in
+    ``increase()``). Absent when the waiter is not running."""
+    found = None if reader.events is None else reader.events.gpus.get(gpu.index)
+    if found is None:
+        return {}
+    values: dict[str, Value] = {XID_EVENTS_REGISTERED.name: float(found.registered)}
+    watched = [event for event in HEALTH_EVENTS if event in found.watched]
+    if watched:
+        values[HEALTH_EVENT_COUNT.name] = {e: float(found.events.get(e, 0)) for e in watched}
+    return values
+
+
+def read_mig_mode(reader: GpuReader, gpu: GpuState) -> dict[str, Value]:
+    """Whether MIG is on (asked once per handle; absent on GPUs without MIG)."""
+    if reader.mig is None:
+        return {}
+    enabled = reader.mig.enabled(gpu.index, gpu.handle, reader.errors)
+    return {} if enabled is None else {MIG_ENABLED.name: float(enabled)}
+
+
 SPECIAL_READERS: dict[str, Callable[[GpuReader, GpuState], dict[str, Value]]] = {
     "memory": read_memory,
     "throttle": read_throttle,
+    "remapped_rows": read_remapped_rows,
+    "retired_pages": read_retired_pages,
+    "events": read_events,
+    "mig": read_mig_mode,
 }

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 _MIB = 1 << 20
 _MHZ = 1_000_000.0
@@ -27,6 +27,8 @@ class GpuModel:
     slowdown_celsius: float  # software thermal slowdown starts here
     hw_slowdown_celsius: float  # hardware thermal slowdown (close to shutdown)
     pcie_bytes_per_second: float  # practical PCIe bandwidth per direction
+    mig: bool = False  # MIG-capable (A100, H100, H200)
+    row_remapping: bool = False  # repairs memory by row remapping (Ampere+ data-centre GPUs)
 
 
 def _model(  # noqa: PLR0917 - one row of the table below
@@ -43,9 +45,16 @@ def _model(  # noqa: PLR0917 - one row of the table below
     )
 
 
+#: MIG-capable models, and models that repair memory by row remapping (Ampere and newer
+#: data-centre GPUs; GeForce boards answer the call without meaningful data, older ones retire
+#: pages instead).
+_MIG = frozenset({"NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A100-SXM4-40GB",
+                  "NVIDIA A100-SXM4-80GB"})
+_ROW_REMAPPING = _MIG | {"NVIDIA L40S", "NVIDIA RTX A6000"}
+
 #: Known models by the name NVML reports.
 GPU_MODELS: dict[str, GpuModel] = {
-    m.name: m
+    m.name: replace(m, mig=m.name in _MIG, row_remapping=m.name in _ROW_REMAPPING)
     for m in (
         _model("NVIDIA H100 80GB HBM3", 81559, 529, 700, 72, (1980, 345), (2619, 2619),
                False, True, 0, 87, 92, 50),

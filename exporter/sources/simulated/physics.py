@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from exporter.health import RemappedRows, RetiredPages
 from exporter.sources.simulated.gpu_models import GpuModel
 
 
@@ -34,6 +35,10 @@ class SimulatedGpu:
     ecc_corrected: int
     ecc_uncorrected: int
     processes: int  # processes holding a context
+    remapped_rows: RemappedRows | None = None  # None: the model does not remap rows, or MIG on
+    retired_pages: RetiredPages | None = None  # None: the model does not retire pages
+    xid_events: bool = True  # NVML delivers XID events for this GPU
+    mig_enabled: bool = False
 
     @property
     def fan_speed_ratio(self) -> float | None:

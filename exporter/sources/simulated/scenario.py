@@ -20,6 +20,11 @@ running); they also accept ``30s``, ``15m``, ``2h``, ``3d``. Sizes are bytes or 
         ecc_corrected_per_hour: 0        # corrected ECC errors per hour of simulated time
         ecc_uncorrected: [{at: 2m, count: 1}]   # injected uncorrected errors
         lost_at: 5m                      # from then on the GPU is lost (up=0, "GPU is lost")
+        xids: [{at: 20s, code: 79}]      # XIDs (count, every, gpu_instance, compute_instance)
+        xid_events: true                 # false: NVML refuses XID event registration
+        remapped_rows: {corrected: 2, uncorrected: 1, pending_from: 40s, failure_from: 5m}
+        retired_pages: {single_bit: 3, double_bit: 1, pending_from: 1m}   # before Ampere
+        mig: [{profile: 1g.18gb, gpu_instance: 7, compute_instances: 1}]  # MIG on
     processes:
       - gpu: 0                 # GPU index, or a list: one rank per GPU, pids pid, pid+1, ...
         pid: 4242              # optional (default derived from the position)
@@ -42,6 +47,20 @@ running); they also accept ``30s``, ``15m``, ``2h``, ``3d``. Sizes are bytes or 
           fragmentation: 0.02  # inactive split bytes as a share of the reserve
           retries_per_hour: 0  # allocation retries (cache flushes) per hour of its life
           ooms: [{at: 20s, count: 1}]   # out-of-memory errors the program catches
+        gpu_instance: 7        # on a MIG GPU: the GPU instance it runs in (required there)
+        compute_instance: 0    # and the compute instance (default 0)
+
+The health keys (XIDs, memory repair, MIG) are described in
+``exporter.sources.simulated.health``.
+        slurm_job: "913377"    # optional Slurm job id (what its cgroup would say)
+        container: {name: triton, id: <64 hex>}   # optional container outside Kubernetes
+    allocations:               # optional: what the kubelet's PodResources API reports
+      - gpu: 3                 # GPU index
+        namespace: ml
+        pod: sweep-1
+        container: worker
+        resource: nvidia.com/gpu   # default nvidia.com/gpu
+        replica: 0             # time-slicing replica (the device id gets "::0"): shared
 
 Any mistake (unknown key, wrong type, negative size, unknown model, a process on a GPU that does
 not exist) raises ``ScenarioError`` with one line naming the file and the field.
@@ -54,7 +73,7 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -63,10 +82,13 @@ from exporter.boundedyaml import YamlLimitError, load_bounded
 from exporter.snapshot import ProcessType
 from exporter.sources.simulated import list_presets
 from exporter.sources.simulated.gpu_models import GPU_MODELS, GpuModel
+from exporter.sources.simulated.health import HEALTH_KEYS, HealthSpec, parse_health
 from exporter.sources.simulated.scenario_fields import Reader, ScenarioError, items, kind
 
 __all__ = [
     "GPU_MODELS",
+    "AllocationSpec",
+    "ContainerSpec",
     "EccInjection",
     "GpuModel",
     "GpuSpec",
@@ -102,6 +124,7 @@ class GpuSpec:
     ecc_corrected_per_hour: float = 0.0
     ecc_uncorrected: tuple[EccInjection, ...] = ()
     lost_at: float | None = None
+    health: HealthSpec = field(default_factory=HealthSpec)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +149,19 @@ class TorchSpec:
     fragmentation: float = 0.02
     retries_per_hour: float = 0.0
     ooms: tuple[OomEvent, ...] = ()  # out-of-memory errors the program caught
+class ContainerSpec:
+    name: str
+    id: str  # 64 hex characters
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationSpec:
+    gpu: int
+    namespace: str
+    pod: str
+    container: str
+    resource: str = "nvidia.com/gpu"
+    replica: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +183,10 @@ class ProcessSpec:
     restart_after: float | None = None
     pod: PodSpec | None = None
     torch: TorchSpec | None = None
+    gpu_instance: int | None = None  # MIG GPU instance (on a MIG GPU)
+    compute_instance: int | None = None
+    slurm_job: str | None = None
+    container: ContainerSpec | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +194,7 @@ class Scenario:
     name: str
     gpus: tuple[GpuSpec, ...]
     processes: tuple[ProcessSpec, ...] = ()
+    allocations: tuple[AllocationSpec, ...] = ()
     description: str = ""
     hostname: str | None = None
     driver_version: str = "580.95.05"
@@ -163,14 +204,19 @@ class Scenario:
 
 # --- parsing -----------------------------------------------------------------------------------
 _TOP = ("name", "description", "hostname", "driver_version", "cuda_driver_version", "gpus",
-        "processes")
+        "processes", "allocations")
 _GPU = ("model", "count", "idle_celsius", "full_load_celsius", "thermal_time_constant",
-        "power_limit_watts", "ecc_corrected_per_hour", "ecc_uncorrected", "lost_at")
+        "power_limit_watts", "ecc_corrected_per_hour", "ecc_uncorrected", "lost_at",
+        *HEALTH_KEYS)
 _PROC = ("gpu", "pid", "user", "uid", "name", "type", "start", "stop", "memory", "ramp",
          "leak_per_second", "utilization", "utilization_jitter", "memory_utilization",
-         "restart_after", "pod", "torch")
+         "restart_after", "pod", "gpu_instance", "compute_instance", "slurm_job", "container",
+         "torch")
 _POD = ("namespace", "pod", "container")
 _TORCH = ("cache", "fragmentation", "retries_per_hour", "ooms")
+_CONTAINER = ("name", "id")
+_ALLOCATION = ("gpu", "namespace", "pod", "container", "resource", "replica")
+_CONTAINER_ID = re.compile(r"^[0-9a-f]{64}$")
 
 
 def parse_scenario(data: object, origin: str, default_name: str = "scenario") -> Scenario:
@@ -189,6 +235,10 @@ def parse_scenario(data: object, origin: str, default_name: str = "scenario") ->
     processes: list[ProcessSpec] = []
     for i, entry in enumerate(items(top.raw("processes"), top, "processes")):
         processes.extend(_parse_process(Reader(entry, origin, f"processes[{i}]", _PROC), i, gpus))
+    allocations = [
+        _parse_allocation(Reader(entry, origin, f"allocations[{i}]", _ALLOCATION), gpus)
+        for i, entry in enumerate(items(top.raw("allocations"), top, "allocations"))
+    ]
     seen: set[tuple[int, int]] = set()
     for proc in processes:
         if (proc.gpu, proc.pid) in seen:
@@ -200,10 +250,24 @@ def parse_scenario(data: object, origin: str, default_name: str = "scenario") ->
         hostname=top.text("hostname"),
         driver_version=top.text("driver_version", "580.95.05") or "",
         cuda_driver_version=top.text("cuda_driver_version", "13.0") or "",
-        gpus=tuple(gpus), processes=tuple(processes), origin=origin,
+        gpus=tuple(gpus), processes=tuple(processes), allocations=tuple(allocations),
+        origin=origin,
     )
     _check_fits(scenario, top)
     return scenario
+
+
+def _parse_allocation(r: Reader, gpus: list[GpuSpec]) -> AllocationSpec:
+    gpu = r.integer("gpu", 0, low=0)
+    if not r.has("gpu") or gpu >= len(gpus):
+        r.fail(f"needs the index of one of the scenario's {len(gpus)} GPUs", "gpu")
+    replica = r.integer("replica", 0, low=0) if r.has("replica") else None
+    return AllocationSpec(
+        gpu=gpu, namespace=r.text("namespace", required=True) or "",
+        pod=r.text("pod", required=True) or "",
+        container=r.text("container", required=True) or "",
+        resource=r.text("resource", "nvidia.com/gpu") or "nvidia.com/gpu", replica=replica,
+    )
 
 
 def _parse_gpu(r: Reader, first_index: int) -> list[GpuSpec]:
@@ -230,6 +294,7 @@ def _parse_gpu(r: Reader, first_index: int) -> list[GpuSpec]:
         ecc_corrected_per_hour=r.number("ecc_corrected_per_hour", 0.0),
         ecc_uncorrected=tuple(sorted(injections, key=lambda e: e.at)),
         lost_at=r.seconds("lost_at", None),
+        health=parse_health(r, model.memory_bytes, model.row_remapping, model.mig),
     )
     return [replace(spec, index=first_index + k) for k in range(count)]
 
@@ -262,6 +327,12 @@ def _parse_process(r: Reader, position: int, gpus: list[GpuSpec]) -> list[Proces
         pod = PodSpec(*(sub.text(k, required=True) or "" for k in _POD))
     torch = _parse_torch(Reader(r.raw("torch"), r.origin, f"{r.path}.torch", _TORCH)) \
         if r.has("torch") else None
+    container = None
+    if r.has("container"):
+        sub = Reader(r.raw("container"), r.origin, f"{r.path}.container", _CONTAINER)
+        container = ContainerSpec(*(sub.text(k, required=True) or "" for k in _CONTAINER))
+        if not _CONTAINER_ID.match(container.id):
+            sub.fail("must be 64 lower-case hex characters", "id")
     memory = r.size("memory", 2 * GiB)
     base_pid = r.integer("pid", 4000 + 211 * position, low=1, high=(1 << 22) - len(targets))
     common: dict[str, Any] = {
@@ -274,13 +345,33 @@ def _parse_process(r: Reader, position: int, gpus: list[GpuSpec]) -> list[Proces
         "utilization_jitter": r.number("utilization_jitter", 0.0, high=1.0),
         "memory_utilization": r.number("memory_utilization", 0.4, high=1.0),
         "restart_after": r.seconds("restart_after", None), "pod": pod, "torch": torch,
+        "slurm_job": r.text("slurm_job"), "container": container,
     }
+    gi = r.integer("gpu_instance", 0) if r.has("gpu_instance") else None
+    ci = r.integer("compute_instance", 0) if gi is not None else None
+    if gi is None and r.has("compute_instance"):
+        r.fail("needs gpu_instance", "compute_instance")
     for target in targets:
-        if memory > gpus[target].model.memory_bytes:
-            total = gpus[target].model.memory_bytes
-            r.fail(f"{memory / GiB:.1f} GiB do not fit GPU {target} ({total / GiB:.1f} GiB)",
+        capacity = gpus[target].model.memory_bytes
+        mig = gpus[target].health.mig
+        if mig is not None:
+            instance = next((spec for spec in mig if spec.gpu_instance == gi), None)
+            if instance is None:
+                known = ", ".join(str(spec.gpu_instance) for spec in mig)
+                r.fail(f"GPU {target} is in MIG mode: name one of its GPU instances ({known})",
+                       "gpu_instance")
+            assert ci is not None
+            if ci >= instance.compute_instances:
+                r.fail(f"GPU instance {gi} has {instance.compute_instances} compute instance(s)",
+                       "compute_instance")
+            capacity = instance.memory_bytes
+        elif gi is not None:
+            r.fail(f"GPU {target} is not in MIG mode", "gpu_instance")
+        if memory > capacity:
+            r.fail(f"{memory / GiB:.1f} GiB do not fit GPU {target} ({capacity / GiB:.1f} GiB)",
                    "memory")
-    return [ProcessSpec(gpu=g, pid=base_pid + rank, **common) for rank, g in enumerate(targets)]
+    return [ProcessSpec(gpu=g, pid=base_pid + rank, gpu_instance=gi, compute_instance=ci,
+                        **common) for rank, g in enumerate(targets)]
 
 
 def _parse_torch(r: Reader) -> TorchSpec:

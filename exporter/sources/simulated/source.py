@@ -33,17 +33,35 @@ import time
 import uuid
 from collections.abc import Callable
 
-from exporter.metrics import GPU_ROWS, Group
+from exporter.attribution.podresources.allocations import (
+    Allocation,
+    AllocationTable,
+    DeviceId,
+)
+from exporter.attribution.podresources.join import join_allocations
+from exporter.health import MigProcess
+from exporter.metrics import GPU_ROWS, MEMORY_UTILIZATION, UTILIZATION, Group
 from exporter.metrics import allocator as a
 from exporter.metrics.process import LAST_ACTIVE
 from exporter.snapshot import (
+    AllocationRow,
+    ContainerRef,
     GpuIdentity,
     GpuProcess,
     GpuReading,
     PodRef,
+    PodResourcesHealth,
     ProcessOwner,
     Snapshot,
     Value,
+)
+from exporter.sources.simulated.health import (
+    RemapSpec,
+    RetiredSpec,
+    mig_devices,
+    remapped_rows,
+    retired_pages,
+    xid_counts,
 )
 from exporter.sources.simulated.physics import SimulatedGpu
 from exporter.sources.simulated.scenario import (
@@ -96,8 +114,9 @@ class _Noise:
 class _Proc:
     """Precomputed timeline of one scenario process."""
 
-    __slots__ = ("context", "grow", "jitter", "last", "leak", "life", "mem_util", "noise", "owner",
-                 "period", "pod", "ramp", "spec", "steady", "t0", "torch", "util")
+    __slots__ = ("container", "context", "grow", "jitter", "last", "leak", "life", "mem_util",
+                 "noise", "owner", "period", "pod", "ramp", "spec", "steady", "t0", "torch",
+                 "util")
 
     def __init__(self, spec: ProcessSpec, life: float | None, key: int) -> None:
         self.spec, self.t0, self.life = spec, spec.start, life
@@ -121,6 +140,8 @@ class _Proc:
             container_id=f"{_mix(key ^ 1):016x}{_mix(key ^ 2):016x}{_mix(key ^ 3):016x}"
                          f"{_mix(key ^ 4):016x}",
             namespace=spec.pod.namespace, pod=spec.pod.pod, container=spec.pod.container)
+        self.container = None if spec.container is None else ContainerRef(
+            spec.container.id, spec.container.name, "docker")
 
     def cycle(self, t: float) -> tuple[int, float] | None:
         """(restart number, age) when alive at ``t``, else None."""
@@ -265,6 +286,20 @@ class SimulatedSource:
         self.hostname = hostname or scenario.hostname or socket.gethostname()
         self._start: float | None = None
         self._gpus = [self._build_gpu(g) for g in scenario.gpus]
+        self._allocations = self._build_allocations()
+        # What the simulated kubelet answers: healthy when the scenario has allocations.
+        self._pod_resources = PodResourcesHealth(True, "ok") if scenario.allocations else None
+
+    def _build_allocations(self) -> tuple[AllocationRow, ...]:
+        """The scenario's allocations as the PodResources join would give them."""
+        uuids = [gpu.identity.uuid for gpu in self._gpus]
+        table = AllocationTable.of(
+            Allocation(DeviceId(uuids[a.gpu], None if a.replica is None else str(a.replica),
+                                uuids[a.gpu]), a.resource, a.namespace, a.pod, a.container)
+            for a in self.scenario.allocations
+        )
+        return join_allocations(table, [(gpu.identity.index, gpu.identity.uuid)
+                                        for gpu in self._gpus])
 
     def _key(self, entity: str) -> int:
         return random.Random(f"{self.seed}/{self.scenario.name}/{entity}").getrandbits(64)
@@ -322,6 +357,7 @@ class SimulatedSource:
             cuda_driver_version=self.scenario.cuda_driver_version,
             nvml_version=f"13.{self.scenario.driver_version}",
             gpus=tuple(readings), errors={"gpu_lost": lost} if lost else {},
+            allocations=self._allocations, pod_resources=self._pod_resources,
         )
 
     # --- one GPU -----------------------------------------------------------------------------
@@ -329,9 +365,12 @@ class SimulatedSource:
         model, spec = gpu.spec.model, gpu.spec
         used, util, mem_util = _DRIVER_BYTES, 0.0, 0.0
         procs: list[GpuProcess] = []
+        health = spec.health
+        mig_on = health.mig is not None  # NVML has no utilisation per GPU or process under MIG
         want_procs = Group.PROCESSES in groups
         want_putil = want_procs and Group.PROCESS_UTILIZATION in groups
         want_torch = want_procs and Group.TORCH in groups
+        want_putil = want_procs and Group.PROCESS_UTILIZATION in groups and not mig_on
         for p in gpu.procs:
             # the hot loop (8 GPUs x 32 processes per collect): _Proc.cycle/memory inlined
             age = t - p.t0
@@ -369,8 +408,10 @@ class SimulatedSource:
                     last = p.last = (k, memory, u, GpuProcess(
                         pid=p.spec.pid + _RESTART_PID_STEP * k, type=p.spec.type,
                         used_memory_bytes=memory, sm_utilization_ratio=u if want_putil else None,
-                        owner=self._owner(p, k, start), pod=p.pod, values=process_values), active,
-                        published)
+                        owner=self._owner(p, k, start), pod=p.pod, values=process_values,
+                        slurm_job=p.spec.slurm_job, container=p.container,
+                        gpu_instance=p.spec.gpu_instance,
+                        compute_instance=p.spec.compute_instance), active, published)
                 procs.append(last[3])
         util, mem_util = round(min(1.0, util), 2), round(min(1.0, mem_util), 2)  # whole %
         busy = used > _DRIVER_BYTES
@@ -414,6 +455,12 @@ class SimulatedSource:
             ecc_corrected=int(spec.ecc_corrected_per_hour * t / 3600.0),
             ecc_uncorrected=sum(e.count for e in spec.ecc_uncorrected if e.at <= t),
             processes=len(procs),
+            remapped_rows=(remapped_rows(health.remapped_rows or RemapSpec(), t, mig_on)
+                           if model.row_remapping else None),
+            retired_pages=(retired_pages(health.retired_pages or RetiredSpec(), t)
+                           if model.ecc and not model.row_remapping else None),
+            xid_events=health.xid_events,
+            mig_enabled=mig_on,
         )
         values: dict[str, Value] = {}
         for row in GPU_ROWS:
@@ -421,7 +468,22 @@ class SimulatedSource:
                 value = row.simulate(state)
                 if value is not None:
                     values[row.name] = value
-        return GpuReading(identity=gpu.identity, values=values, processes=tuple(procs))
+        if mig_on:
+            values.pop(UTILIZATION.name, None)
+            values.pop(MEMORY_UTILIZATION.name, None)
+        xids = (xid_counts(health.xids, t, start, self.speed)
+                if Group.XID in groups and health.xid_events else {})
+        mig = None
+        if mig_on and Group.MIG in groups:
+            by_instance: dict[tuple[int, int], list[MigProcess]] = {}
+            for process in procs:
+                if process.gpu_instance is not None:
+                    by_instance.setdefault(
+                        (process.gpu_instance, process.compute_instance or 0), []
+                    ).append(MigProcess(process.pid, process.used_memory_bytes))
+            mig = mig_devices(health.mig, spec.index, by_instance)
+        return GpuReading(identity=gpu.identity, values=values, processes=tuple(procs),
+                          xids=xids, mig=mig)
 
     def _owner(self, p: _Proc, k: int, start: float) -> ProcessOwner:
         """The owner of restart ``k`` of ``p`` (cached: it only changes on a restart)."""

@@ -1,0 +1,198 @@
+"""Dashboard 5: workloads - which pod, Slurm job or container holds each GPU, allocated or not.
+
+Device metrics are attributed to a pod only for GPUs it owns alone (``sharing="exclusive"``
+whole GPUs, see docs/attribution.md §4); memory per namespace, pod, job and container comes
+from the process series, which is exact on shared GPUs too.
+"""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard
+
+from dashboards import variables as v
+from dashboards.fleet import COUNT_WARN
+from dashboards.panels import (
+    Column,
+    Layout,
+    board,
+    query,
+    stat_panel,
+    steps,
+    table_panel,
+    timeseries_panel,
+)
+from dashboards.promql import allocated_idle, count_or_zero, owned, sel
+from exporter import metrics as c
+from exporter import thresholds as t
+
+UID = "gpu-exporter-workloads"
+H = v.HOST
+NAMESPACE = 'namespace=~"$namespace"'
+POD = 'pod=~"$pod"'
+SLURM_JOB = 'slurm_job=~"$slurm_job"'
+K8S = f'{H}, {NAMESPACE}, {POD}'
+WORKLOAD = (NAMESPACE, POD)
+ALLOC = sel(c.ALLOCATION_INFO, K8S)
+HIDDEN = ("Time", "__name__", "job", "instance")
+SHARED = 'sharing="shared"'
+IN_POD, IN_JOB, IN_CONTAINER = 'pod!=""', 'slurm_job!=""', 'container_id!=""'
+POD_MEM = sel(c.WORKLOAD_MEMORY, K8S, IN_POD)
+POD_UTIL = sel(c.WORKLOAD_UTILIZATION, K8S, IN_POD)
+SHARED_ALLOC = sel(c.ALLOCATION_INFO, K8S, SHARED)
+IDLE = allocated_idle(H, *WORKLOAD, ratio=t.IDLE_UTILIZATION_RATIO, window=t.IDLE_AVG_WINDOW)
+
+
+def _allocations(grid: Layout) -> None:
+    grid.row("GPU allocations (kubelet)")
+    grid.add(stat_panel(
+        "Allocated GPUs", "Devices the kubelet handed to the selected pods (whole GPUs, MIG "
+        "devices; a time-sliced GPU counts once).", "short",
+        query(count_or_zero(f"count by (job, instance, device_id) ({ALLOC})")),
+    ), 4, 4)
+    grid.add(stat_panel(
+        "Allocated but idle", "Pod allocations with no process of the pod on the GPU, or a GPU "
+        f"the pod owns alone averaging under {t.IDLE_UTILIZATION_RATIO:.0%} utilisation over "
+        f"{t.IDLE_AVG_WINDOW} (alert GpuAllocatedIdle after {t.IDLE_FOR}).", "short",
+        query(count_or_zero(IDLE)), thresholds=steps(*COUNT_WARN),
+    ), 4, 4)
+    grid.add(stat_panel(
+        "Shared allocations", "Allocations of time-sliced or MPS-shared GPUs: their device "
+        "utilisation and power belong to every pod sharing them and are not split.", "short",
+        query(count_or_zero(SHARED_ALLOC)),
+    ), 4, 4)
+    grid.add(stat_panel(
+        "Memory of pods", "GPU memory held by the processes of the selected pods (exact on "
+        "shared GPUs too: the driver accounts memory per process).", "bytes",
+        query(f"sum({POD_MEM}) or vector(0)"),
+    ), 4, 4)
+    grid.add(stat_panel(
+        "Memory of Slurm jobs", "GPU memory held by processes of the selected Slurm jobs.",
+        "bytes", query(f"sum({sel(c.WORKLOAD_MEMORY, H, SLURM_JOB, IN_JOB)}) or vector(0)"),
+    ), 4, 4)
+    grid.add(stat_panel(
+        "Memory of other containers", "GPU memory held by Docker, Podman, containerd or CRI-O "
+        "containers outside Kubernetes.", "bytes",
+        query(f"sum({sel(c.WORKLOAD_MEMORY, H, IN_CONTAINER)}) or vector(0)"),
+    ), 4, 4)
+    grid.add(stat_panel(
+        "Kubelet PodResources API", "1 when every selected exporter's last poll of the "
+        "kubelet's PodResources API succeeded; 0 means allocations are missing somewhere (alert "
+        "GpuExporterPodResourcesFailing; see the status table).", "short",
+        query(f"min({sel(c.POD_RESOURCES_UP, H)})"),
+        thresholds=steps(("red", None), ("green", 1.0)),
+    ), 4, 4)
+    grid.add(table_panel(
+        "PodResources status", "The outcome of each exporter's last PodResources poll: ok, "
+        "socket_missing (not mounted, or another kubelet root dir), permission_denied (run as "
+        "uid 0), unavailable, timeout, too_large, rejected, unimplemented, error.",
+        [Column("Status", sel(c.POD_RESOURCES_STATUS, H), "short")],
+    ), 20, 4)
+    grid.add(table_panel(
+        "GPUs owned by one pod", "Whole GPUs the kubelet gave to exactly one container: their "
+        "memory, utilisation and power are that pod's.",
+        [
+            Column("Memory used", owned(c.MEMORY_USED, H, *WORKLOAD), "bytes"),
+            Column("Memory total", owned(c.MEMORY_TOTAL, H, *WORKLOAD), "bytes"),
+            Column("Utilisation", owned(c.UTILIZATION, H, *WORKLOAD), "percentunit"),
+            Column("Power", owned(c.POWER_USAGE, H, *WORKLOAD), "watt"),
+        ],
+        hidden=HIDDEN, sort_by="Memory used",
+    ), 24, 8)
+    shared = (
+        f"sum by (job, instance, gpu, uuid, namespace, pod) ({POD_MEM}) "
+        f"and on (job, instance, uuid, namespace, pod) {SHARED_ALLOC}"
+    )
+    grid.add(table_panel(
+        "Pods on shared GPUs", "Per pod and shared GPU: the memory its processes hold and their "
+        "summed SM utilisation samples (time-slicing shares the GPU; device totals are not "
+        "split between pods).",
+        [
+            Column("Pod memory", shared, "bytes"),
+            Column("Pod SM utilisation",
+                   f"sum by (job, instance, gpu, uuid, namespace, pod) ({POD_UTIL}) "
+                   f"and on (job, instance, uuid, namespace, pod) {SHARED_ALLOC}", "percentunit"),
+        ],
+        hidden=HIDDEN, sort_by="Pod memory",
+    ), 12, 8)
+    grid.add(table_panel(
+        "Allocated but idle", "Allocations of the selected pods that hold a GPU for nothing "
+        "right now: no process of the pod on the GPU, or a GPU the pod owns alone averaging "
+        f"under {t.IDLE_UTILIZATION_RATIO:.0%} utilisation over {t.IDLE_AVG_WINDOW}. After "
+        f"{t.IDLE_FOR} the GpuAllocatedIdle alert fires (see its runbook).",
+        [Column("Idle", f"max by (job, instance, gpu, uuid, namespace, pod, container) "
+                        f"({IDLE})", "short")],
+        hidden=HIDDEN,
+    ), 12, 8)
+
+
+def _usage(grid: Layout) -> None:
+    grid.row("Namespaces and pods")
+    grid.add(timeseries_panel(
+        "GPU memory by namespace", "Memory held by each namespace's GPU processes, stacked.",
+        "bytes", [query(f"sum by (namespace) ({POD_MEM})", "{{namespace}}")], stacked=True,
+        min_val=0,
+    ), 12)
+    grid.add(timeseries_panel(
+        "GPU memory by pod", "Memory held by each pod's GPU processes.", "bytes",
+        [query(f"sum by (namespace, pod) ({POD_MEM})", "{{namespace}}/{{pod}}")], min_val=0,
+    ), 12)
+    util = owned(c.UTILIZATION, H, *WORKLOAD)
+    grid.add(timeseries_panel(
+        "Utilisation of GPUs a pod owns", "Average utilisation of the whole GPUs each pod "
+        "owns alone.", "percentunit",
+        [query(f"avg by (namespace, pod) ({util})", "{{namespace}}/{{pod}}")],
+        min_val=0, max_val=1,
+    ), 12)
+    power = owned(c.POWER_USAGE, H, *WORKLOAD)
+    grid.add(timeseries_panel(
+        "Power of GPUs a pod owns", "Board power of the whole GPUs each pod owns alone, summed "
+        "per pod.", "watt",
+        [query(f"sum by (namespace, pod) ({power})", "{{namespace}}/{{pod}}")], min_val=0,
+    ), 12)
+
+
+def _jobs(grid: Layout) -> None:
+    grid.row("Slurm jobs and containers")
+    job_mem = sel(c.WORKLOAD_MEMORY, H, SLURM_JOB, IN_JOB)
+    job_util = sel(c.WORKLOAD_UTILIZATION, H, SLURM_JOB, IN_JOB)
+    grid.add(timeseries_panel(
+        "GPU memory by Slurm job", "Memory held by each Slurm job's GPU processes (job id from "
+        "the process's cgroup).", "bytes",
+        [query(f"sum by (slurm_job) ({job_mem})", "job {{slurm_job}}")], stacked=True,
+        min_val=0,
+    ), 12)
+    grid.add(table_panel(
+        "Slurm jobs", "Per job: GPU memory, GPUs in use and the summed SM utilisation of the "
+        "job's processes per GPU, averaged over its GPUs.",
+        [
+            Column("Memory", f"sum by (slurm_job) ({job_mem})", "bytes"),
+            Column("GPUs", f"count by (slurm_job) ({job_mem})", "short"),
+            Column("Avg SM utilisation", f"avg by (slurm_job) ({job_util})", "percentunit"),
+        ],
+        hidden=HIDDEN, sort_by="Memory",
+    ), 12)
+    container_mem = sel(c.WORKLOAD_MEMORY, H, IN_CONTAINER)
+    grid.add(timeseries_panel(
+        "GPU memory by container (outside Kubernetes)", "Memory held by Docker, Podman, "
+        "containerd and CRI-O containers not in a pod; the name where the runtime's files give "
+        "it, else the short ID.", "bytes",
+        [query(f"sum by (container, container_id) ({container_mem})",
+               "{{container}} {{container_id}}")], min_val=0,
+    ), 24)
+
+
+def build() -> dashboard.Dashboard:
+    """The workloads dashboard builder."""
+    built = board(
+        "GPU workloads", UID,
+        "Which pod, Slurm job or container holds each GPU, allocated or not.",
+        v.host_chain(*v.workload_labels()),
+    )
+    grid = Layout(built)
+    _allocations(grid)
+    _usage(grid)
+    _jobs(grid)
+    return built
+
+
+__all__ = ["UID", "build"]

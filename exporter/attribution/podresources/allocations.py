@@ -1,0 +1,135 @@
+"""Device allocations as the kubelet reports them, reduced to what a GPU exporter needs.
+
+The kubelet's PodResources ``List`` answer names, per pod container, the device ids each
+device plugin handed out. For NVIDIA's device plugin (k8s-device-plugin) those ids are:
+
+- ``GPU-<uuid>``: a whole GPU (resource ``nvidia.com/gpu``), the NVML UUID;
+- ``MIG-<uuid>``: a MIG device (``nvidia.com/gpu`` under MIG strategy ``single``, or
+  ``nvidia.com/mig-<profile>`` under ``mixed``), the NVML MIG device UUID (R470+); drivers
+  before R470 used ``MIG-GPU-<gpu-uuid>/<gi>/<ci>``, which names its parent GPU;
+- ``<id>::<n>``: replica ``n`` of a time-sliced or MPS-shared device (``sharing.timeSlicing``
+  or ``sharing.mps`` in the plugin's config; resource renamed ``nvidia.com/gpu.shared`` with
+  ``renameByDefault``).
+
+This module is pure (no gRPC): the client converts the protobuf answer into ``Allocation``
+rows with ``allocations_from_pods`` and everything downstream reads those.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+#: Resource names counted as NVIDIA GPUs besides the ``nvidia.com/mig-`` prefix.
+DEFAULT_RESOURCE_NAMES: frozenset[str] = frozenset({"nvidia.com/gpu", "nvidia.com/gpu.shared"})
+#: Prefix of MIG resources under the device plugin's ``mixed`` strategy.
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+_REPLICA_SEPARATOR = "::"
+_LEGACY_MIG_PREFIX = "MIG-GPU-"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceId:
+    """A kubelet device id split into its parts."""
+
+    device: str  # the id without a replica suffix: "GPU-...", "MIG-..." or another plugin's id
+    replica: str | None = None  # "3" for "GPU-...::3" (time-slicing / MPS replicas)
+    parent_uuid: str | None = None  # the GPU's UUID when the id itself names it
+
+    @property
+    def is_mig(self) -> bool:
+        """True for MIG device ids (either form)."""
+        return self.device.startswith("MIG-")
+
+
+def parse_device_id(raw: str) -> DeviceId:
+    """Split ``GPU-x::3`` / ``MIG-x`` / ``MIG-GPU-x/1/0`` into a ``DeviceId``. Never raises."""
+    device, separator, replica = raw.strip().partition(_REPLICA_SEPARATOR)
+    parent: str | None = None
+    if device.startswith("GPU-"):
+        parent = device
+    elif device.startswith(_LEGACY_MIG_PREFIX):
+        parent = device[len("MIG-") :].split("/", 1)[0]
+    return DeviceId(device, replica if separator else None, parent)
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """One device handed to one container of one pod."""
+
+    device: DeviceId
+    resource: str  # e.g. "nvidia.com/gpu", "nvidia.com/mig-1g.18gb"
+    namespace: str
+    pod: str
+    container: str
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationTable:
+    """Every GPU allocation on the node, indexed by device id (without replica suffix)."""
+
+    allocations: tuple[Allocation, ...] = ()
+    by_device: Mapping[str, tuple[Allocation, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, allocations: Iterable[Allocation]) -> AllocationTable:
+        """Build the table, sorted, with duplicates removed."""
+        rows = tuple(sorted(set(allocations), key=_sort_key))
+        index: dict[str, list[Allocation]] = {}
+        for row in rows:
+            index.setdefault(row.device.device, []).append(row)
+        return cls(rows, {device: tuple(found) for device, found in index.items()})
+
+    def shared(self, device: str) -> bool:
+        """True when ``device`` is time-sliced/MPS-replicated or held by several containers."""
+        rows = self.by_device.get(device, ())
+        return len(rows) > 1 or any(row.device.replica is not None for row in rows)
+
+
+def _sort_key(row: Allocation) -> tuple[str, str, str, str, str]:
+    return (row.device.device, row.namespace, row.pod, row.container, row.device.replica or "")
+
+
+# Structural view of the generated protobuf classes (keeps this module free of gRPC imports).
+class _Devices(Protocol):
+    resource_name: str
+    device_ids: Iterable[str]
+
+
+class _Container(Protocol):
+    name: str
+    devices: Iterable[_Devices]
+
+
+class _Pod(Protocol):
+    name: str
+    namespace: str
+    containers: Iterable[_Container]
+
+
+def is_gpu_resource(name: str, extra_names: frozenset[str] = frozenset()) -> bool:
+    """Whether a resource name denotes NVIDIA GPUs or MIG devices."""
+    return (
+        name in DEFAULT_RESOURCE_NAMES
+        or name in extra_names
+        or name.startswith(MIG_RESOURCE_PREFIX)
+    )
+
+
+def allocations_from_pods(
+    pods: Iterable[_Pod], extra_resource_names: frozenset[str] = frozenset()
+) -> AllocationTable:
+    """GPU allocations of a ``ListPodResourcesResponse.pod_resources`` sequence."""
+    rows: list[Allocation] = []
+    for pod in pods:
+        for container in pod.containers:
+            for devices in container.devices:
+                if not is_gpu_resource(devices.resource_name, extra_resource_names):
+                    continue
+                for raw in devices.device_ids:
+                    device = parse_device_id(raw)
+                    if device.device:
+                        rows.append(Allocation(device, devices.resource_name, pod.namespace,
+                                               pod.name, container.name))
+    return AllocationTable.of(rows)

@@ -1,0 +1,52 @@
+"""Rows of who was *given* a GPU: the kubelet's allocations (PodResources API).
+
+Process series carry who *uses* a GPU (``exporter.metrics.process``, labels from the
+process's cgroup); these rows carry the allocation, one series per (device, container), and
+the health of the PodResources poller. docs/attribution.md §4 explains the labels.
+"""
+
+from __future__ import annotations
+
+from exporter.metrics.core import GPU_LABELS, Group, Kind, Metric, Scope
+
+#: Labels of ``gpu_allocation_info``.
+ALLOCATION_LABELS: tuple[str, ...] = (*GPU_LABELS, "device_id", "gpu_instance", "resource",
+                                      "namespace", "pod", "container", "sharing")
+
+ALLOCATION_INFO = Metric(
+    "gpu_allocation_info", Kind.INFO, Group.PROCESSES,
+    "A device the kubelet allocated to a pod's container (PodResources API). device_id is the "
+    "device plugin's id (GPU-/MIG-), gpu/uuid the (parent) GPU, gpu_instance the MIG GPU "
+    "instance; sharing is exclusive, or shared for time-sliced/MPS replicas and devices listed "
+    "for several containers. Value is always 1.",
+    labels=ALLOCATION_LABELS, scope=Scope.ALLOCATION,
+)
+#: Labels naming a workload: a pod's, a plain container's, a Slurm job's (those switched on).
+WORKLOAD_LABELS: tuple[str, ...] = ("namespace", "pod", "container", "container_id",
+                                    "slurm_job")
+
+WORKLOAD_MEMORY = Metric(
+    "gpu_workload_memory_used_bytes", Kind.GAUGE, Group.PROCESSES,
+    "GPU memory held by all processes of one workload (pod, container or Slurm job, from "
+    "their cgroups) on this GPU, in bytes: exact on shared GPUs too. Labels as switched on "
+    "(--kubernetes, --containers, --slurm); host processes are not counted here.",
+    labels=(*GPU_LABELS, *WORKLOAD_LABELS), scope=Scope.GPU_SUMMARY,
+)
+WORKLOAD_UTILIZATION = Metric(
+    "gpu_workload_utilization_ratio", Kind.GAUGE, Group.PROCESS_UTILIZATION,
+    "Summed SM utilisation samples (0-1) of one workload's processes on this GPU: its share "
+    "of a time-sliced GPU.",
+    labels=(*GPU_LABELS, *WORKLOAD_LABELS), scope=Scope.GPU_SUMMARY,
+)
+POD_RESOURCES_UP = Metric(
+    "gpu_exporter_pod_resources_up", Kind.GAUGE, Group.EXPORTER,
+    "1 if the last poll of the kubelet's PodResources API succeeded, else 0 (present only "
+    "while allocations are polled).",
+    labels=(), scope=Scope.EXPORTER,
+)
+POD_RESOURCES_STATUS = Metric(
+    "gpu_exporter_pod_resources_status", Kind.GAUGE, Group.EXPORTER,
+    "Outcome of the last PodResources poll, as a label (ok, socket_missing, permission_denied, "
+    "unavailable, timeout, too_large, rejected, unimplemented, error); value is always 1.",
+    labels=("status",), scope=Scope.EXPORTER,
+)

@@ -1,0 +1,179 @@
+"""GPU health rows: memory repair (group ``remapping``), lifetime ECC, XID errors and NVML health
+events (group ``xid``), MIG instances (group ``mig``). See docs/health.md.
+
+MIG labels follow dcgm-exporter's: ``gpu``/``uuid`` stay the parent GPU's, ``gpu_instance`` is
+its ``GPU_I_ID``, ``gpu_profile`` its ``GPU_I_PROFILE`` (``1g.18gb``), ``compute_instance`` the
+compute instance ID and ``mig_uuid`` the MIG device's UUID.
+"""
+
+from __future__ import annotations
+
+from exporter.metrics.core import (
+    GPU_LABELS,
+    Constant,
+    Group,
+    Kind,
+    Metric,
+    NvmlSpecial,
+    Scope,
+    nvml,
+)
+
+#: NVML health event types counted besides XIDs (``event`` label values), in exposition order.
+HEALTH_EVENTS: tuple[str, ...] = (
+    "double_bit_ecc",
+    "single_bit_ecc_storm",
+    "dram_retirement",
+    "dram_retirement_failure",
+    "non_fatal_poison",
+    "fatal_poison",
+    "gpu_unavailable",
+    "recovery_action",
+    "mig_config_change",
+)
+MIG_INSTANCE_LABELS: tuple[str, ...] = (*GPU_LABELS, "gpu_instance", "gpu_profile")
+MIG_DEVICE_LABELS: tuple[str, ...] = (*GPU_LABELS, "gpu_instance", "compute_instance",
+                                      "gpu_profile")
+
+_AGGREGATE_ECC = Constant("NVML_AGGREGATE_ECC", 1)
+
+# --- memory repair (Ampere+: row remapping; older: page retirement) -----------------------------
+REMAPPED_ROWS = Metric(
+    "gpu_remapped_rows_total", Kind.COUNTER, Group.REMAPPING,
+    "Memory rows the GPU remapped to spare rows after ECC errors, for the life of the GPU; type "
+    "is corrected (after correctable errors) or uncorrected. Ampere and newer; absent with MIG "
+    "on.",
+    labels=(*GPU_LABELS, "type"), label_values=("corrected", "uncorrected"),
+    nvml=NvmlSpecial("remapped_rows"),
+    simulate=lambda gpu: (None if gpu.remapped_rows is None else
+                          {"corrected": gpu.remapped_rows.corrected,
+                           "uncorrected": gpu.remapped_rows.uncorrected}),
+    json_field="remapped_rows_{}", json_type=int,
+)
+REMAP_PENDING = Metric(
+    "gpu_remapped_rows_pending", Kind.GAUGE, Group.REMAPPING,
+    "1 while remapped rows wait for a GPU reset to take effect (jobs keep running; reset the "
+    "GPU when convenient), else 0.",
+    nvml=NvmlSpecial("remapped_rows"),
+    simulate=lambda gpu: (None if gpu.remapped_rows is None
+                          else float(gpu.remapped_rows.pending)),
+    json_field="remapped_rows_pending", json_type=bool,
+)
+REMAP_FAILURE = Metric(
+    "gpu_remapped_rows_failure", Kind.GAUGE, Group.REMAPPING,
+    "1 if a row remap ever failed on this GPU (a memory bank ran out of spare rows: replace "
+    "the GPU), else 0.",
+    nvml=NvmlSpecial("remapped_rows"),
+    simulate=lambda gpu: (None if gpu.remapped_rows is None
+                          else float(gpu.remapped_rows.failure)),
+    json_field="remapped_rows_failure", json_type=bool,
+)
+RETIRED_PAGES = Metric(
+    "gpu_retired_pages_total", Kind.COUNTER, Group.REMAPPING,
+    "Memory pages retired after ECC errors, for the life of the GPU; cause is single_bit "
+    "(multiple single-bit errors) or double_bit. GPUs before Ampere (newer ones remap rows).",
+    labels=(*GPU_LABELS, "cause"), label_values=("single_bit", "double_bit"),
+    nvml=NvmlSpecial("retired_pages"),
+    simulate=lambda gpu: (None if gpu.retired_pages is None else
+                          {"single_bit": gpu.retired_pages.single_bit,
+                           "double_bit": gpu.retired_pages.double_bit}),
+    json_field="retired_pages_{}", json_type=int,
+)
+RETIRED_PENDING = Metric(
+    "gpu_retired_pages_pending", Kind.GAUGE, Group.REMAPPING,
+    "1 while retired pages wait for a GPU reset or reboot to be retired, else 0 (GPUs before "
+    "Ampere).",
+    nvml=NvmlSpecial("retired_pages"),
+    simulate=lambda gpu: (None if gpu.retired_pages is None or gpu.retired_pages.pending is None
+                          else float(gpu.retired_pages.pending)),
+    json_field="retired_pages_pending", json_type=bool,
+)
+ECC_AGGREGATE = Metric(
+    "gpu_ecc_aggregate_errors_total", Kind.COUNTER, Group.ECC,
+    "ECC memory errors over the lifetime of the GPU (NVML's aggregate counters, kept across "
+    "driver reloads and reboots); type is corrected or uncorrected.",
+    labels=(*GPU_LABELS, "type"), label_values=("corrected", "uncorrected"),
+    nvml=nvml("nvmlDeviceGetTotalEccErrors", per_label={
+        "corrected": (Constant("NVML_MEMORY_ERROR_TYPE_CORRECTED", 0), _AGGREGATE_ECC),
+        "uncorrected": (Constant("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1), _AGGREGATE_ECC),
+    }),
+    # A simulated GPU's whole life is the scenario: lifetime counts equal the volatile ones.
+    simulate=lambda gpu: ({"corrected": gpu.ecc_corrected, "uncorrected": gpu.ecc_uncorrected}
+                          if gpu.model.ecc else None),
+    json_field="ecc_aggregate", json_type=int,
+)
+
+# --- XID errors and health events (NVML events, counted in the background) ----------------------
+XID_ERRORS = Metric(
+    "gpu_xid_errors_total", Kind.COUNTER, Group.XID,
+    "XID errors the driver reported for this GPU since the exporter started, by XID code "
+    "(13, 31, 43: the application's fault; 48, 94, 95: uncorrectable memory errors; 79: fell "
+    "off the bus; see the runbook). Counted from NVML events, not on the scrape path.",
+    labels=(*GPU_LABELS, "xid"), scope=Scope.XID,
+)
+LAST_XID = Metric(
+    "gpu_last_xid_timestamp_seconds", Kind.GAUGE, Group.XID,
+    "Unix time the exporter received the last XID of this code for this GPU, in seconds.",
+    labels=(*GPU_LABELS, "xid"), scope=Scope.XID,
+)
+XID_EVENTS_REGISTERED = Metric(
+    "gpu_xid_events_registered", Kind.GAUGE, Group.XID,
+    "1 if the exporter receives XID events for this GPU, 0 if NVML refused them (old GPU, some "
+    "virtualised or containerised setups): then XIDs of this GPU cannot be counted.",
+    nvml=NvmlSpecial("events"),
+    simulate=lambda gpu: float(gpu.xid_events),
+    json_field="xid_events_registered", json_type=bool,
+)
+HEALTH_EVENT_COUNT = Metric(
+    "gpu_health_events_total", Kind.COUNTER, Group.XID,
+    "NVML health events for this GPU since the exporter started, by event (double_bit_ecc, "
+    "dram_retirement, dram_retirement_failure, fatal_poison, gpu_unavailable, ...); only the "
+    "types the GPU lets the exporter watch are present.",
+    labels=(*GPU_LABELS, "event"), label_values=HEALTH_EVENTS,
+    nvml=NvmlSpecial("events"),
+    simulate=lambda gpu: dict.fromkeys(HEALTH_EVENTS, 0.0) if gpu.xid_events else None,
+    json_field="health_events", json_type=int,
+)
+
+# --- MIG ----------------------------------------------------------------------------------------
+MIG_ENABLED = Metric(
+    "gpu_mig_enabled", Kind.GAUGE, Group.MIG,
+    "1 if MIG (Multi-Instance GPU) mode is on for this GPU, 0 if off; absent on GPUs without "
+    "MIG. With MIG on, utilisation is not available per GPU or per instance.",
+    nvml=NvmlSpecial("mig"),
+    simulate=lambda gpu: None if not gpu.model.mig else float(gpu.mig_enabled),
+    json_field="mig_enabled", json_type=bool,
+)
+MIG_INFO = Metric(
+    "gpu_mig_instance_info", Kind.INFO, Group.MIG,
+    "One MIG device (a compute instance inside a GPU instance) of this GPU; value is always 1. "
+    "gpu_instance and gpu_profile are dcgm-exporter's GPU_I_ID and GPU_I_PROFILE.",
+    labels=(*MIG_DEVICE_LABELS, "mig_uuid"), scope=Scope.MIG,
+)
+MIG_MEMORY_USED = Metric(
+    "gpu_mig_memory_used_bytes", Kind.GAUGE, Group.MIG,
+    "Memory used in one MIG GPU instance, in bytes (its compute instances share it).",
+    labels=MIG_INSTANCE_LABELS, scope=Scope.MIG,
+)
+MIG_MEMORY_TOTAL = Metric(
+    "gpu_mig_memory_total_bytes", Kind.GAUGE, Group.MIG,
+    "Memory of one MIG GPU instance, in bytes.",
+    labels=MIG_INSTANCE_LABELS, scope=Scope.MIG,
+)
+MIG_PROCESSES = Metric(
+    "gpu_mig_processes", Kind.GAUGE, Group.MIG,
+    "Number of processes running in one MIG device (compute instance).",
+    labels=MIG_DEVICE_LABELS, scope=Scope.MIG,
+)
+MIG_USER_MEMORY = Metric(
+    "gpu_mig_user_memory_used_bytes", Kind.GAUGE, Group.MIG,
+    "GPU memory held by one user's processes in one MIG device, in bytes ('unknown' where the "
+    "owner could not be read).",
+    labels=(*MIG_DEVICE_LABELS, "user"), scope=Scope.MIG,
+)
+MIG_XID_ERRORS = Metric(
+    "gpu_mig_xid_errors_total", Kind.COUNTER, Group.XID,
+    "XID errors NVML attributed to one MIG device since the exporter started, by XID code (a "
+    "subset of gpu_xid_errors_total).",
+    labels=(*GPU_LABELS, "gpu_instance", "compute_instance", "xid"), scope=Scope.XID,
+)

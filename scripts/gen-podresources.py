@@ -1,0 +1,69 @@
+"""Regenerate (or, with --check, verify) the Python modules of the kubelet PodResources API.
+
+    python scripts/gen-podresources.py [--check]
+
+Runs grpcio-tools' protoc on ``exporter/attribution/podresources/v1/api.proto`` with the
+repository root as include path, so the generated gRPC module imports its messages as
+``exporter.attribution.podresources.v1.api_pb2``. ``--check`` generates into a temporary
+directory and exits 1 when the committed files differ (the test suite runs it). The generated
+code pins its runtimes: keep ``grpcio``/``protobuf`` in pyproject.toml at least at the
+versions it names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROTO = Path("exporter/attribution/podresources/v1/api.proto")
+OUTPUTS = ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py")
+
+
+def generate(out_dir: Path) -> None:
+    """Write the generated modules under ``out_dir`` (mirroring the proto's path)."""
+    from grpc_tools import protoc  # noqa: PLC0415 (build-time tool only)
+
+    include = Path(protoc.__file__).parent / "_proto"
+    status = protoc.main([
+        "protoc",
+        f"-I{ROOT}",
+        f"-I{include}",
+        f"--python_out={out_dir}",
+        f"--pyi_out={out_dir}",
+        f"--grpc_python_out={out_dir}",
+        str(ROOT / PROTO),
+    ])
+    if status != 0:
+        raise SystemExit(f"protoc failed with status {status}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="fail if committed files are stale")
+    args = parser.parse_args()
+    if not args.check:
+        generate(ROOT)
+        print("regenerated", ", ".join(str(PROTO.parent / name) for name in OUTPUTS))
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        generate(Path(tmp))
+        stale = [
+            name for name in OUTPUTS
+            if not (ROOT / PROTO.parent / name).exists()
+            or not filecmp.cmp(Path(tmp) / PROTO.parent / name, ROOT / PROTO.parent / name,
+                               shallow=False)
+        ]
+    if stale:
+        print(f"stale generated files: {', '.join(stale)}; run python scripts/gen-podresources.py",
+              file=sys.stderr)
+        return 1
+    print("generated PodResources modules are up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""Attribution flags: parsing and bounds, which enrichment they build, and what they never do
+(fail a collection because the kubelet is unreachable; poll on the simulated source)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from exporter.cli import build_enricher, build_poller, parse_config
+from exporter.config import ConfigError
+from exporter.exposition.self_metrics import collection_success
+from exporter.snapshot import Snapshot
+from exporter.sources.simulated.scenario import ScenarioError, parse_scenario
+
+
+def config(*flags: str):  # type: ignore[no-untyped-def]
+    return parse_config(["--source", "nvml", *flags], {})
+
+
+def test_defaults() -> None:
+    got = config()
+    assert (got.kubernetes, got.slurm, got.containers) == (False, False, False)
+    assert got.pod_resources_socket == "/var/lib/kubelet/pod-resources/kubelet.sock"
+    assert got.pod_resources_interval == 5.0
+    assert got.pod_resources_max_bytes == 16 * 1024 * 1024
+    options = config("--slurm", "--containers").exposition_options()
+    assert (options.slurm_labels, options.container_labels, options.kubernetes_labels) == (
+        True, True, False)
+
+
+@pytest.mark.parametrize(("flag", "message"), [
+    ("--kubernetes.pod-resources-max-bytes=1073741824", "between"),
+    ("--kubernetes.pod-resources-max-bytes=1000", "between"),
+    ("--kubernetes.pod-resources-interval=200ms", "minimum of 1s"),
+    ("--kubernetes.pod-resources-interval=soon", "duration"),
+])
+def test_bad_values_are_clear_errors(flag: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        config(flag)
+
+
+def test_poller_only_for_kubernetes_on_nvml_with_a_socket() -> None:
+    assert build_poller(config()) is None
+    assert build_poller(config("--kubernetes", "--kubernetes.pod-resources-socket=")) is None
+    simulated = parse_config(["--source", "simulated", "--scenario", "kubernetes-node",
+                              "--kubernetes"], {})
+    assert build_poller(simulated) is None
+    poller = build_poller(config("--kubernetes", "--kubernetes.pod-resources-interval=2s",
+                                 "--kubernetes.gpu-resource=example.com/gpu, other.io/x"))
+    assert poller is not None
+    assert poller.interval_seconds == 2.0
+    assert poller.client.extra_resource_names == frozenset({"example.com/gpu", "other.io/x"})
+    enricher = build_enricher(config("--kubernetes"), poller)
+    assert getattr(enricher, "allocations", None) is poller
+    assert build_enricher(simulated, poller) is None
+
+
+def test_cgroups_are_read_for_any_attribution_flag() -> None:
+    for flags in (("--kubernetes",), ("--slurm",), ("--containers",)):
+        enricher = build_enricher(config(*flags))
+        assert getattr(enricher, "owners", None) is not None
+        assert enricher.owners._cgroups  # type: ignore[union-attr]
+    plain = build_enricher(config())
+    assert not plain.owners._cgroups  # type: ignore[union-attr]
+    assert build_enricher(config("--containers")).container_names is not None  # type: ignore[union-attr]
+
+
+def test_kubelet_failures_never_fail_the_collection() -> None:
+    base = Snapshot(source="nvml", hostname="h", taken_at=1.0, duration_seconds=0.1)
+    assert collection_success(replace(base, errors={"pod_resources": 3}))
+    assert not collection_success(replace(base, errors={"owner_lookup": 1}))
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"allocations": [{"gpu": 5, "namespace": "a", "pod": "b", "container": "c"}]}, "gpu"),
+    ({"allocations": [{"gpu": 0, "namespace": "a", "pod": "b"}]}, "container"),
+    ({"processes": [{"gpu": 0, "user": "x", "container": {"name": "n", "id": "xyz"}}]}, "64"),
+    ({"processes": [{"gpu": 0, "user": "x", "slurm_job": 913377}]}, "slurm_job"),
+])
+def test_scenario_attribution_keys_are_checked(extra: dict[str, object], message: str) -> None:
+    data = {"gpus": [{"model": "NVIDIA H200"}], **extra}
+    with pytest.raises(ScenarioError, match=message):
+        parse_scenario(data, "test.yaml")
