@@ -149,6 +149,9 @@ class TorchSpec:
     fragmentation: float = 0.02
     retries_per_hour: float = 0.0
     ooms: tuple[OomEvent, ...] = ()  # out-of-memory errors the program caught
+
+
+@dataclass(frozen=True, slots=True)
 class ContainerSpec:
     name: str
     id: str  # 64 hex characters
