@@ -12,9 +12,11 @@ Both parts use the exporter with its default settings on the simulated 8x32 node
    returned by a collector on every scrape: only prometheus_client's encoding and HTTP remain).
    Target: the exporter's p50 at or below prometheus_client's.
 2. ``flood``: ``--clients`` keep-alive connections send /metrics requests back to back for
-   ``--seconds``, once with the default ``--web.max-requests`` and once with a low limit so
-   that the gate must turn requests away. Target: a 503 answers within 50 ms at p99, and no
-   connection fails.
+   ``--seconds``, once with the default ``--web.max-requests`` and once with a low limit.
+   Requests beyond the limit are answered at once from the last collected data (or 503 by the
+   access gate). Target: the over-limit answer within 50 ms at p99 (checked on every answer),
+   and no connection fails. With closed-loop clients the latency is about clients x the cost
+   of one request: the figure says how cheap an answer is, on a machine the clients share.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.harness import Scraper, Server, free_port, hammer, percentile
 
 SCENARIO = ("--source", "simulated", "--scenario", "synthetic:8x32")
-TARGET_503_P99_MS = 50.0
+TARGET_P99_MS = 50.0
 #: prometheus_client's own server, serving fixed families parsed from a text exposition.
 _PROMETHEUS_CLIENT = r"""
 import sys, time
@@ -90,29 +92,33 @@ def compare_p50(scrapes: int) -> bool:
 
 
 def flood(clients: int, seconds: float) -> bool:
+    """Every answer's latency under a flood, by status.
+
+    Beyond ``--web.max-requests`` a scrape is answered at once from the last collected data
+    (a 200, rendered on the event loop) and a request beyond the access gate's limit gets a
+    503; the client cannot tell an over-limit 200 from another, so the target is checked on
+    every answer (a superset of the over-limit ones).
+    """
     print(f"flood: {clients} keep-alive clients sending /metrics back to back for {seconds:g} s")
-    print(f"{'exporter flags':<28} {'requests':>8} {'200':>7} {'503':>7} {'other':>6} "
-          f"{'failed':>6} {'200 p50':>8} {'200 p99':>8} {'503 p50':>8} {'503 p99':>8}")
+    print(f"{'exporter flags':<26} {'answers':>7} {'200':>6} {'503':>6} {'other':>5} "
+          f"{'failed':>6} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'503 p99':>7} {'rps':>5}")
     ok = True
     for flags in ((), ("--web.max-requests", "4")):
         with Server.exporter(*SCENARIO, *flags) as server:
             by_status, failures = hammer(server.port, clients, seconds)
             alive = server.proc.poll() is None
-        ok_ms, busy_ms = by_status.get(200, []), by_status.get(503, [])
+        every = [ms for values in by_status.values() for ms in values]
+        busy = by_status.get(503, [])
         other = sum(len(v) for k, v in by_status.items() if k not in (200, 503))
-        total = sum(len(v) for v in by_status.values())
-
-        def cell(values: list[float], q: float) -> str:
-            return f"{percentile(values, q):>8.2f}" if values else f"{'-':>8}"
-
         label = " ".join(flags) or "(defaults)"
-        print(f"{label:<28} {total:>8} {len(ok_ms):>7} {len(busy_ms):>7} {other:>6} "
-              f"{len(failures):>6} {cell(ok_ms, 50)} {cell(ok_ms, 99)} {cell(busy_ms, 50)} "
-              f"{cell(busy_ms, 99)}")
+        print(f"{label:<26} {len(every):>7} {len(by_status.get(200, [])):>6} {len(busy):>6} "
+              f"{other:>5} {len(failures):>6} {percentile(every, 50):>7.1f} "
+              f"{percentile(every, 99):>7.1f} {max(every):>7.1f} "
+              f"{percentile(busy, 99) if busy else float('nan'):>7.1f} "
+              f"{len(every) / seconds:>5.0f}")
         ok &= alive and not failures and not other
-        if busy_ms:
-            ok &= percentile(busy_ms, 99) <= TARGET_503_P99_MS
-    print(f"{'PASS' if ok else 'FAIL'}: every 503 p99 <= {TARGET_503_P99_MS:g} ms, no failed "
+        ok &= percentile(every, 99) <= TARGET_P99_MS
+    print(f"{'PASS' if ok else 'FAIL'}: every answer p99 <= {TARGET_P99_MS:g} ms, no failed "
           "connection, server alive")
     return ok
 

@@ -36,7 +36,8 @@ from exporter.report import records as r
 
 #: Labels that tell processes on one GPU apart (everything a process series has beyond the
 #: GPU's labels and the target's).
-PROCESS_ONLY = ("pid", "process", "uid", "user", *c.KUBERNETES_LABELS, r.JOB_LABEL)
+PROCESS_ONLY = tuple(dict.fromkeys(
+    ("pid", "process", "uid", "user", *c.KUBERNETES_LABELS, *c.CONTAINER_LABELS, r.JOB_LABEL)))
 _WINDOW = f"[{r.INTERVAL}]"
 _IDLE = num(t.IDLE_UTILIZATION_RATIO)
 

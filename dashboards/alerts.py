@@ -2,8 +2,8 @@
 
 Every alert name starts with ``Gpu``; every expression reads raw exporter metrics or recording
 rules defined earlier in its own group (Prometheus evaluates a group's rules in order), so each
-alert group works whether or not the recording groups are loaded. No alert reads per-process
-series: those are summed per user by a recording rule first, so alerts stay few (per GPU, per
+alert group works whether or not the recording groups are loaded. No rule reads per-process
+series (the exporter sums idle processes per GPU and user), so alerts stay few (per GPU, per
 user and host) and cheap at fleet scale. Thresholds come from ``exporter.thresholds``.
 """
 
@@ -35,10 +35,12 @@ used, total = c.MEMORY_USED.name, c.MEMORY_TOTAL.name
 util = c.UTILIZATION.name
 
 
-#: Per GPU, the leak trend the forecast alert and the users dashboard's forecast panels share.
-MEMORY_TREND = f"instance_gpu:{used}:deriv{t.LEAK_WINDOW}"
+#: Per GPU, the leak trend the forecast alert and the users dashboard's forecast panels share:
+#: seconds until the total at the trend of the last LEAK_WINDOW, and the memory expected in
+#: LEAK_HORIZON_SECONDS as a share of the total.
+TIME_TO_FULL = f"instance_gpu:gpu_memory_seconds_until_full:deriv{t.LEAK_WINDOW}"
 MEMORY_FORECAST = (
-    f"instance_gpu:{used}:predict_linear{t.LEAK_WINDOW}_{t.LEAK_HORIZON_SECONDS}s"
+    f"instance_gpu:gpu_memory_used:predict_linear{t.LEAK_WINDOW}_{t.LEAK_HORIZON_SECONDS}s_ratio"
 )
 
 
@@ -58,15 +60,17 @@ def memory_group() -> RuleGroup:
         ),
     )
     horizon = t.LEAK_HORIZON_SECONDS
-    trend = RecordingRule(MEMORY_TREND, f"deriv({used}[{t.LEAK_WINDOW}])")
-    forecast_value = RecordingRule(
-        MEMORY_FORECAST, f"predict_linear({used}[{t.LEAK_WINDOW}], {horizon})"
+    time_to_full = RecordingRule(
+        TIME_TO_FULL, f"({total} - {used}) / deriv({used}[{t.LEAK_WINDOW}])"
+    )
+    forecast_ratio = RecordingRule(
+        MEMORY_FORECAST, f"predict_linear({used}[{t.LEAK_WINDOW}], {horizon}) / {total}"
     )
     forecast = AlertRule(
         alert="GpuMemoryExhaustionForecast",
         expr=(
-            f"({total} - {used}) / {MEMORY_TREND}\n"
-            f"and {MEMORY_FORECAST} > {total}\n"
+            f"{TIME_TO_FULL}\n"
+            f"and {MEMORY_FORECAST} > 1\n"
             f"and predict_linear({used}[{t.LEAK_RECENT_WINDOW}], {horizon}) > {total}\n"
             f"and delta({used}[{t.LEAK_WINDOW}]) > {num(t.LEAK_MIN_GROWTH_RATIO)} * {total}\n"
         ),
@@ -79,47 +83,32 @@ def memory_group() -> RuleGroup:
             "A process is probably leaking (tensors kept alive, a growing cache)."
         ),
     )
-    return RuleGroup("gpu-memory", (trend, forecast_value, almost_full, forecast))
+    return RuleGroup("gpu-memory", (time_to_full, forecast_ratio, almost_full, forecast))
 
 
-#: Labels that tell one user's processes on a host apart (GPU, pid, name, uid, pod ...).
-_PER_USER = PROCESS_ONLY_LABELS
-IDLE_MEMORY_NOW = f"instance_user:{c.PROCESS_MEMORY.name.replace('_used_', '_idle_')}:sum"
-IDLE_MEMORY = (
-    f"instance_user:{c.PROCESS_MEMORY.name.replace('_used_', '_idle_')}"
-    f":min_over_time{t.IDLE_AVG_WINDOW}"
-)
-USER_UTILIZATION_MAX = f"instance_user:{c.PROCESS_UTILIZATION.name}:max"
+IDLE_MEMORY_NOW = f"instance_user:{c.USER_IDLE_MEMORY.name}:sum"
+IDLE_MEMORY = f"instance_user:{c.USER_IDLE_MEMORY.name}:min_over_time{t.IDLE_AVG_WINDOW}"
+USER_UTILIZATION_MAX = f"instance_user:{c.USER_UTILIZATION_MAX.name}:max"
 GPU_UTILIZATION_AVG = f"instance_gpu:{util}:avg_over_time{t.IDLE_AVG_WINDOW}"
 
 
 def idle_records() -> tuple[RecordingRule, ...]:
     """Per user and host (and per GPU), what the idle alerts and the fleet panels read.
 
-    Per-process series are read once per evaluation, instantly (one sample each) and summed per
-    user: the group's cost grows with processes only by a plain aggregation, and every window
-    (``*_over_time``) runs on per-user or per-GPU series. A process counts as idle at an
-    evaluation when it holds more than ``IDLE_PROCESS_MEMORY_BYTES`` and its utilisation is
-    under ``IDLE_UTILIZATION_RATIO``; the window's minimum of that per-user sum is memory that
-    stayed idle for the whole window. A user with a process over the floor gets a series even
-    when nothing is idle (0), so the minimum sees the busy moments too. Each process series is
-    selected once and matched once (the group's only per-process work).
+    No rule reads per-process series: the exporter sums each user's idle processes per GPU
+    (``gpu_user_idle_memory_bytes``: processes over ``IDLE_PROCESS_MEMORY_BYTES`` under
+    ``IDLE_UTILIZATION_RATIO`` at that collection) and reports their busiest process, so the
+    group's cost grows with GPUs and users, not processes. The window's minimum of the idle sum
+    is memory that stayed idle for the whole window; a user whose processes are busy has a 0
+    there, so the minimum sees the busy moments too.
     """
-    proc_mem = sel(c.PROCESS_MEMORY, NOT_OVERFLOW)
-    proc_util = sel(c.PROCESS_UTILIZATION, NOT_OVERFLOW)
     window = t.IDLE_AVG_WINDOW
+    gpus = ", ".join(c.GPU_LABELS)
     return (
-        RecordingRule(
-            IDLE_MEMORY_NOW,
-            f"sum without ({_PER_USER}) (\n"
-            f"  ({proc_mem} > {num(t.IDLE_PROCESS_MEMORY_BYTES)})\n"
-            f"  * ({proc_util} < bool {num(t.IDLE_UTILIZATION_RATIO)})\n"
-            ")\n",
-        ),
+        RecordingRule(IDLE_MEMORY_NOW, f"sum without ({gpus}) ({c.USER_IDLE_MEMORY.name})"),
         RecordingRule(IDLE_MEMORY, f"min_over_time({IDLE_MEMORY_NOW}[{window}])"),
         RecordingRule(
-            USER_UTILIZATION_MAX,
-            f"max without ({_PER_USER}) ({c.PROCESS_UTILIZATION.name})",
+            USER_UTILIZATION_MAX, f"max without ({gpus}) ({c.USER_UTILIZATION_MAX.name})"
         ),
         RecordingRule(GPU_UTILIZATION_AVG, f"avg_over_time({util}[{window}])"),
     )
@@ -413,7 +402,7 @@ def _new_per_user(metric: c.Metric, window: str) -> str:
     """
     now = sel(metric, NOT_OVERFLOW)
     return (
-        f"sum without ({_PER_USER}) (\n"
+        f"sum without ({PROCESS_ONLY_LABELS}) (\n"
         f"  clamp_min({now} - {now} offset {window}, 0)\n"
         f"  or ({now} unless {now} offset {window})\n"
         ")\n"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
-from dashboards import panels
+from dashboards import panels, recording
 from dashboards import variables as v
 from dashboards.fleet import COUNT_BAD, COUNT_WARN
-from dashboards.promql import count_or_zero, sel
+from dashboards.promql import count_or_zero, sel, sel_record
 from exporter import metrics as c
 from exporter import thresholds as t
 
@@ -90,7 +90,8 @@ def _collections(grid: panels.Layout) -> None:
     grid.add(panels.timeseries_panel(
         "Process series folded into overflow", "Processes per GPU beyond the exporter's "
         "--process.max-series-per-gpu cap, summed into one overflow series.", "short",
-        [panels.query(f"sum by (instance) ({sel(c.PROCESS_SERIES_OVERFLOW, T)})", "{{instance}}")],
+        [panels.query(f"sum by (instance) ({sel_record(recording.INSTANCE_OVERFLOW, T)})",
+                      "{{instance}}")],
         min_val=0,
     ), 12)
     grid.add(panels.table_panel(

@@ -19,6 +19,9 @@ M = f"{v.HOST}, {v.GPU}"
 USED, TOTAL = sel(c.MEMORY_USED, M), sel(c.MEMORY_TOTAL, M)
 G = "GPU {{gpu}}"
 PROCESS_LEGEND = "GPU {{gpu}} {{process}} ({{pid}}, {{user}})"
+#: Lines in the per-process graphs: the processes with the most memory (or utilisation) at each
+#: moment; a node with hundreds of processes would otherwise draw hundreds of lines.
+TOP_PROCESSES = 10
 NVML_GAP = (
     "The driver's number is larger than PyTorch's torch.cuda.memory_allocated(): it also counts "
     "the CUDA context (a few hundred MiB per process and GPU) and the caching allocator's "
@@ -136,14 +139,18 @@ def _processes(grid: panels.Layout) -> None:
         min_val=0,
     ), 12)
     grid.add(panels.timeseries_panel(
-        "Process memory", "GPU memory per process. A process whose line only climbs is "
+        "Process memory", f"GPU memory of the {TOP_PROCESSES} processes holding the most at "
+        "each moment. A process whose line only climbs is "
         "leaking; check torch.cuda.memory_summary() inside it.", "bytes",
-        [panels.query(sel(c.PROCESS_MEMORY, M), PROCESS_LEGEND)], min_val=0,
+        [panels.query(f"topk({TOP_PROCESSES}, {sel(c.PROCESS_MEMORY, M)})", PROCESS_LEGEND)],
+        min_val=0,
     ), 12)
     grid.add(panels.timeseries_panel(
-        "Process utilisation", "Share of time each process's kernels ran on the GPU. 0 with "
+        "Process utilisation", f"Share of time the kernels of the {TOP_PROCESSES} busiest "
+        "processes ran on the GPU. 0 with "
         "memory held means the process is idle or waiting for input.", "percentunit",
-        [panels.query(sel(c.PROCESS_UTILIZATION, M), PROCESS_LEGEND)], min_val=0, max_val=1,
+        [panels.query(f"topk({TOP_PROCESSES}, {sel(c.PROCESS_UTILIZATION, M)})", PROCESS_LEGEND)],
+        min_val=0, max_val=1,
     ), 12)
     grid.add(panels.timeseries_panel(
         "Processes per GPU", "Number of processes holding a context on each GPU.", "short",

@@ -27,6 +27,7 @@ INSTANCE_TEMPERATURE = f"instance:{c.TEMPERATURE.name}:max"
 INSTANCE_GPUS_UP = f"instance:{c.GPU_UP.name}:sum"
 INSTANCE_GPUS = "instance:gpus:count"
 INSTANCE_USER_MEMORY = f"instance_user:{c.USER_MEMORY.name}:sum"
+INSTANCE_OVERFLOW = f"instance:{c.PROCESS_SERIES_OVERFLOW.name}:sum"
 
 
 def gpu_group() -> RuleGroup:
@@ -57,6 +58,9 @@ def instance_group() -> RuleGroup:
         RecordingRule(INSTANCE_GPUS_UP, f"sum without ({_GPU}) ({c.GPU_UP.name})"),
         RecordingRule(INSTANCE_GPUS, f"count without ({_GPU}) ({c.GPU_UP.name})"),
         RecordingRule(INSTANCE_USER_MEMORY, f"sum without ({_GPU}) ({c.USER_MEMORY.name})"),
+        RecordingRule(
+            INSTANCE_OVERFLOW, f"sum without ({_GPU}) ({c.PROCESS_SERIES_OVERFLOW.name})"
+        ),
         # gpu_info's hostname per scrape target: the dashboards' label join reads one series
         # per node instead of one per GPU.
         RecordingRule(HOSTNAME_RECORD, f"max by (job, instance, hostname) ({c.GPU_INFO.name})"),

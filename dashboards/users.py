@@ -97,7 +97,7 @@ def _forecast(grid: panels.Layout) -> None:
     grid.row("Out-of-memory forecast")
     horizon = t.LEAK_HORIZON_SECONDS
     # The trend is recorded per GPU by the gpu-memory group: one sample per GPU and step.
-    future = f"{sel_record(alerts.MEMORY_FORECAST, H)} / {TOTAL}"
+    future = sel_record(alerts.MEMORY_FORECAST, H)
     grid.add(panels.timeseries_panel(
         f"Memory forecast in {horizon // 3600} h", "Memory each GPU would use "
         f"{horizon // 3600} h from now if the trend of the last {t.LEAK_WINDOW} went on, as a "
@@ -107,7 +107,7 @@ def _forecast(grid: panels.Layout) -> None:
         thresholds=panels.steps(("green", None), ("orange", t.MEMORY_USED_RATIO), ("red", 1.0)),
         min_val=0,
     ), 12)
-    growing = f"({TOTAL} - {USED}) / ({sel_record(alerts.MEMORY_TREND, H)} > 0)"
+    growing = f"{sel_record(alerts.TIME_TO_FULL, H)} > 0"
     grid.add(panels.timeseries_panel(
         "Time until memory is full", "At the last "
         f"{t.LEAK_WINDOW}'s growth rate, how long until each growing GPU is full. Only GPUs "

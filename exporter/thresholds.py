@@ -35,19 +35,19 @@ LEAK_FOR: Final = "10m"
 
 # --- idle holders and starved GPUs ----------------------------------------------------------
 #: Utilisation below which a GPU (on average over IDLE_AVG_WINDOW) or a process (at every
-#: evaluation within IDLE_AVG_WINDOW: a process that computed at all in the window is not idle;
-#: see dashboards/alerts.py ``idle_records``) counts as idle.
+#: collection within IDLE_AVG_WINDOW: a process that computed at all in the window is not idle)
+#: counts as idle. The exporter applies it per process when it sums idle memory per user
+#: (``gpu_user_idle_memory_bytes``), with IDLE_PROCESS_MEMORY_BYTES.
 IDLE_UTILIZATION_RATIO: Final = 0.05
 IDLE_AVG_WINDOW: Final = "15m"
 #: A GPU is "held" when at least this share of its memory is used (a bare CUDA context is
 #: a few hundred MiB, well under 10 % of any data-centre GPU).
 IDLE_GPU_MEMORY_RATIO: Final = 0.1
-#: A process or user counts as an idle holder from this much memory on.
+#: A process or user counts as an idle holder from this much memory on (the process floor is
+#: applied by the exporter, like the ratio above).
 IDLE_PROCESS_MEMORY_BYTES: Final = 1 * GIB
 IDLE_USER_MEMORY_BYTES: Final = 4 * GIB
 IDLE_FOR: Final = "1h"
-#: Processes older than this are "long-lived" on the users dashboard.
-LONG_LIVED_PROCESS_SECONDS: Final = 24 * 3600
 
 #: Starved (CPU- or input-bound): processes hold the GPU, it is not idle, yet average
 #: utilisation stays under STARVED_UTILIZATION_RATIO and power under STARVED_POWER_RATIO of the

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from exporter import metrics as cat
+from exporter import thresholds
 from exporter.exposition.families import FamilyData, family, gpu_label_values
 from exporter.metrics import PROCESS_ROWS, Fold, Group, Metric
 from exporter.snapshot import GpuProcess, GpuReading, Snapshot
@@ -177,6 +178,36 @@ def _user_totals(gpus: Iterable[GpuReading]) -> tuple[FamilyData, FamilyData]:
     return memory, count
 
 
+def _user_idle(gpus: Iterable[GpuReading]) -> tuple[FamilyData, FamilyData]:
+    """Per GPU and user: memory of idle holders, and the busiest process's utilisation.
+
+    Processes without a utilisation sample (NVML has none for them) count for neither, so a
+    GPU that cannot report process utilisation never looks idle.
+    """
+    idle = family(cat.USER_IDLE_MEMORY)
+    busiest = family(cat.USER_UTILIZATION_MAX)
+    unknown = cat.UNKNOWN_VALUE
+    floor, ratio = thresholds.IDLE_PROCESS_MEMORY_BYTES, thresholds.IDLE_UTILIZATION_RATIO
+    for gpu in gpus:
+        labels = gpu_label_values(gpu.identity)
+        idle_bytes: dict[str, int] = {}
+        top: dict[str, float] = {}
+        for proc in gpu.processes:
+            utilization = proc.sm_utilization_ratio
+            if utilization is None:
+                continue
+            user = proc.owner.user if proc.owner is not None else unknown
+            top[user] = max(utilization, top.get(user, 0.0))
+            used = proc.used_memory_bytes
+            held = used if used is not None and used > floor and utilization < ratio else 0
+            idle_bytes[user] = idle_bytes.get(user, 0) + held
+        for user in sorted(top):
+            key = (*labels, user)
+            idle.rows.append((key, idle_bytes[user]))
+            busiest.rows.append((key, top[user]))
+    return idle, busiest
+
+
 def _add_unmerged(gpu: GpuReading, options: ExpositionOptions,
                   families: list[FamilyData]) -> bool:
     """Write one series per process when no two share labels and the cap is not reached.
@@ -288,5 +319,6 @@ def process_families(snapshot: Snapshot, options: ExpositionOptions) -> Iterator
                and f.metric.group in groups]
     if Group.PROCESS_UTILIZATION in groups:
         chosen.append(workload_utilization)
+        chosen += _user_idle(healthy)
     chosen.append(overflow)
     yield from (result for result in chosen if result.rows)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import struct
 import threading
+import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -59,6 +60,8 @@ class _Families:
 #: Distinct content types cached per snapshot; beyond that (odd Accept headers) bodies are
 #: rendered uncached so a client cannot grow the cache.
 MAX_CACHED_FORMATS = 8
+#: Seconds the exporter's own process_* figures (CPU, memory, open files) are reused.
+PROCESS_METRICS_TTL = 1.0
 
 
 def negotiate(accept: str | None) -> tuple[ClientEncoder, str]:
@@ -103,7 +106,8 @@ class MetricsRenderer:
     One instance per app, shared by all scrape threads.
     """
 
-    def __init__(self, *, process_metrics: bool = True, gzip_level: int = 3) -> None:
+    def __init__(self, *, process_metrics: bool = True, gzip_level: int = 3,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         """``process_metrics`` adds prometheus_client's ``process_*`` families.
 
         Raises:
@@ -112,6 +116,9 @@ class MetricsRenderer:
         if not 0 <= gzip_level <= 9:
             raise ValueError(f"gzip_level must be within 0..9, got {gzip_level}")
         self._process = ProcessCollector(registry=None) if process_metrics else None
+        self._clock = clock
+        # Encoded process_* families by content type: (clock when read, bytes).
+        self._process_parts: dict[str, tuple[float, bytes]] = {}
         self._gzip_level = gzip_level
         # The 10-byte header zlib writes for this level (mtime 0, its OS code).
         self._gzip_header = zlib.compressobj(gzip_level, zlib.DEFLATED, 31).flush()[:10]
@@ -164,10 +171,25 @@ class MetricsRenderer:
                 self._self_encoders[content_type] = encoder
         text = encoder.encode(self_families(state))
         if self._process is not None:
-            # prometheus_client writes process_* and the body's one closing ``# EOF``.
-            return text.encode("utf-8") + client_encoder(
-                _Families(list(self._process.collect())))
+            return text.encode("utf-8") + self._process_part(client_encoder, content_type)
         return (text + EOF if encoder.openmetrics else text).encode("utf-8")
+
+    def _process_part(self, client_encoder: ClientEncoder, content_type: str) -> bytes:
+        """The ``process_*`` families, read at most once per ``PROCESS_METRICS_TTL``.
+
+        Reading them (``/proc/self/stat``, ``status``, ``limits``, a listing of
+        ``/proc/self/fd``) was a quarter of the event loop's time under a flood of scrapes.
+        prometheus_client writes process_* and the body's one closing ``# EOF``.
+        """
+        assert self._process is not None
+        now = self._clock()
+        cached = self._process_parts.get(content_type)
+        if cached is not None and now - cached[0] < PROCESS_METRICS_TTL:
+            return cached[1]
+        part = client_encoder(_Families(list(self._process.collect())))
+        if cached is not None or len(self._process_parts) < MAX_CACHED_FORMATS:
+            self._process_parts[content_type] = (now, part)
+        return part
 
     def _encoder(self, content_type: str) -> Encoder:
         """The snapshot-part encoder of one format (caller holds the lock)."""

@@ -96,8 +96,10 @@ from exporter.metrics.process import (
     PROCESS_START_TIME,
     PROCESS_UTILIZATION,
     PROCESSES,
+    USER_IDLE_MEMORY,
     USER_MEMORY,
     USER_PROCESSES,
+    USER_UTILIZATION_MAX,
 )
 from exporter.metrics.self_metrics import (
     BUILD_INFO,
@@ -209,8 +211,10 @@ __all__ = [
     "THROTTLE_REASONS",
     "UNITS",
     "UNKNOWN_VALUE",
+    "USER_IDLE_MEMORY",
     "USER_MEMORY",
     "USER_PROCESSES",
+    "USER_UTILIZATION_MAX",
     "UTILIZATION",
     "WORKLOAD_LABELS",
     "WORKLOAD_MEMORY",

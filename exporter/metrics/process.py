@@ -77,3 +77,17 @@ USER_PROCESSES = Metric(
     "Number of one user's processes holding a context on this GPU.",
     labels=(*GPU_LABELS, "user"), scope=Scope.GPU_SUMMARY,
 )
+
+USER_IDLE_MEMORY = Metric(
+    "gpu_user_idle_memory_bytes", Kind.GAUGE, Group.PROCESS_UTILIZATION,
+    "GPU memory held by one user's idle processes on this GPU, in bytes: processes holding more "
+    "than 1 GiB whose kernels ran less than 5 % of the last sample period (0 when none). "
+    "Summed here so that alerts and fleet views need not read every process series.",
+    labels=(*GPU_LABELS, "user"), scope=Scope.GPU_SUMMARY,
+)
+USER_UTILIZATION_MAX = Metric(
+    "gpu_user_process_utilization_max_ratio", Kind.GAUGE, Group.PROCESS_UTILIZATION,
+    "Utilisation of one user's busiest process on this GPU: the largest fraction of the last "
+    "sample period in which one of their processes' kernels ran (0-1).",
+    labels=(*GPU_LABELS, "user"), scope=Scope.GPU_SUMMARY,
+)

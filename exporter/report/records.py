@@ -18,7 +18,7 @@ GROUP: Final = "gpu-exporter-accounting"
 RULE_FILE: Final = "gpu-exporter-accounting.yaml"
 
 #: The batch-job label on process series (Slurm job id; none until an enricher adds it).
-JOB_LABEL: Final = "slurm_job_id"
+JOB_LABEL: Final = "slurm_job"  # the exporter's --slurm label (metrics.core.SLURM_LABELS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -166,8 +166,7 @@ def test_yaml_thresholds_equal_the_python_constants() -> None:
     assert f"> {num(t.LEAK_MIN_GROWTH_RATIO)} *" in forecast
     assert f"< {num(t.IDLE_UTILIZATION_RATIO)}" in _alert("GpuMemoryHeldIdle")["expr"]
     assert _alert("GpuMemoryHeldIdle")["for"] == t.IDLE_FOR
-    idle_now = next(r for r in alerts.all_records() if r.record == alerts.IDLE_MEMORY_NOW)
-    assert f"> {num(t.IDLE_PROCESS_MEMORY_BYTES)})" in idle_now.expr
-    assert f"< bool {num(t.IDLE_UTILIZATION_RATIO)}" in idle_now.expr
+    # The per-process floor and ratio are applied by the exporter (gpu_user_idle_memory_bytes).
+    assert f"< {num(t.IDLE_UTILIZATION_RATIO)}" in _alert("GpuUserMemoryIdle")["expr"]
     assert f"> {num(t.DATA_STALE_SECONDS)}" in _alert("GpuExporterDataStale")["expr"]
     assert t.EXPORTER_JOB_REGEX in _alert("GpuExporterDown")["expr"]

@@ -226,6 +226,37 @@ def test_unmerged_fast_path_equals_process_series() -> None:
         assert [v for _, v in found[cat.PROCESS_MEMORY] if v == 3 * MIB]  # pid 9 summed
 
 
+def test_idle_memory_and_busiest_process_per_user() -> None:
+    """Idle: over the 1 GiB floor and under 5 % at this collection; at both edges not idle."""
+    gib = 1024 * MIB
+    text = _text(
+        f.process(1, 2 * gib, user="alice", utilization=0.0),  # idle
+        f.process(2, 3 * gib, user="alice", utilization=0.049),  # idle
+        f.process(3, gib, user="alice", utilization=0.0),  # exactly the floor: not idle
+        f.process(4, 2 * gib, user="bob", utilization=0.05),  # exactly the ratio: busy
+        f.process(5, 2 * gib, user="carol", utilization=None),  # no sample: neither
+        f.process(6, None, user="dave", utilization=0.0),  # no memory reading: not idle
+    )
+    assert value(text, cat.USER_IDLE_MEMORY.name, user="alice") == 5 * gib
+    assert value(text, cat.USER_UTILIZATION_MAX.name, user="alice") == 0.049
+    assert value(text, cat.USER_IDLE_MEMORY.name, user="bob") == 0
+    assert value(text, cat.USER_UTILIZATION_MAX.name, user="bob") == 0.05
+    # A GPU that cannot report process utilisation never looks idle.
+    assert value(text, cat.USER_IDLE_MEMORY.name, user="carol") is None
+    assert value(text, cat.USER_UTILIZATION_MAX.name, user="carol") is None
+    assert value(text, cat.USER_IDLE_MEMORY.name, user="dave") == 0
+    (labels, *_) = series(text, cat.USER_IDLE_MEMORY.name)
+    assert tuple(sorted(labels)) == tuple(sorted(cat.USER_IDLE_MEMORY.labels))
+
+
+def test_idle_sums_need_process_utilization() -> None:
+    proc = f.process(1, 2048 * MIB, user="alice", utilization=0.0)
+    without = _text(proc, groups=frozenset({Group.PROCESSES, Group.EXPORTER}))
+    assert series(without, cat.USER_IDLE_MEMORY.name) == []
+    assert series(without, cat.USER_UTILIZATION_MAX.name) == []
+    assert value(_text(proc), cat.USER_IDLE_MEMORY.name, user="alice") == 2048 * MIB
+
+
 def test_last_active_series_merged_newest_and_stale_pids_dropped() -> None:
     last = cat.PROCESS_LAST_ACTIVE.name
     text = _text(f.process(7, MIB, last_active=100.0), f.process(8, MIB, last_active=None))

@@ -62,6 +62,28 @@ def test_text_is_default_and_includes_process_metrics() -> None:
     assert "python_info" not in text
 
 
+def test_process_metrics_are_read_at_most_once_a_second() -> None:
+    now = [100.0]
+    renderer = MetricsRenderer(clock=lambda: now[0])
+    reads: list[int] = []
+    collect = renderer._process.collect  # type: ignore[union-attr]
+
+    def counted() -> object:
+        reads.append(1)
+        return collect()
+
+    renderer._process.collect = counted  # type: ignore[union-attr,method-assign]
+    state = f.state(f.fleet(1, 1))
+    first = renderer.render(state, OPTIONS)[0]
+    now[0] += 0.5
+    assert renderer.render(state, OPTIONS)[0] == first
+    assert renderer.render(state, OPTIONS, OM)[0] != first  # each format encodes its own
+    assert len(reads) == 2
+    now[0] += 0.6  # 1.1 s after the first read: read again
+    renderer.render(state, OPTIONS)
+    assert len(reads) == 3
+
+
 @pytest.mark.parametrize("accept", [None, OM])
 def test_gzip_round_trip(accept: str | None) -> None:
     renderer = MetricsRenderer(process_metrics=False)

@@ -73,7 +73,7 @@ PROCESSES = (
             lambda t: 0.6 if t < 13 * 3600 else 0.0,
             {"namespace": "ml", "pod": "leaky-0", "container": "main"}),
     Process("h2", "1", "4001", "sbatch-run", "dave", 0, WEEK + DAY, _const(40 * GIB), _daily,
-            {"slurm_job_id": "4242"}),
+            {"slurm_job": "4242"}),
     Process("h2", "1", "5001", "python", "erin", 1800, WEEK + DAY, _const(10 * GIB),
             _const(0.0)),
 )
@@ -228,8 +228,8 @@ def truth(start: float, end: float, step: float = 10.0) -> Truth:
                 if "pod" in p.labels:
                     targets.append(pods.setdefault((p.labels["namespace"], p.labels["pod"]),
                                                    dict.fromkeys(zero, 0.0)))
-                if "slurm_job_id" in p.labels:
-                    targets.append(jobs.setdefault((p.labels["slurm_job_id"], p.user),
+                if "slurm_job" in p.labels:
+                    targets.append(jobs.setdefault((p.labels["slurm_job"], p.user),
                                                    dict.fromkeys(zero, 0.0)))
                 for target in targets:
                     for key, value in add.items():

@@ -11,6 +11,7 @@ import yaml
 
 from dashboards import accounting, rules
 from exporter import thresholds as t
+from exporter.metrics import SLURM_LABELS
 from exporter.report import records
 from tests.dashboards import promtool
 from tests.dashboards.promtool import RULES_DIR, TESTS_DIR
@@ -62,3 +63,8 @@ def test_every_record_is_unit_tested_and_named_in_records() -> None:
 
 def test_idle_threshold_comes_from_the_thresholds_module() -> None:
     assert f"< {t.IDLE_UTILIZATION_RATIO}" in RULE_FILE.read_text()
+
+
+def test_job_label_is_the_exporters_slurm_label() -> None:
+    """The per-job records aggregate the label the exporter really puts on process series."""
+    assert SLURM_LABELS[0] == records.JOB_LABEL

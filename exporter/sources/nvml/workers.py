@@ -78,7 +78,7 @@ class GpuWorkers(Generic[T]):
         self._lock = threading.Lock()
         self._finished = threading.Condition(self._lock)
         self._workers: dict[int, _Worker[T]] = {}
-        self._inline: dict[int, float] = {}  # GPU index -> start of a read running inline
+        self._inline: tuple[int, float] | None = None  # (GPU index, start) of an inline read
         self._closed = False
 
     def run(self, reads: Mapping[int, Callable[[], T]]) -> dict[int, Outcome[T]]:
@@ -128,7 +128,9 @@ class GpuWorkers(Generic[T]):
             now = self._clock()
             running = {w.index: now - w.busy_since for w in self._workers.values()
                        if w.busy_since is not None}
-            running.update({index: now - since for index, since in self._inline.items()})
+            inline = self._inline
+            if inline is not None:
+                running[inline[0]] = now - inline[1]
             return running
 
     def close(self) -> None:
@@ -139,15 +141,14 @@ class GpuWorkers(Generic[T]):
                 worker.wake.notify()
 
     def _run_inline(self, index: int, read: Callable[[], T]) -> Done[T] | Failed:
-        with self._lock:
-            self._inline[index] = self._clock()
+        # One slot, set and cleared by plain assignment (atomic): no lock on the one-GPU path.
+        self._inline = (index, self._clock())
         try:
             return Done(read())
         except Exception as exc:  # the caller maps errors to a GPU state
             return Failed(exc)
         finally:
-            with self._lock:
-                del self._inline[index]
+            self._inline = None
 
     def _loop(self, worker: _Worker[T]) -> None:
         while True:
