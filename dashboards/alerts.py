@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from dashboards import health_alerts
 from dashboards.promql import (
-    NOT_OVERFLOW,
-    PROCESS_ONLY_LABELS,
+    GPU_LABELS,
     allocated_idle,
     num,
     reason_in,
@@ -387,22 +386,25 @@ def exporter_group() -> RuleGroup:
                                       pod_resources))
 
 
-TORCH_NEW_OOMS = (f"instance_user:{allocator.TORCH_OOMS.name.removesuffix('_total')}"
+TORCH_NEW_OOMS = (f"instance_user:{allocator.USER_TORCH_OOMS.name.removesuffix('_total')}"
                   f":increase{t.TORCH_OOM_WINDOW}")
-TORCH_NEW_RETRIES = (f"instance_user:{allocator.TORCH_ALLOC_RETRIES.name.removesuffix('_total')}"
-                     f":increase{t.TORCH_RETRIES_WINDOW}")
+TORCH_NEW_RETRIES = (
+    f"instance_user:{allocator.USER_TORCH_ALLOC_RETRIES.name.removesuffix('_total')}"
+    f":increase{t.TORCH_RETRIES_WINDOW}"
+)
 
 
 def _new_per_user(metric: c.Metric, window: str) -> str:
-    """How much a per-process counter grew in ``window``, summed per user and host.
+    """How much a per-(GPU, user) counter grew in ``window``, summed per user and host.
 
-    Per process: now minus ``window`` ago (never negative: a reset counts as no growth), or the
-    whole count for a process that did not exist ``window`` ago (its first figures may already
-    count events). No range over per-process series: each is read twice, instantly.
+    The exporter keeps these counters across process exits (``gpu_user_torch_*_total``), so
+    no rule reads per-process series. Per GPU: now minus ``window`` ago (never negative: an
+    exporter restart counts as no growth), or the whole count for a series that did not exist
+    ``window`` ago (a user's first process may publish an OOM in its first file).
     """
-    now = sel(metric, NOT_OVERFLOW)
+    now = metric.name
     return (
-        f"sum without ({PROCESS_ONLY_LABELS}) (\n"
+        f"sum without ({GPU_LABELS}) (\n"
         f"  clamp_min({now} - {now} offset {window}, 0)\n"
         f"  or ({now} unless {now} offset {window})\n"
         ")\n"
@@ -442,9 +444,10 @@ def torch_group() -> RuleGroup:
         ),
     )
     return RuleGroup("gpu-torch", (
-        RecordingRule(TORCH_NEW_OOMS, _new_per_user(allocator.TORCH_OOMS, t.TORCH_OOM_WINDOW)),
+        RecordingRule(TORCH_NEW_OOMS,
+                      _new_per_user(allocator.USER_TORCH_OOMS, t.TORCH_OOM_WINDOW)),
         RecordingRule(TORCH_NEW_RETRIES,
-                      _new_per_user(allocator.TORCH_ALLOC_RETRIES, t.TORCH_RETRIES_WINDOW)),
+                      _new_per_user(allocator.USER_TORCH_ALLOC_RETRIES, t.TORCH_RETRIES_WINDOW)),
         oom, retries,
     ))
 

@@ -207,11 +207,16 @@ def _inside(grid: panels.Layout) -> None:
         "retries (a cudaMalloc failed, PyTorch flushed its cache and tried again) and "
         "out-of-memory errors raised. Retries that keep coming mean fragmentation or a GPU "
         "shared too tightly; alerts GpuProcessTorchAllocRetries and "
-        "GpuProcessTorchOutOfMemory.", "short",
+        "GpuProcessTorchOutOfMemory. The per-user lines count exited processes too (a job "
+        "that died of its OOM).", "short",
         [panels.query(f"increase({sel(a.TORCH_ALLOC_RETRIES, proc)}[$__rate_interval])",
-               f"{PROCESS_LEGEND} retries"),
+                      f"{PROCESS_LEGEND} retries"),
          panels.query(f"increase({sel(a.TORCH_OOMS, proc)}[$__rate_interval])",
-               f"{PROCESS_LEGEND} OOMs", ref="B")],
+                      f"{PROCESS_LEGEND} OOMs", ref="B"),
+         panels.query(f"sum by (user) (increase({sel(a.USER_TORCH_ALLOC_RETRIES, M)}"
+                      "[$__rate_interval]))", "{{user}} retries, all processes", ref="C"),
+         panels.query(f"sum by (user) (increase({sel(a.USER_TORCH_OOMS, M)}"
+                      "[$__rate_interval]))", "{{user}} OOMs, all processes", ref="D")],
         min_val=0,
     ), 12)
     grid.add(panels.timeseries_panel(

@@ -20,6 +20,7 @@ from exporter.attribution.enrich import Enricher, ProcessEnricher, chain
 from exporter.attribution.owners import OwnerResolver, ProcfsError, check_procfs
 from exporter.attribution.passwd import PasswdFileError, check_passwd_file
 from exporter.attribution.podresources.client import PodResourcesClient, PodResourcesPoller
+from exporter.attribution.torchtotals import TorchUserTotals
 from exporter.config import (
     Config,
     ConfigError,
@@ -126,9 +127,10 @@ def build_poller(config: Config) -> PodResourcesPoller | None:
 
 def build_enricher(config: Config, poller: PodResourcesPoller | None = None) -> Enricher | None:
     """Owner, cgroup (pod, Slurm job, container) and allocation enrichment, then the published
-    PyTorch allocator figures (``--collector.torch``); None for the simulated source."""
-    if config.source == "simulated":
-        return None  # its processes carry owners and pods; this host's /proc is unrelated
+    PyTorch allocator figures and their per-user counters (``--collector.torch``). The
+    simulated source gets the per-user counters only (None when torch is off)."""
+    if config.source == "simulated":  # its processes carry owners and pods; /proc is unrelated
+        return TorchUserTotals() if Group.TORCH in config.groups else None
     cgroups = config.kubernetes or config.slurm or config.containers
     owners = OwnerResolver(
         procfs=config.procfs, passwd_file=config.passwd_file,
@@ -157,7 +159,7 @@ def build_enricher(config: Config, poller: PodResourcesPoller | None = None) -> 
 
     reader = TorchStatsReader(config.torch_dir, procfs=config.procfs,
                               max_age=config.torch_max_age, max_files=config.torch_max_files)
-    return chain(enricher, TorchEnricher(reader))
+    return chain(enricher, TorchEnricher(reader), TorchUserTotals())
 
 
 #: errno values meaning "no IPv6 here" (kernel without it, or disabled in this namespace).

@@ -9,7 +9,7 @@ these series. The derived driver overhead is NVML's per-process memory minus ``r
 
 from __future__ import annotations
 
-from exporter.metrics.core import PROCESS_LABELS, Fold, Group, Kind, Metric, Scope
+from exporter.metrics.core import GPU_LABELS, PROCESS_LABELS, Fold, Group, Kind, Metric, Scope
 from exporter.snapshot import GpuProcess
 
 
@@ -84,6 +84,31 @@ TORCH_DRIVER_OVERHEAD = Metric(
     json_field="torch_driver_overhead_bytes", json_type=int,
 )
 
+
+
+def _user_counter(name: str, what: str) -> Metric:
+    return Metric(
+        name, Kind.COUNTER, Group.TORCH,
+        f"{what} in this user's processes on this GPU since the exporter started, processes "
+        "that have exited included (processes already running then count from that moment). "
+        "Summed here so that alerts need not read every process's series.",
+        labels=(*GPU_LABELS, "user"), scope=Scope.GPU_SUMMARY,
+    )
+
+
+USER_TORCH_OOMS = _user_counter("gpu_user_torch_ooms_total",
+                                "PyTorch out-of-memory errors (caught or not)")
+USER_TORCH_ALLOC_RETRIES = _user_counter(
+    "gpu_user_torch_alloc_retries_total",
+    "Times a cudaMalloc failed and PyTorch freed its cache and retried",
+)
+#: Per-user counter -> the per-process counter it accumulates
+#: (``exporter.attribution.torchtotals`` keeps the sums).
+USER_COUNTERS: dict[Metric, Metric] = {
+    USER_TORCH_OOMS: TORCH_OOMS,
+    USER_TORCH_ALLOC_RETRIES: TORCH_ALLOC_RETRIES,
+}
+
 #: The rows the join fills (name -> published field of gpu_exporter_torch's file).
 PUBLISHED_FIELDS: dict[str, str] = {
     TORCH_ALLOCATED.name: "allocated_bytes",
@@ -96,5 +121,6 @@ PUBLISHED_FIELDS: dict[str, str] = {
 }
 ROWS: tuple[Metric, ...] = (
     TORCH_ALLOCATED, TORCH_RESERVED, TORCH_ACTIVE, TORCH_INACTIVE_SPLIT, TORCH_PEAK_ALLOCATED,
-    TORCH_ALLOC_RETRIES, TORCH_OOMS, TORCH_DRIVER_OVERHEAD,
+    TORCH_ALLOC_RETRIES, TORCH_OOMS, TORCH_DRIVER_OVERHEAD, USER_TORCH_OOMS,
+    USER_TORCH_ALLOC_RETRIES,
 )
