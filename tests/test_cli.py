@@ -17,6 +17,7 @@ import pytest
 from exporter import __version__, cli
 from exporter.attribution.enrich import ProcessEnricher, _Chain
 from exporter.attribution.torchstats import TorchEnricher
+from exporter.attribution.torchtotals import TorchUserTotals
 from exporter.cli import bind, build_enricher, build_source, main, parse_config
 from exporter.config import Config, ListenAddress
 from exporter.metrics import Group, default_groups
@@ -150,10 +151,14 @@ def test_torch_group_adds_the_allocator_join_with_its_flags(tmp_path: Path) -> N
         str(tmp_path), 120.0, 10)
     chained = build_enricher(config)
     assert isinstance(chained, _Chain)
-    owners, torch = chained.enrichers
+    owners, torch, totals = chained.enrichers
     assert isinstance(owners, ProcessEnricher)
     assert isinstance(torch, TorchEnricher)
+    assert isinstance(totals, TorchUserTotals)  # after the join: it sums the joined counters
     assert torch.reader.directory == str(tmp_path)
+    simulated = parse_config(["--source", "simulated", "--scenario", "calm", "--collector.torch"], {})
+    assert isinstance(build_enricher(simulated), TorchUserTotals)
+    assert build_enricher(parse_config(["--source", "simulated", "--scenario", "calm"], {})) is None
     assert Group.TORCH not in parse_config([], {}).groups  # opt-in
     env = parse_config(["--collector.torch"], {"GPU_EXPORTER_TORCH_DIR": "/srv/torch"})
     assert env.torch_dir == "/srv/torch"  # the publisher's variable names the same directory

@@ -18,8 +18,9 @@ the second user can read it. Then the exporter runs with ``--collector.torch --t
 and the script compares, per process, the exporter's allocator series with
 ``torch.cuda.memory_allocated/memory_reserved/memory_stats`` printed by the process itself (exact,
 the workers are idle), NVML's per-process memory with nvidia-smi, and the driver overhead with
-NVML minus reserved. B then asks for 400 GiB and catches the OOM: ``..._ooms_total`` must read 1.
-B exits: its series must vanish. Prints PASS/FAIL lines and a table; exit 1 on any FAIL.
+NVML minus reserved. B then asks for 400 GiB and catches the OOM: ``..._ooms_total`` must read 1,
+and so must B's user's ``gpu_user_torch_ooms_total``. B exits: its series must vanish, its
+user's counter must keep the OOM. Prints PASS/FAIL lines and a table; exit 1 on any FAIL.
 
 ``--fake`` (for the test suite, no GPU): the workers import the fake torch of the tests
 (``tests/fixtures/fake_torch.py`` on PYTHONPATH) and the exporter runs on a fake NVML that lists
@@ -164,6 +165,12 @@ def value(series: dict[str, list[Any]], name: str, pid: int) -> float | None:
         if sample.labels.get("pid") == str(pid):
             return float(sample.value)
     return None
+
+
+def user_total(series: dict[str, list[Any]], name: str, user: str) -> float | None:
+    """A per-(GPU, user) counter summed over the GPUs (all workers run on GPU 0)."""
+    found = [float(s.value) for s in series.get(name, []) if s.labels.get("user") == user]
+    return sum(found) if found else None
 
 
 def wait_ready(base: str, exporter: subprocess.Popen[bytes], seconds: float = 60) -> bool:
@@ -337,6 +344,11 @@ def run_checks(args: argparse.Namespace, workdir: Path, result: dict[str, Any],
           f"{report['stats']['alloc_retries']}")
     check(f"B: {rows.TORCH_OOMS.name} = 1 after the caught OOM",
           wait_for(lambda: value(scrape(base), rows.TORCH_OOMS.name, b.pid) == 1, 10))
+    user_b = second.pw_name if second else pwd.getpwuid(os.getuid()).pw_name
+    user_oom = rows.USER_TORCH_OOMS.name
+    check(f"B: {user_oom}{{user={user_b}}} = 1 (the exporter saw B before its OOM)",
+          wait_for(lambda: user_total(scrape(base), user_oom, user_b) == 1, 10),
+          f"{user_total(scrape(base), user_oom, user_b)}")
     retries = value(scrape(base), rows.TORCH_ALLOC_RETRIES.name, b.pid)
     check(f"B: {rows.TORCH_ALLOC_RETRIES.name} = torch", retries ==
           report["stats"]["alloc_retries"], f"{retries}")
@@ -348,6 +360,9 @@ def run_checks(args: argparse.Namespace, workdir: Path, result: dict[str, Any],
     check("B's series vanish after it exits", wait_for(
         lambda: all(value(scrape(base), row.name, b.pid) is None for row in
                     (*rows.ROWS, PROCESS_MEMORY)), 30))
+    check(f"B's OOM stays in {user_oom}{{user={user_b}}} after B exits",
+          user_total(scrape(base), user_oom, user_b) == 1,
+          f"{user_total(scrape(base), user_oom, user_b)}")
 
 
 def main() -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from exporter import metrics
+from exporter.attribution.torchtotals import TorchUserTotals
 from exporter.health import MigDevice, MigProcess, XidKey, XidStat
 from exporter.metrics import allocator
 from exporter.snapshot import (
@@ -190,8 +191,9 @@ def fleet(gpus: int = 8, processes_per_gpu: int = 32) -> Snapshot:
     )
     if readings:
         readings[0] = with_health(readings[0])
-    return snapshot(*readings, allocations=allocations,
-                    pod_resources=PodResourcesHealth(True, "ok"))
+    # The per-user PyTorch counters, as the exporter's enrichment adds them (first collection).
+    return TorchUserTotals().enrich(snapshot(*readings, allocations=allocations,
+                                             pod_resources=PodResourcesHealth(True, "ok")))
 
 
 def with_health(gpu: GpuReading) -> GpuReading:
