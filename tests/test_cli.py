@@ -156,9 +156,10 @@ def test_torch_group_adds_the_allocator_join_with_its_flags(tmp_path: Path) -> N
     assert isinstance(torch, TorchEnricher)
     assert isinstance(totals, TorchUserTotals)  # after the join: it sums the joined counters
     assert torch.reader.directory == str(tmp_path)
-    simulated = parse_config(["--source", "simulated", "--scenario", "calm", "--collector.torch"], {})
-    assert isinstance(build_enricher(simulated), TorchUserTotals)
-    assert build_enricher(parse_config(["--source", "simulated", "--scenario", "calm"], {})) is None
+    simulated = ["--source", "simulated", "--scenario", "calm"]
+    assert isinstance(build_enricher(parse_config([*simulated, "--collector.torch"], {})),
+                      TorchUserTotals)
+    assert build_enricher(parse_config(simulated, {})) is None
     assert Group.TORCH not in parse_config([], {}).groups  # opt-in
     env = parse_config(["--collector.torch"], {"GPU_EXPORTER_TORCH_DIR": "/srv/torch"})
     assert env.torch_dir == "/srv/torch"  # the publisher's variable names the same directory
