@@ -129,8 +129,11 @@ def _processes(grid: panels.Layout) -> None:
         "across nodes).",
         [
             panels.Column("Memory", f"sum without () ({idle})", "bytes"),
+            # The filter itself, with the window's maximum as the value (one window read).
             panels.Column("Max utilisation", f"max_over_time({sel(c.PROCESS_UTILIZATION, proc)}"
-                   f"[{t.IDLE_AVG_WINDOW}]) and ({idle})", "percentunit"),
+                   f"[{t.IDLE_AVG_WINDOW}]) < {num(t.IDLE_UTILIZATION_RATIO)} and "
+                   f"{sel(c.PROCESS_MEMORY, proc)} > {num(t.IDLE_PROCESS_MEMORY_BYTES)}",
+                   "percentunit"),
             panels.Column("Age", f"time() - {sel(c.PROCESS_START_TIME, proc)} and ({idle})", "s"),
         ],
         hidden=("Time", "__name__", "job", "instance", "uuid", "uid"),
