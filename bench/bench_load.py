@@ -132,7 +132,8 @@ def flood(clients: int, seconds: float) -> bool:
         other = sum(len(v) for k, v in result.client_ms.items()
                     if k not in ("200", "200 latest", "503"))
         ok &= alive and not result.failures and not other
-        ok &= not refused or percentile(refused, 99) <= TARGET_P99_MS
+        # None seen (an exporter without the Server-Timing mark): the target is not shown met.
+        ok &= bool(refused) and percentile(refused, 99) <= TARGET_P99_MS
     print("(ms; 200 waited: within the limit, waited for the collection in a thread; 200 latest:"
           "\n beyond it, the last collected data at once; cli: in the load generator; srv: "
           "Server-Timing total)")
