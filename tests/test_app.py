@@ -8,6 +8,7 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 import pytest
@@ -45,9 +46,11 @@ class ProcessSource(FakeSource):
         return replace(snap, gpus=(replace(gpu, processes=(proc,)),))
 
 
-def _client(
+@contextmanager
+def _serving(
     source: FakeSource | None = None, **config: object
-) -> tuple[TestClient, Scheduler, FakeSource]:
+) -> Iterator[tuple[TestClient, Scheduler]]:
+    """The app as served (admission in front) and its scheduler, closed when the test ends."""
     source = source or ProcessSource()
     timeout = float(config.pop("timeout", 2.0))  # type: ignore[arg-type]
     sched = Scheduler(source, None, groups=default_groups(), min_interval=1.0,
@@ -59,15 +62,17 @@ def _client(
                              other=full.max_other_requests),
         web_config=WebConfig,
     )
-    return TestClient(app), sched, source
+    try:
+        with TestClient(app) as test_client:
+            yield test_client, sched
+    finally:
+        sched.close()
 
 
 @pytest.fixture
 def client() -> Iterator[TestClient]:
-    test_client, sched, _ = _client()
-    with test_client:
+    with _serving() as (test_client, _):
         yield test_client
-    sched.close()
 
 
 def _samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -131,12 +136,10 @@ def test_exact_paths_and_methods(client: TestClient) -> None:
 
 
 def test_custom_telemetry_path() -> None:
-    test_client, sched, _ = _client(telemetry_path="/gpu/metrics")
-    with test_client:
+    with _serving(telemetry_path="/gpu/metrics") as (test_client, _):
         assert test_client.get("/gpu/metrics").status_code == 200
         assert test_client.get("/metrics").status_code == 404
         assert 'href="/gpu/metrics"' in test_client.get("/").text
-    sched.close()
 
 
 def test_healthz_and_readyz(client: TestClient) -> None:
@@ -149,8 +152,7 @@ def test_healthz_and_readyz(client: TestClient) -> None:
 
 
 def test_readyz_reports_why_not() -> None:
-    test_client, sched, _source = _client(FakeSource(start_failures=50))
-    with test_client:
+    with _serving(FakeSource(start_failures=50)) as (test_client, _):
         response = test_client.get("/readyz")
         assert response.status_code == 503
         body = response.json()
@@ -161,7 +163,6 @@ def test_readyz_reports_why_not() -> None:
         samples = _samples(test_client.get("/metrics").text)
         assert samples[cat.SOURCE_UP.name][0][1] == 0.0
         assert cat.MEMORY_USED.name not in samples
-    sched.close()
 
 
 def test_snapshot_api_and_openapi(client: TestClient) -> None:
@@ -178,14 +179,12 @@ def test_snapshot_api_and_openapi(client: TestClient) -> None:
 
 
 def test_api_docs_behind_the_flag() -> None:
-    test_client, sched, _ = _client(api_docs=True)
-    with test_client:
+    with _serving(api_docs=True) as (test_client, _):
         schema = test_client.get("/openapi.json").json()
         assert "/api/v1/snapshot" in schema["paths"]
         assert "SnapshotResponse" in schema["components"]["schemas"]
         assert test_client.get("/docs").status_code == 200
         assert 'href="/docs"' in test_client.get("/").text
-    sched.close()
 
 
 def test_landing_page_escapes_and_links(client: TestClient) -> None:
@@ -213,12 +212,10 @@ def test_landing_page_refresh_parameter(client: TestClient) -> None:
 
 
 def test_landing_page_when_source_down() -> None:
-    test_client, sched, _ = _client(FakeSource(start_failures=50))
-    with test_client:
+    with _serving(FakeSource(start_failures=50)) as (test_client, _):
         page = test_client.get("/").text
         assert "Source down: NVML library not found" in page
         assert "No GPUs." in page
-    sched.close()
 
 
 def test_scrape_timeout_header_parsing() -> None:
@@ -233,8 +230,7 @@ def test_scrape_timeout_header_parsing() -> None:
 
 def test_scrape_timeout_header_bounds_the_wait() -> None:
     source = ProcessSource()
-    test_client, sched, _ = _client(source, timeout=10.0, min_interval=0.0)
-    with test_client:
+    with _serving(source, timeout=10.0, min_interval=0.0) as (test_client, sched):
         bad_header = test_client.get(
             "/metrics", headers={"X-Prometheus-Scrape-Timeout-Seconds": "soon"}
         )
@@ -258,13 +254,11 @@ def test_scrape_timeout_header_bounds_the_wait() -> None:
             test_client.get("/metrics", headers={"X-Prometheus-Scrape-Timeout-Seconds": "0.01"})
         assert "collection_timeout" not in sched.state(0.0).errors_total
         source.gate.set()
-    sched.close()
 
 
 def test_collection_overrunning_the_collector_timeout_counts_once() -> None:
     source = ProcessSource()
-    test_client, sched, _ = _client(source, timeout=0.5, min_interval=0.0)
-    with test_client:
+    with _serving(source, timeout=0.5, min_interval=0.0) as (test_client, sched):
         assert test_client.get("/metrics").status_code == 200
         source.gate.clear()
         time.sleep(1.05)
@@ -272,21 +266,19 @@ def test_collection_overrunning_the_collector_timeout_counts_once() -> None:
             test_client.get("/metrics", headers={"X-Prometheus-Scrape-Timeout-Seconds": "10"})
         assert sched.state(0.0).errors_total.get("collection_timeout") == 1
         source.gate.set()
-    sched.close()
 
 
 def test_beyond_max_requests_the_last_data_is_served_at_once() -> None:
     source = ProcessSource()
-    test_client, sched, _ = _client(source, max_requests=2, timeout=10.0)
-    results: list[int] = []
-    lock = threading.Lock()
+    with _serving(source, max_requests=2, timeout=10.0) as (test_client, _):
+        results: list[int] = []
+        lock = threading.Lock()
 
-    def scrape() -> None:
-        code = test_client.get("/metrics").status_code
-        with lock:
-            results.append(code)
+        def scrape() -> None:
+            code = test_client.get("/metrics").status_code
+            with lock:
+                results.append(code)
 
-    with test_client:
         assert test_client.get("/metrics").status_code == 200  # one good collection
         source.gate.clear()  # the next collection hangs until released
         source.entered.clear()
@@ -312,13 +304,11 @@ def test_beyond_max_requests_the_last_data_is_served_at_once() -> None:
         for worker in workers:
             worker.join(10)
         assert results == [200, 200]
-    sched.close()
 
 
 def test_beyond_max_requests_before_any_collection_is_503_at_once() -> None:
     source = ProcessSource()
-    test_client, sched, _ = _client(source, max_requests=2, timeout=10.0)
-    with test_client:
+    with _serving(source, max_requests=2, timeout=10.0) as (test_client, _):
         source.gate.clear()  # the very first collection hangs: nothing collected yet
         workers = [threading.Thread(target=test_client.get, args=("/metrics",))
                    for _ in range(2)]
@@ -337,7 +327,6 @@ def test_beyond_max_requests_before_any_collection_is_503_at_once() -> None:
         source.gate.set()
         for worker in workers:
             worker.join(10)
-    sched.close()
 
 
 def test_every_exposed_family_is_from_the_catalogue(client: TestClient) -> None:

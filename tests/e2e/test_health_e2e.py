@@ -38,6 +38,19 @@ def _scrape_until(proc: ExporterProcess, name: str, wanted: int, timeout: float 
     return text
 
 
+def _scrape_once(*flags: str, env: dict[str, str] | None = None) -> tuple[str, ExporterProcess]:
+    """One scrape of an exporter on the health fake, then a clean SIGTERM; the text and the
+    stopped process (its log, its pid)."""
+    with ExporterProcess("--source", "nvml", *flags, module=MODULE, env=env) as proc:
+        text = httpx.get(proc.url("/metrics")).text
+        assert proc.stop(signal.SIGTERM) == 0
+    return text, proc
+
+
+def _by_gpu(text: str, name: str) -> dict[str, float]:
+    return {labels["gpu"]: value for labels, value in _samples(text, name)}
+
+
 def test_xids_from_nvml_events_reach_metrics_and_sigterm_is_clean() -> None:
     env = {"GPU_EXPORTER_TEST_XIDS": "0:79,1:31x5"}
     with ExporterProcess("--source", "nvml", "--collector.min-interval", "0", module=MODULE,
@@ -61,27 +74,17 @@ def test_xids_from_nvml_events_reach_metrics_and_sigterm_is_clean() -> None:
 
 
 def test_unsupported_events_and_switched_off_group() -> None:
-    with ExporterProcess("--source", "nvml", module=MODULE,
-                         env={"GPU_EXPORTER_TEST_NO_EVENTS": "1"}) as proc:
-        text = httpx.get(proc.url("/metrics")).text
-        assert proc.stop(signal.SIGTERM) == 0
-    registered = {labels["gpu"]: v for labels, v in _samples(text, m.XID_EVENTS_REGISTERED.name)}
-    assert registered == {"0": 1.0, "1": 0.0}
+    text, proc = _scrape_once(env={"GPU_EXPORTER_TEST_NO_EVENTS": "1"})
+    assert _by_gpu(text, m.XID_EVENTS_REGISTERED.name) == {"0": 1.0, "1": 0.0}
     assert "not watched" in proc.log
-    with ExporterProcess("--source", "nvml", "--no-collector.xid", module=MODULE) as proc:
-        text = httpx.get(proc.url("/metrics")).text
-        assert proc.stop(signal.SIGTERM) == 0
+    text, proc = _scrape_once("--no-collector.xid")
     assert not _samples(text, m.XID_EVENTS_REGISTERED.name)
     assert "XID event waiter" not in proc.log
 
 
 def test_mig_gpu_instances_with_their_users() -> None:
-    with ExporterProcess("--source", "nvml", module=MODULE,
-                         env={"GPU_EXPORTER_TEST_MIG": "1"}) as proc:
-        text = httpx.get(proc.url("/metrics")).text
-        assert proc.stop(signal.SIGTERM) == 0
-    enabled = {labels["gpu"]: v for labels, v in _samples(text, m.MIG_ENABLED.name)}
-    assert enabled == {"0": 1.0, "1": 0.0}
+    text, proc = _scrape_once(env={"GPU_EXPORTER_TEST_MIG": "1"})
+    assert _by_gpu(text, m.MIG_ENABLED.name) == {"0": 1.0, "1": 0.0}
     info = sorted((labels["gpu_instance"], labels["compute_instance"], labels["gpu_profile"])
                   for labels, _ in _samples(text, m.MIG_INFO.name))
     assert info == [("2", "0", "3g.71gb"), ("7", "0", "1g.18gb")]
