@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.cog.plugins import register_default_plugins
-from grafana_foundation_sdk.models import dashboard as dm
+from grafana_foundation_sdk.models import dashboard as dashboard_model
 
 from dashboards import accounting, alerts, generate, recording
 from dashboards.panels import UNITS
@@ -58,8 +58,8 @@ def test_loads_into_the_sdk_model_and_round_trips(name: str) -> None:
     register_default_plugins()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        model = dm.Dashboard.from_json(BOARDS[name])
-    assert isinstance(model, dm.Dashboard)
+        model = dashboard_model.Dashboard.from_json(BOARDS[name])
+    assert isinstance(model, dashboard_model.Dashboard)
     assert model.uid == BOARDS[name]["uid"]
     again = JSONEncoder(sort_keys=True, indent=2).encode(model) + "\n"
     assert again == (GRAFANA_DIR / name).read_text(encoding="utf-8")
