@@ -10,7 +10,17 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
-from dashboards import panels, variables
+from dashboards import variables
+from dashboards.panels import (
+    Column,
+    Layout,
+    board,
+    query,
+    stat_panel,
+    steps,
+    table_panel,
+    timeseries_panel,
+)
 from dashboards.promql import NOT_OVERFLOW, num, seconds, sel
 from exporter import metrics, thresholds
 from exporter.report import records
@@ -24,7 +34,7 @@ _RANGE = "[$__range]"
 _PER = f" * {records.INTERVAL_SECONDS}"
 _GIB_HOURS = f" * {records.INTERVAL_SECONDS} / {num(thresholds.GIB)} / 3600"
 _KWH = f" * {records.INTERVAL_SECONDS} / 3600000"
-USED_STEPS = panels.steps(("red", None), ("orange", 0.25), ("green", 0.6))
+USED_STEPS = steps(("red", None), ("orange", 0.25), ("green", 0.6))
 PROCESS_HIDDEN = ("Time", "__name__", "job", "uuid", "uid")
 ACCOUNTING = (
     "From the idle-accounting recording rules (dashboards/rules/gpu-exporter-accounting.yaml); "
@@ -44,7 +54,7 @@ def sel_record(name: str, matchers: str) -> str:
     return f"{name}{{{matchers}}}" if matchers else name
 
 
-def _summary(grid: panels.Layout) -> None:
+def _summary(grid: Layout) -> None:
     grid.row("Held versus used over the range")
     user = records.USER
     held = _total(user, records.HELD_GPUS, HOST_USER, "")
@@ -63,32 +73,32 @@ def _summary(grid: panels.Layout) -> None:
         ("Energy (kWh)", "Energy of the GPUs, attributed to their users.", "short",
          f"{_total(user, records.POWER, HOST_USER, '')}{_KWH}", None),
     ):
-        grid.add(panels.stat_panel(title, f"{description} {ACCOUNTING}", unit, panels.query(expr),
-                                   thresholds=colour_steps), 4, 4)
+        grid.add(stat_panel(title, f"{description} {ACCOUNTING}", unit, query(expr),
+                            thresholds=colour_steps), 4, 4)
 
 
-def _by(grid: panels.Layout, title: str, level: records.Level, matchers: str, by: str, *,
+def _by(grid: Layout, title: str, level: records.Level, matchers: str, by: str, *,
         energy: bool) -> None:
     held = _total(level, records.HELD_GPUS, matchers, by)
     used = _total(level, records.USED_GPUS, matchers, by)
     columns = [
-        panels.Column("Held idle", f"{_total(level, records.IDLE_GPUS, matchers, by)}{_PER}", "s"),
-        panels.Column("Held", f"{held}{_PER}", "s"),
-        panels.Column("Used", f"{used}{_PER}", "s"),
-        panels.Column("Used / held", f"{used} / {held}", "percentunit", USED_STEPS),
-        panels.Column("Idle GiB-hours",
-                      f"{_total(level, records.IDLE_MEMORY, matchers, by)}{_GIB_HOURS}", "short"),
+        Column("Held idle", f"{_total(level, records.IDLE_GPUS, matchers, by)}{_PER}", "s"),
+        Column("Held", f"{held}{_PER}", "s"),
+        Column("Used", f"{used}{_PER}", "s"),
+        Column("Used / held", f"{used} / {held}", "percentunit", USED_STEPS),
+        Column("Idle GiB-hours", f"{_total(level, records.IDLE_MEMORY, matchers, by)}{_GIB_HOURS}",
+               "short"),
     ]
     if energy:
         energy_total = _total(level, records.POWER, matchers, by)
-        columns.append(panels.Column("kWh", f"{energy_total}{_KWH}", "short"))
-    grid.add(panels.table_panel(
+        columns.append(Column("kWh", f"{energy_total}{_KWH}", "short"))
+    grid.add(table_panel(
         title, "GPU time held idle, held and used over the range, and memory held idle. "
         + ACCOUNTING, columns, sort_by="Held idle",
     ), 12, 8)
 
 
-def _tables(grid: panels.Layout) -> None:
+def _tables(grid: Layout) -> None:
     grid.row("Who holds GPUs idle")
     _by(grid, "Per user", records.USER, HOST_USER, "user", energy=True)
     _by(grid, "Per namespace and pod", records.POD, variables.HOST, "namespace, pod", energy=False)
@@ -99,25 +109,25 @@ def _tables(grid: panels.Layout) -> None:
          "minute. ", "bytes", records.IDLE_MEMORY),
     ):
         per_user = sel_record(records.USER.record(quantity), HOST_USER)
-        grid.add(panels.timeseries_panel(
+        grid.add(timeseries_panel(
             title, description + ACCOUNTING, unit,
-            [panels.query(f"sum by (user) ({per_user})", "{{user}}")], stacked=True, min_val=0,
+            [query(f"sum by (user) ({per_user})", "{{user}}")], stacked=True, min_val=0,
         ), 12)
 
 
-def _processes(grid: panels.Layout) -> None:
+def _processes(grid: Layout) -> None:
     grid.row("Forgotten processes")
     idle = sel_record(records.PROCESS_IDLE_MEMORY, HOST_USER)
     best = f"topk({TOP}, sum_over_time({idle}{_RANGE}))"
-    grid.add(panels.table_panel(
+    grid.add(table_panel(
         "Top idle holders over the range", f"The {TOP} processes that held the most memory "
         "while idle over the range: GiB-hours, time idle, largest memory held idle. "
         + ACCOUNTING,
         [
-            panels.Column("Idle GiB-hours", f"{best}{_GIB_HOURS}", "short"),
-            panels.Column("Time idle", f"count_over_time({idle}{_RANGE}){_PER} and {best}", "s"),
-            panels.Column("Memory held idle (max)", f"max_over_time({idle}{_RANGE}) and {best}",
-                          "bytes"),
+            Column("Idle GiB-hours", f"{best}{_GIB_HOURS}", "short"),
+            Column("Time idle", f"count_over_time({idle}{_RANGE}){_PER} and {best}", "s"),
+            Column("Memory held idle (max)", f"max_over_time({idle}{_RANGE}) and {best}",
+                   "bytes"),
         ],
         hidden=PROCESS_HIDDEN, sort_by="Idle GiB-hours",
     ), 24, 8)
@@ -126,19 +136,18 @@ def _processes(grid: panels.Layout) -> None:
     idle_for = f"time() - {last}"
     forgotten = (f"topk({TOP}, {memory} > {num(thresholds.IDLE_PROCESS_MEMORY_BYTES)} "
                  f"and ({idle_for}) > {seconds(thresholds.IDLE_FOR)})")
-    grid.add(panels.table_panel(
+    grid.add(table_panel(
         "Forgotten processes now", f"Processes holding over "
         f"{num(thresholds.IDLE_PROCESS_MEMORY_BYTES / thresholds.GIB)} GiB whose kernels last ran "
         f"over {thresholds.IDLE_FOR} ago (gpu_process_last_active_timestamp_seconds), largest "
         "first: idle for, age, memory. A process with no kernel seen since the exporter started "
         "is not listed (its last activity is unknown).",
         [
-            panels.Column("Memory", forgotten, "bytes"),
-            panels.Column("Idle for", f"({idle_for}) and {forgotten}", "s",
-                          panels.steps(("orange", None), ("red", float(24 * 3600)))),
-            panels.Column("Age", "(time() - "
-                          f"{sel(metrics.PROCESS_START_TIME, HOST_USER, NOT_OVERFLOW)}) "
-                          f"and {forgotten}", "s"),
+            Column("Memory", forgotten, "bytes"),
+            Column("Idle for", f"({idle_for}) and {forgotten}", "s",
+                   steps(("orange", None), ("red", float(24 * 3600)))),
+            Column("Age", f"(time() - {sel(metrics.PROCESS_START_TIME, HOST_USER, NOT_OVERFLOW)}) "
+                   f"and {forgotten}", "s"),
         ],
         hidden=PROCESS_HIDDEN, sort_by="Memory",
     ), 24, 8)
@@ -146,13 +155,13 @@ def _processes(grid: panels.Layout) -> None:
 
 def build() -> dashboard.Dashboard:
     """The efficiency dashboard builder."""
-    built = panels.board(
+    built = board(
         "GPU efficiency", UID,
         "GPU time and memory held versus used over the chosen range, who holds GPUs idle, and "
         "forgotten processes.",
         variables.host_chain(variables.user()), since="now-7d", refresh="5m",
     )
-    grid = panels.Layout(built)
+    grid = Layout(built)
     _summary(grid)
     _tables(grid)
     _processes(grid)

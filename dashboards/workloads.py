@@ -9,8 +9,18 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
-from dashboards import panels, variables
+from dashboards import variables
 from dashboards.fleet import COUNT_WARN
+from dashboards.panels import (
+    Column,
+    Layout,
+    board,
+    query,
+    stat_panel,
+    steps,
+    table_panel,
+    timeseries_panel,
+)
 from dashboards.promql import allocated_idle, count_or_zero, owned, sel
 from dashboards.variables import HOST
 from exporter import metrics, thresholds
@@ -32,62 +42,61 @@ IDLE = allocated_idle(HOST, *WORKLOAD, ratio=thresholds.IDLE_UTILIZATION_RATIO,
                       window=thresholds.IDLE_AVG_WINDOW)
 
 
-def _allocations(grid: panels.Layout) -> None:
+def _allocations(grid: Layout) -> None:
     grid.row("GPU allocations (kubelet)")
-    grid.add(panels.stat_panel(
+    grid.add(stat_panel(
         "Allocated GPUs", "Devices the kubelet handed to the selected pods (whole GPUs, MIG "
         "devices; a time-sliced GPU counts once).", "short",
-        panels.query(count_or_zero(f"count by (job, instance, device_id) ({ALLOC})")),
+        query(count_or_zero(f"count by (job, instance, device_id) ({ALLOC})")),
     ), 4, 4)
-    grid.add(panels.stat_panel(
+    grid.add(stat_panel(
         "Allocated but idle", "Pod allocations with no process of the pod on the GPU, or a GPU "
         f"the pod owns alone averaging under {thresholds.IDLE_UTILIZATION_RATIO:.0%} utilisation "
         f"over {thresholds.IDLE_AVG_WINDOW} (alert GpuAllocatedIdle after {thresholds.IDLE_FOR}).",
         "short",
-        panels.query(count_or_zero(IDLE)), thresholds=panels.steps(*COUNT_WARN),
+        query(count_or_zero(IDLE)), thresholds=steps(*COUNT_WARN),
     ), 4, 4)
-    grid.add(panels.stat_panel(
+    grid.add(stat_panel(
         "Shared allocations", "Allocations of time-sliced or MPS-shared GPUs: their device "
         "utilisation and power belong to every pod sharing them and are not split.", "short",
-        panels.query(count_or_zero(SHARED_ALLOC)),
+        query(count_or_zero(SHARED_ALLOC)),
     ), 4, 4)
-    grid.add(panels.stat_panel(
+    grid.add(stat_panel(
         "Memory of pods", "GPU memory held by the processes of the selected pods (exact on "
         "shared GPUs too: the driver accounts memory per process).", "bytes",
-        panels.query(f"sum({POD_MEM}) or vector(0)"),
+        query(f"sum({POD_MEM}) or vector(0)"),
     ), 4, 4)
-    grid.add(panels.stat_panel(
+    grid.add(stat_panel(
         "Memory of Slurm jobs", "GPU memory held by processes of the selected Slurm jobs.",
         "bytes",
-        panels.query(f"sum({sel(metrics.WORKLOAD_MEMORY, HOST, SLURM_JOB, IN_JOB)}) or vector(0)"),
+        query(f"sum({sel(metrics.WORKLOAD_MEMORY, HOST, SLURM_JOB, IN_JOB)}) or vector(0)"),
     ), 4, 4)
-    grid.add(panels.stat_panel(
+    grid.add(stat_panel(
         "Memory of other containers", "GPU memory held by Docker, Podman, containerd or CRI-O "
         "containers outside Kubernetes.", "bytes",
-        panels.query(f"sum({sel(metrics.WORKLOAD_MEMORY, HOST, IN_CONTAINER)}) or vector(0)"),
+        query(f"sum({sel(metrics.WORKLOAD_MEMORY, HOST, IN_CONTAINER)}) or vector(0)"),
     ), 4, 4)
-    grid.add(panels.stat_panel(
+    grid.add(stat_panel(
         "Kubelet PodResources API", "1 when every selected exporter's last poll of the "
         "kubelet's PodResources API succeeded; 0 means allocations are missing somewhere (alert "
         "GpuExporterPodResourcesFailing; see the status table).", "short",
-        panels.query(f"min({sel(metrics.POD_RESOURCES_UP, HOST)})"),
-        thresholds=panels.steps(("red", None), ("green", 1.0)),
+        query(f"min({sel(metrics.POD_RESOURCES_UP, HOST)})"),
+        thresholds=steps(("red", None), ("green", 1.0)),
     ), 4, 4)
-    grid.add(panels.table_panel(
+    grid.add(table_panel(
         "PodResources status", "The outcome of each exporter's last PodResources poll: ok, "
         "socket_missing (not mounted, or another kubelet root dir), permission_denied (run as "
         "uid 0), unavailable, timeout, too_large, rejected, unimplemented, error.",
-        [panels.Column("Status", sel(metrics.POD_RESOURCES_STATUS, HOST), "short")],
+        [Column("Status", sel(metrics.POD_RESOURCES_STATUS, HOST), "short")],
     ), 20, 4)
-    grid.add(panels.table_panel(
+    grid.add(table_panel(
         "GPUs owned by one pod", "Whole GPUs the kubelet gave to exactly one container: their "
         "memory, utilisation and power are that pod's.",
         [
-            panels.Column("Memory used", owned(metrics.MEMORY_USED, HOST, *WORKLOAD), "bytes"),
-            panels.Column("Memory total", owned(metrics.MEMORY_TOTAL, HOST, *WORKLOAD), "bytes"),
-            panels.Column("Utilisation", owned(metrics.UTILIZATION, HOST, *WORKLOAD),
-                          "percentunit"),
-            panels.Column("Power", owned(metrics.POWER_USAGE, HOST, *WORKLOAD), "watt"),
+            Column("Memory used", owned(metrics.MEMORY_USED, HOST, *WORKLOAD), "bytes"),
+            Column("Memory total", owned(metrics.MEMORY_TOTAL, HOST, *WORKLOAD), "bytes"),
+            Column("Utilisation", owned(metrics.UTILIZATION, HOST, *WORKLOAD), "percentunit"),
+            Column("Power", owned(metrics.POWER_USAGE, HOST, *WORKLOAD), "watt"),
         ],
         hidden=HIDDEN, sort_by="Memory used",
     ), 24, 8)
@@ -95,95 +104,94 @@ def _allocations(grid: panels.Layout) -> None:
         f"sum by (job, instance, gpu, uuid, namespace, pod) ({POD_MEM}) "
         f"and on (job, instance, uuid, namespace, pod) {SHARED_ALLOC}"
     )
-    grid.add(panels.table_panel(
+    grid.add(table_panel(
         "Pods on shared GPUs", "Per pod and shared GPU: the memory its processes hold and their "
         "summed SM utilisation samples (time-slicing shares the GPU; device totals are not "
         "split between pods).",
         [
-            panels.Column("Pod memory", shared, "bytes"),
-            panels.Column("Pod SM utilisation",
-                          f"sum by (job, instance, gpu, uuid, namespace, pod) ({POD_UTIL}) "
-                          f"and on (job, instance, uuid, namespace, pod) {SHARED_ALLOC}",
-                          "percentunit"),
+            Column("Pod memory", shared, "bytes"),
+            Column("Pod SM utilisation",
+                   f"sum by (job, instance, gpu, uuid, namespace, pod) ({POD_UTIL}) "
+                   f"and on (job, instance, uuid, namespace, pod) {SHARED_ALLOC}", "percentunit"),
         ],
         hidden=HIDDEN, sort_by="Pod memory",
     ), 12, 8)
-    grid.add(panels.table_panel(
+    grid.add(table_panel(
         "Allocated but idle", "Allocations of the selected pods that hold a GPU for nothing "
         "right now: no process of the pod on the GPU, or a GPU the pod owns alone averaging "
         f"under {thresholds.IDLE_UTILIZATION_RATIO:.0%} utilisation over "
         f"{thresholds.IDLE_AVG_WINDOW}. After {thresholds.IDLE_FOR} the GpuAllocatedIdle alert "
         "fires (see its runbook).",
-        [panels.Column("Idle", f"max by (job, instance, gpu, uuid, namespace, pod, container) "
+        [Column("Idle", f"max by (job, instance, gpu, uuid, namespace, pod, container) "
                         f"({IDLE})", "short")],
         hidden=HIDDEN,
     ), 12, 8)
 
 
-def _usage(grid: panels.Layout) -> None:
+def _usage(grid: Layout) -> None:
     grid.row("Namespaces and pods")
-    grid.add(panels.timeseries_panel(
+    grid.add(timeseries_panel(
         "GPU memory by namespace", "Memory held by each namespace's GPU processes, stacked.",
-        "bytes", [panels.query(f"sum by (namespace) ({POD_MEM})", "{{namespace}}")], stacked=True,
+        "bytes", [query(f"sum by (namespace) ({POD_MEM})", "{{namespace}}")], stacked=True,
         min_val=0,
     ), 12)
-    grid.add(panels.timeseries_panel(
+    grid.add(timeseries_panel(
         "GPU memory by pod", "Memory held by each pod's GPU processes.", "bytes",
-        [panels.query(f"sum by (namespace, pod) ({POD_MEM})", "{{namespace}}/{{pod}}")], min_val=0,
+        [query(f"sum by (namespace, pod) ({POD_MEM})", "{{namespace}}/{{pod}}")], min_val=0,
     ), 12)
     util = owned(metrics.UTILIZATION, HOST, *WORKLOAD)
-    grid.add(panels.timeseries_panel(
+    grid.add(timeseries_panel(
         "Utilisation of GPUs a pod owns", "Average utilisation of the whole GPUs each pod "
         "owns alone.", "percentunit",
-        [panels.query(f"avg by (namespace, pod) ({util})", "{{namespace}}/{{pod}}")],
+        [query(f"avg by (namespace, pod) ({util})", "{{namespace}}/{{pod}}")],
         min_val=0, max_val=1,
     ), 12)
     power = owned(metrics.POWER_USAGE, HOST, *WORKLOAD)
-    grid.add(panels.timeseries_panel(
+    grid.add(timeseries_panel(
         "Power of GPUs a pod owns", "Board power of the whole GPUs each pod owns alone, summed "
         "per pod.", "watt",
-        [panels.query(f"sum by (namespace, pod) ({power})", "{{namespace}}/{{pod}}")], min_val=0,
+        [query(f"sum by (namespace, pod) ({power})", "{{namespace}}/{{pod}}")], min_val=0,
     ), 12)
 
 
-def _jobs(grid: panels.Layout) -> None:
+def _jobs(grid: Layout) -> None:
     grid.row("Slurm jobs and containers")
     job_mem = sel(metrics.WORKLOAD_MEMORY, HOST, SLURM_JOB, IN_JOB)
     job_util = sel(metrics.WORKLOAD_UTILIZATION, HOST, SLURM_JOB, IN_JOB)
-    grid.add(panels.timeseries_panel(
+    grid.add(timeseries_panel(
         "GPU memory by Slurm job", "Memory held by each Slurm job's GPU processes (job id from "
         "the process's cgroup).", "bytes",
-        [panels.query(f"sum by (slurm_job) ({job_mem})", "job {{slurm_job}}")], stacked=True,
+        [query(f"sum by (slurm_job) ({job_mem})", "job {{slurm_job}}")], stacked=True,
         min_val=0,
     ), 12)
-    grid.add(panels.table_panel(
+    grid.add(table_panel(
         "Slurm jobs", "Per job: GPU memory, GPUs in use and the summed SM utilisation of the "
         "job's processes per GPU, averaged over its GPUs.",
         [
-            panels.Column("Memory", f"sum by (slurm_job) ({job_mem})", "bytes"),
-            panels.Column("GPUs", f"count by (slurm_job) ({job_mem})", "short"),
-            panels.Column("Avg SM utilisation", f"avg by (slurm_job) ({job_util})", "percentunit"),
+            Column("Memory", f"sum by (slurm_job) ({job_mem})", "bytes"),
+            Column("GPUs", f"count by (slurm_job) ({job_mem})", "short"),
+            Column("Avg SM utilisation", f"avg by (slurm_job) ({job_util})", "percentunit"),
         ],
         hidden=HIDDEN, sort_by="Memory",
     ), 12)
     container_mem = sel(metrics.WORKLOAD_MEMORY, HOST, IN_CONTAINER)
-    grid.add(panels.timeseries_panel(
+    grid.add(timeseries_panel(
         "GPU memory by container (outside Kubernetes)", "Memory held by Docker, Podman, "
         "containerd and CRI-O containers not in a pod; the name where the runtime's files give "
         "it, else the short ID.", "bytes",
-        [panels.query(f"sum by (container, container_id) ({container_mem})",
-                      "{{container}} {{container_id}}")], min_val=0,
+        [query(f"sum by (container, container_id) ({container_mem})",
+               "{{container}} {{container_id}}")], min_val=0,
     ), 24)
 
 
 def build() -> dashboard.Dashboard:
     """The workloads dashboard builder."""
-    built = panels.board(
+    built = board(
         "GPU workloads", UID,
         "Which pod, Slurm job or container holds each GPU, allocated or not.",
         variables.host_chain(*variables.workload_labels()),
     )
-    grid = panels.Layout(built)
+    grid = Layout(built)
     _allocations(grid)
     _usage(grid)
     _jobs(grid)
