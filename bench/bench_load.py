@@ -30,7 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.harness import Scraper, Server, free_port, hammer, percentile
+from bench.harness import Scraper, Server, hammer, percentile
+from tests.processes import free_port
 
 SCENARIO = ("--source", "simulated", "--scenario", "synthetic:8x32")
 TARGET_P99_MS = 50.0

@@ -23,6 +23,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from tests.processes import stop
+
 ROOT = Path(__file__).resolve().parent.parent
 #: What Prometheus 3 sends: OpenMetrics preferred, gzip accepted.
 PROMETHEUS_HEADERS: Mapping[str, str] = {
@@ -51,13 +53,6 @@ def rss_mb(pid: int | str = "self") -> tuple[float, float]:
         if key in ("VmRSS", "VmHWM"):
             fields[key] = int(value.split()[0]) / 1024
     return fields["VmRSS"], fields["VmHWM"]
-
-
-def free_port() -> int:
-    """A free loopback port (bound and released; the server binds it right after)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def cpu_seconds(pid: int | str = "self") -> float:
@@ -218,13 +213,7 @@ class Server:
         return "\n".join(self.lines[-30:])
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop(self.proc, 10)
         self._reader.join(5)
 
     def __enter__(self) -> Server:

@@ -20,24 +20,19 @@ def _targets(grid: panels.Layout) -> None:
         "Targets up", "Exporters Prometheus scraped successfully last time.", "short",
         panels.query(f"sum(up{{{HOST}}})"),
     ), 4, 4)
-    grid.add(panels.stat_panel(
-        "Targets down", "Exporters Prometheus could not scrape (alert GpuExporterDown after "
-        f"{thresholds.EXPORTER_DOWN_FOR}).", "short",
-        panels.query(count_or_zero(f"up{{{HOST}}} == 0")),
-        thresholds=panels.steps(*COUNT_BAD),
-    ), 4, 4)
-    grid.add(panels.stat_panel(
-        "Sources down", "Exporters whose data source (NVML) is not initialised: no GPU data "
-        "from them at all.", "short",
-        panels.query(count_or_zero(f"{sel(metrics.SOURCE_UP, HOST)} == 0")),
-        thresholds=panels.steps(*COUNT_BAD),
-    ), 4, 4)
-    grid.add(panels.stat_panel(
-        "Failing collections", "Exporters whose last collection did not read every GPU "
-        "without error.", "short",
-        panels.query(count_or_zero(f"{sel(metrics.COLLECTION_SUCCESS, HOST)} == 0")),
-        thresholds=panels.steps(*COUNT_WARN),
-    ), 4, 4)
+    # Exporters whose up-style series is 0, counted (0, not "no data", when there are none).
+    for title, description, series, colours in (
+        ("Targets down", "Exporters Prometheus could not scrape (alert GpuExporterDown after "
+         f"{thresholds.EXPORTER_DOWN_FOR}).", f"up{{{HOST}}}", COUNT_BAD),
+        ("Sources down", "Exporters whose data source (NVML) is not initialised: no GPU data "
+         "from them at all.", sel(metrics.SOURCE_UP, HOST), COUNT_BAD),
+        ("Failing collections", "Exporters whose last collection did not read every GPU "
+         "without error.", sel(metrics.COLLECTION_SUCCESS, HOST), COUNT_WARN),
+    ):
+        grid.add(panels.stat_panel(
+            title, description, "short", panels.query(count_or_zero(f"{series} == 0")),
+            thresholds=panels.steps(*colours),
+        ), 4, 4)
     grid.add(panels.stat_panel(
         "Oldest data", "Age of the oldest data served by the selected exporters. It grows when "
         "collections hang and the last good snapshot is served; red past "
