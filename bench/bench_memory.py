@@ -8,7 +8,11 @@ Usage (repository root; hold the bench lock here):
 1. The floor, each step in one fresh interpreter, cumulative: Python alone; with ``--nvml``
    ``pynvml.nvmlInit()`` and one memory read (libnvidia-ml mapped); ``import fastapi, uvicorn,
    pydantic``; ``import prometheus_client``. No exporter can be smaller than that. For
-   reference, the same interpreter then imports what the exporter imports at start-up.
+   reference, the same interpreter then imports what the exporter imports at start-up and,
+   with ``--nvml``, starts the exporter's NVML source and collects three times (NVML's own
+   allocations for the calls the exporter makes, XID event registration included). Its
+   resident memory by kind of mapping is read at the floor and after the references, to set
+   against the exporter's.
 2. The exporter (``--source nvml``, or the simulated 8x32 node), scraped over one keep-alive
    loopback connection with Prometheus' headers (OpenMetrics, gzip) ``--scrapes`` times;
    its VmRSS after a warm-up and at ten checkpoints, and the peak (VmHWM).
@@ -17,7 +21,8 @@ Targets (issue 14): on NVML, RSS after scraping within 8 MB of the floor; on the
 node, at most 60 MB; and flat: RSS at the last checkpoint no more than 1 MB above the second
 (the first tenth of the scrapes settles caches). Exit 1 with ``--check`` when one is missed.
 ``--fresh`` runs a new collection per scrape (``--collector.min-interval 0``); the default is
-the exporter's default settings. ``--json FILE`` writes the figures.
+the exporter's default settings; exporter flags after ``--`` (e.g. ``-- --no-collector.xid``)
+apply to the exporter and to the reference collections. ``--json FILE`` writes the figures.
 """
 
 from __future__ import annotations
@@ -40,7 +45,8 @@ TARGET_SIMULATED_MB = 60.0
 TARGET_GROWTH_MB = 1.0
 CHECKPOINTS = 10
 
-#: Run in a fresh interpreter: prints one JSON line per floor step (cumulative VmRSS, MiB).
+#: Run in a fresh interpreter: prints one JSON line of floor steps (cumulative VmRSS, MiB), waits
+#: for a line on stdin (the parent reads its mappings at the floor), then one of reference steps.
 _FLOOR = r"""
 import json, sys
 def rss():
@@ -57,17 +63,52 @@ import fastapi, uvicorn, pydantic
 steps.append(("+ fastapi, uvicorn, pydantic imported", rss()))
 import prometheus_client
 steps.append(("+ prometheus_client imported", rss()))
+print(json.dumps(steps), flush=True)
+sys.stdin.readline()
 import exporter.cli
-steps.append(("(reference: + gpu-exporter's start-up imports)", rss()))
-print(json.dumps(steps))
+steps = [("(reference: + gpu-exporter's start-up imports)", rss())]
+if sys.argv[1] == "nvml":
+    config = exporter.cli.parse_config(["--source", "nvml", *sys.argv[2:]], {})
+    source = exporter.cli.build_source(config)
+    source.start()
+    for _ in range(3):
+        source.collect(config.collect_groups())
+    steps.append(("(reference: + its NVML source started, 3 collections)", rss()))
+print(json.dumps(steps), flush=True)
+sys.stdin.readline()
+if sys.argv[1] == "nvml":
+    source.close()
 """
 
 
-def measure_floor(nvml: bool) -> list[tuple[str, float]]:
-    """The floor steps (label, cumulative MiB), each from a fresh interpreter."""
-    out = subprocess.run([sys.executable, "-c", _FLOOR, "nvml" if nvml else "none"], cwd=ROOT,
-                         capture_output=True, text=True, check=True, timeout=120).stdout
-    return [(label, float(value)) for label, value in json.loads(out)]
+Steps = list[tuple[str, float]]
+
+
+def measure_floor(nvml: bool, flags: list[str]) -> tuple[Steps, Steps, dict[str, Steps]]:
+    """The floor steps and the reference steps (label, cumulative MiB), from one fresh
+    interpreter, and its resident memory by mapping at the floor and after the references."""
+    proc = subprocess.Popen([sys.executable, "-c", _FLOOR, "nvml" if nvml else "none", *flags],
+                            cwd=ROOT,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    try:
+        steps, maps = [], {}
+        for name in ("floor", "reference"):
+            line = proc.stdout.readline()
+            if not line:
+                raise SystemExit(f"the floor interpreter failed (exit {proc.wait(30)})")
+            steps.append([(label, float(value)) for label, value in json.loads(line)])
+            maps[name] = breakdown(proc.pid)
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+        if proc.wait(120) != 0:
+            raise SystemExit(f"the floor interpreter failed (exit {proc.returncode})")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return steps[0], steps[1], maps
 
 
 def breakdown(pid: int) -> list[tuple[str, float]]:
@@ -117,7 +158,7 @@ def scrape_exporter(args: argparse.Namespace) -> dict[str, object]:
     """Start the exporter, scrape it, and record RSS along the way."""
     source = (["--source", "nvml"] if args.nvml
               else ["--source", "simulated", "--scenario", args.scenario])
-    extra = ["--collector.min-interval", "0"] if args.fresh else []
+    extra = [*(["--collector.min-interval", "0"] if args.fresh else []), *args.flags]
     checkpoints: list[tuple[int, float]] = []
     with Server.exporter(*source, *extra) as server, Scraper(server.port) as client:
         for _ in range(args.warmup):
@@ -150,17 +191,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fresh", action="store_true", help="a new collection every scrape")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument("--json", type=Path, help="write the figures to this file")
+    parser.add_argument("flags", nargs="*", metavar="-- FLAG",
+                        help="exporter flags after --, also used by the reference collections")
     args = parser.parse_args(argv)
     if not 10 <= args.scrapes <= 1_000_000:
         parser.error("--scrapes must be 10..1000000")
 
-    floor_steps = measure_floor(args.nvml)
-    floor = floor_steps[-2][1]  # the last step is a reference, not part of the floor
+    floor_steps, reference_steps, floor_maps = measure_floor(args.nvml, args.flags)
+    floor = floor_steps[-1][1]
     print("memory floor (each step cumulative, fresh interpreter):")
     previous = 0.0
-    for label, value in floor_steps:
+    for label, value in floor_steps + reference_steps:
         delta = f"+{value - previous:5.1f}" if previous else "      "
-        print(f"  {label:<48} {value:6.1f} MB {delta}")
+        print(f"  {label:<54} {value:6.1f} MB {delta}")
         previous = value
     with cuda_processes(args.cuda_processes) as pids:
         if pids:
@@ -177,9 +220,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  peak (VmHWM)                   {peak:6.1f} MB")
     print(f"  over the floor                 {rss - floor:+6.1f} MB")
     print(f"  growth after the first tenth   {growth:+6.1f} MB")
-    print("  resident memory by mapping at the end:")
-    for label, value in result["breakdown"]:  # type: ignore[attr-defined]
-        print(f"    {label:<48} {value:6.1f} MB")
+    print("\nresident memory by mapping, MB: the floor; the floor interpreter after the "
+          "references;\nthe exporter at the end; the exporter over the floor")
+    maps = [dict(floor_maps["floor"]), dict(floor_maps["reference"]),
+            dict(result["breakdown"])]  # type: ignore[call-overload]
+    for kind in sorted(set().union(*maps), key=lambda k: -maps[2].get(k, 0.0)):
+        floor_mb, reference_mb, exporter_mb = (m.get(kind, 0.0) for m in maps)
+        print(f"  {kind:<48} {floor_mb:6.1f} {reference_mb:6.1f} {exporter_mb:6.1f} "
+              f"{exporter_mb - floor_mb:+6.1f}")
     verdicts = [("flat (growth <= 1 MB)", growth <= TARGET_GROWTH_MB),
                 ("no failed scrapes", result["errors"] == 0)]
     if args.nvml:
@@ -190,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     for label, ok in verdicts:
         print(f"{'PASS' if ok else 'FAIL'}: {label}")
     if args.json:
-        args.json.write_text(json.dumps({"floor": floor_steps, **result}, indent=2))
+        args.json.write_text(json.dumps({"floor": floor_steps, "reference": reference_steps,
+                                              "floor_breakdown": floor_maps, **result}, indent=2))
     return 0 if all(ok for _, ok in verdicts) or not args.check else 1
 
 

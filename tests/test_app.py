@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 import pytest
+from fastapi import FastAPI, Query, Request
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import metrics as cat
@@ -20,7 +21,7 @@ from exporter.metrics import Group, default_groups
 from exporter.scheduler import Scheduler
 from exporter.snapshot import GpuProcess, ProcessOwner, ProcessType, Snapshot
 from exporter.web.access import AccessMiddleware, RequestLimits
-from exporter.web.app import create_app, scrape_timeout
+from exporter.web.app import REFRESH_PARAMETER, create_app, refresh_seconds, scrape_timeout
 from exporter.web.webconfig import WebConfig
 from tests.scheduler_fakes import FakeSource
 
@@ -209,6 +210,29 @@ def test_landing_page_refresh_parameter(client: TestClient) -> None:
     assert "refresh" in bad.text
     assert client.get("/?refresh=-1").status_code == 422
     assert client.get("/?refresh=99999").status_code == 422
+
+
+@pytest.mark.parametrize("query", [
+    "", "?refresh=5", "?refresh=05", "?refresh=%205", "?refresh=5.0", "?refresh=3600",
+    "?refresh=1&refresh=2", "?refresh=soon", "?refresh=", "?refresh=-1", "?refresh=3601",
+    "?refresh=5.5", "?refresh=1e2", "?refresh=%E2%91%A0",
+])
+def test_refresh_is_validated_exactly_as_fastapi_validates_the_query(query: str) -> None:
+    declared, read = FastAPI(), FastAPI()
+
+    @declared.get("/")
+    async def by_fastapi(refresh: int = Query(
+            0, ge=0, le=3600, description="Reload every N seconds (0: never).")) -> int:
+        return refresh
+
+    @read.get("/", openapi_extra={"parameters": [REFRESH_PARAMETER]})
+    async def by_us(request: Request) -> int:
+        return refresh_seconds(request.query_params)
+
+    expected, got = TestClient(declared).get("/" + query), TestClient(read).get("/" + query)
+    assert (got.status_code, got.json()) == (expected.status_code, expected.json())
+    describe = [app.openapi()["paths"]["/"]["get"]["parameters"] for app in (declared, read)]
+    assert describe[1] == describe[0]
 
 
 def test_landing_page_when_source_down() -> None:

@@ -31,7 +31,6 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
-import bcrypt
 
 from exporter.web.webconfig import WebConfig
 
@@ -132,6 +131,10 @@ class BasicAuth:
 
 
 def _bcrypt_matches(password: bytes, hashed: bytes) -> bool:
+    # Imported on the first check: without basic_auth_users it would be 0.35 MB resident for
+    # nothing (bench/bench_memory.py).
+    import bcrypt  # noqa: PLC0415
+
     try:
         return bcrypt.checkpw(password, hashed)
     except ValueError:  # over 72 bytes, a NUL byte: bcrypt refuses, so the password is wrong

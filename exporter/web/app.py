@@ -11,13 +11,17 @@ measured in the handler) so that benchmarks can read server-side latency.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import Annotated, Any
 
-from fastapi import FastAPI, Query, Request
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from pydantic import Field, TypeAdapter, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from exporter import __version__
@@ -26,7 +30,8 @@ from exporter.exposition.render import MetricsRenderer
 from exporter.scheduler import Scheduler
 from exporter.state import ExporterState
 
-__all__ = ["SCRAPE_TIMEOUT_HEADER", "create_app", "scrape_timeout"]
+__all__ = ["REFRESH_PARAMETER", "SCRAPE_TIMEOUT_HEADER", "create_app", "refresh_seconds",
+           "scrape_timeout"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +64,42 @@ def scrape_timeout(header: str | None, offset: float) -> float | None:
     if not math.isfinite(value) or value <= 0:
         return None
     return value - offset if value > 2 * offset else value / 2
+
+
+#: The landing page's ``?refresh=N`` as /openapi.json describes it.
+REFRESH_PARAMETER = {
+    "name": "refresh", "in": "query", "required": False,
+    "description": "Reload every N seconds (0: never).",
+    "schema": {"type": "integer", "maximum": 3600, "minimum": 0, "default": 0, "title": "Refresh",
+               "description": "Reload every N seconds (0: never)."},
+}
+
+
+@functools.cache
+def _refresh_adapter() -> TypeAdapter[int]:
+    return TypeAdapter(Annotated[int, Field(ge=0, le=3600)])
+
+
+def refresh_seconds(query: Mapping[str, str]) -> int:
+    """``?refresh=`` validated as FastAPI validates ``Query(0, ge=0, le=3600)`` (same 422).
+
+    Read here rather than declared as a parameter: FastAPI's parameter analysis imports
+    ``pydantic.v1`` at start (0.9 MB resident, ``bench/bench_memory.py``), for one query
+    parameter of a page a scrape never asks for.
+
+    Raises:
+        RequestValidationError: not an integer within 0..3600 (FastAPI answers 422).
+    """
+    value = query.get("refresh")
+    if value is None:
+        return 0
+    try:
+        return _refresh_adapter().validate_python(value)
+    except ValidationError as exc:
+        raise RequestValidationError([
+            {**error, "loc": ("query", "refresh", *error["loc"])}
+            for error in exc.errors(include_url=False)
+        ]) from None
 
 
 def _snapshot_model() -> type[Any]:
@@ -176,12 +217,13 @@ def create_app(
     app.add_api_route("/api/v1/snapshot", snapshot, methods=["GET"], tags=["api"],
                       response_model=_snapshot_model() if docs else None)
 
-    @app.get("/", response_class=HTMLResponse, tags=["page"])
-    async def landing(
-        refresh: int = Query(0, ge=0, le=3600, description="Reload every N seconds (0: never)."),
-    ) -> HTMLResponse:
+    @app.get("/", response_class=HTMLResponse, tags=["page"],
+             openapi_extra={"parameters": [REFRESH_PARAMETER]})
+    async def landing(request: Request) -> HTMLResponse:
         """Landing page: links and a live table of GPUs and top processes by memory."""
         from exporter.web.page import render_landing  # noqa: PLC0415 (a scrape never needs it)
+
+        refresh = refresh_seconds(request.query_params)
 
         state: ExporterState = await run_in_threadpool(scheduler.state)
         page = render_landing(
