@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dashboards import health_alerts
 from dashboards.promql import (
+    GPU_LABELS,
     allocated_idle,
     num,
     reason_in,
@@ -19,6 +20,7 @@ from dashboards.promql import (
 from dashboards.rules import AlertRule, RecordingRule, RuleGroup
 from exporter import metrics as c
 from exporter import thresholds as t
+from exporter.metrics import allocator
 
 UNCORRECTED = 'type="uncorrected"'
 # On Kubernetes the instance is a pod address; the ServiceMonitor's node label says where.
@@ -384,10 +386,77 @@ def exporter_group() -> RuleGroup:
                                       pod_resources))
 
 
+TORCH_NEW_OOMS = (f"instance_user:{allocator.USER_TORCH_OOMS.name.removesuffix('_total')}"
+                  f":increase{t.TORCH_OOM_WINDOW}")
+TORCH_NEW_RETRIES = (
+    f"instance_user:{allocator.USER_TORCH_ALLOC_RETRIES.name.removesuffix('_total')}"
+    f":increase{t.TORCH_RETRIES_WINDOW}"
+)
+
+
+def _new_per_user(metric: c.Metric, window: str) -> str:
+    """How much a per-(GPU, user) counter grew in ``window``, summed per user and host.
+
+    The exporter keeps these counters across process exits (``gpu_user_torch_*_total``), so
+    no rule reads per-process series. Per GPU: now minus ``window`` ago (never negative: an
+    exporter restart counts as no growth), or the whole count for a series that did not exist
+    ``window`` ago (a user's first process may publish an OOM in its first file).
+    """
+    now = metric.name
+    return (
+        f"sum without ({GPU_LABELS}) (\n"
+        f"  clamp_min({now} - {now} offset {window}, 0)\n"
+        f"  or ({now} unless {now} offset {window})\n"
+        ")\n"
+    )
+
+
+def torch_group() -> RuleGroup:
+    """Inside the processes: PyTorch out-of-memory errors and allocation retries, per user and
+    host (the series exist only for processes running the publisher, with
+    ``--collector.torch``). Which process it was is on the node dashboard."""
+    oom = AlertRule(
+        alert="GpuProcessTorchOutOfMemory",
+        expr=f"{TORCH_NEW_OOMS} > 0",
+        for_="0s",
+        severity="warning",
+        summary="A user's process hit a CUDA out-of-memory error in PyTorch.",
+        description=(
+            "Processes of user {{ $labels.user }} on " + _HOST + " raised "
+            "{{ $value | humanize }} PyTorch out-of-memory error(s) in the last "
+            f"{t.TORCH_OOM_WINDOW} (counted whether or not the program caught them). The node "
+            "dashboard's row Inside the processes shows which one, with its tensors, cache and "
+            "context."
+        ),
+    )
+    retries = AlertRule(
+        alert="GpuProcessTorchAllocRetries",
+        expr=f"{TORCH_NEW_RETRIES} > {num(t.TORCH_RETRIES_THRESHOLD)}",
+        for_=t.TORCH_RETRIES_FOR,
+        severity="warning",
+        summary="PyTorch keeps flushing its cache to satisfy allocations (fragmentation).",
+        description=(
+            "Processes of user {{ $labels.user }} on " + _HOST + " retried "
+            f"{{{{ $value | humanize }}}} failed cudaMalloc calls in {t.TORCH_RETRIES_WINDOW}, "
+            f"for {t.TORCH_RETRIES_FOR}: each retry frees the allocator's cache and "
+            "synchronises (slow steps), and the next failure is an out-of-memory error. "
+            "Fragmentation (inactive split bytes) or a GPU shared too tightly."
+        ),
+    )
+    return RuleGroup("gpu-torch", (
+        RecordingRule(TORCH_NEW_OOMS,
+                      _new_per_user(allocator.USER_TORCH_OOMS, t.TORCH_OOM_WINDOW)),
+        RecordingRule(TORCH_NEW_RETRIES,
+                      _new_per_user(allocator.USER_TORCH_ALLOC_RETRIES, t.TORCH_RETRIES_WINDOW)),
+        oom, retries,
+    ))
+
+
 def groups() -> tuple[RuleGroup, ...]:
     """Every alert group, in file order."""
     return (memory_group(), idle_group(), thermal_group(), health_group(),
-            health_alerts.xid_group(), health_alerts.memory_repair_group(), exporter_group())
+            health_alerts.xid_group(), health_alerts.memory_repair_group(), torch_group(),
+            exporter_group())
 
 
 def all_alerts() -> tuple[AlertRule, ...]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
+from exporter.attribution.torchtotals import TorchUserTotals
 from exporter.exposition.collector import snapshot_families
 from exporter.exposition.encode import Encoder
 from exporter.metrics import SWITCHABLE_GROUPS, Group
@@ -30,8 +31,11 @@ def golden_body(preset: str) -> str:
     clock = [START]
     source = SimulatedSource(load_scenario(preset), clock=lambda: clock[0])
     source.start()
+    groups = frozenset(SWITCHABLE_GROUPS)
+    totals = TorchUserTotals()  # the per-user counters count from the first collection
+    totals.enrich(source.collect(groups))
     clock[0] = START + SECONDS
-    snapshot = source.collect(frozenset(SWITCHABLE_GROUPS))
+    snapshot = totals.enrich(source.collect(groups))
     options = ExpositionOptions(groups=frozenset(Group),
                                 kubernetes_labels=preset == "kubernetes-node")
     return Encoder(CONTENT_TYPE_PLAIN_0_0_4).encode(snapshot_families(snapshot, options))

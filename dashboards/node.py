@@ -1,4 +1,5 @@
-"""Dashboard 2: one node and its GPUs - memory, load, heat, power, clocks and every process."""
+"""Dashboard 2: one node and its GPUs - memory, load, heat, power, clocks, every process and,
+for processes that publish them, PyTorch's allocator figures."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dashboards.gpu_health_panels import node_health_rows, node_mig_rows
 from dashboards.promql import NOT_OVERFLOW, idle_process_filter, num, sel
 from exporter import metrics as c
 from exporter import thresholds as t
+from exporter.metrics import allocator as a
 
 UID = "gpu-exporter-node"
 M = f"{v.HOST}, {v.GPU}"
@@ -156,6 +158,80 @@ def _processes(grid: panels.Layout) -> None:
     ), 12)
 
 
+def _inside(grid: panels.Layout) -> None:
+    """PyTorch's own figures for processes that publish them (gpu_exporter_torch)."""
+    grid.row("Inside the processes (PyTorch allocator)")
+    proc = f"{M}, {NOT_OVERFLOW}"
+    allocated, reserved = sel(a.TORCH_ALLOCATED, proc), sel(a.TORCH_RESERVED, proc)
+    overhead = sel(a.TORCH_DRIVER_OVERHEAD, proc)
+    publisher = ("Only processes running the allocator publisher (gpu-exporter-run, or "
+                 "gpu_exporter_torch.start() in the code) with the exporter's --collector.torch "
+                 "have these series.")
+    grid.add(panels.timeseries_panel(
+        "Process memory split", "Each publishing process's GPU memory, stacked in three parts "
+        "that add up to its NVML memory: tensors (torch.cuda.memory_allocated()), the "
+        "allocator's cache (memory_reserved() - memory_allocated(): freed blocks PyTorch keeps "
+        "for reuse, unusable by other processes) and context and libraries (NVML minus "
+        "reserved: CUDA context, kernels, cuBLAS/NCCL workspaces). " + publisher, "bytes",
+        [panels.query(allocated, f"{PROCESS_LEGEND} tensors"),
+         panels.query(f"{reserved} - {allocated}", f"{PROCESS_LEGEND} allocator cache", ref="B"),
+         panels.query(overhead, f"{PROCESS_LEGEND} context and libraries", ref="C")],
+        stacked=True, min_val=0,
+    ), 24, 9)
+    grid.add(panels.table_panel(
+        "PyTorch allocator per process", "Now, per publishing process: NVML's memory and its "
+        "parts, the peak of live tensors since the process started, fragmentation (inactive "
+        "split blocks / reserved) and, over the last hour, allocation retries (cache flushes "
+        "to find room: slow steps) and out-of-memory errors PyTorch raised (caught or not). "
+        + publisher,
+        [
+            panels.Column("NVML memory", f"{sel(c.PROCESS_MEMORY, proc)} and on (job, "
+                          f"instance, uuid, pid) {reserved}", "bytes"),
+            panels.Column("Tensors", f"sum without () ({allocated})", "bytes"),
+            panels.Column("Cache", f"sum without () ({reserved} - {allocated})", "bytes"),
+            panels.Column("Context", f"sum without () ({overhead})", "bytes"),
+            panels.Column("Peak tensors", f"sum without () ({sel(a.TORCH_PEAK_ALLOCATED, proc)})",
+                   "bytes"),
+            panels.Column("Fragmentation", f"sum without () ({sel(a.TORCH_INACTIVE_SPLIT, proc)} / "
+                   f"{reserved})", "percentunit"),
+            panels.Column("Retries 1h", f"sum without () (increase("
+                   f"{sel(a.TORCH_ALLOC_RETRIES, proc)}[1h]))", "short"),
+            panels.Column("OOMs 1h", f"sum without () (increase({sel(a.TORCH_OOMS, proc)}[1h]))",
+                   "short"),
+        ],
+        hidden=("Time", "__name__", "job", "instance", "uuid"),
+        sort_by="NVML memory",
+    ), 24, 8)
+    grid.add(panels.timeseries_panel(
+        "Allocation retries and OOMs", "Per publishing process and interval: allocation "
+        "retries (a cudaMalloc failed, PyTorch flushed its cache and tried again) and "
+        "out-of-memory errors raised. Retries that keep coming mean fragmentation or a GPU "
+        "shared too tightly; alerts GpuProcessTorchAllocRetries and "
+        "GpuProcessTorchOutOfMemory. The per-user lines count exited processes too (a job "
+        "that died of its OOM).", "short",
+        [panels.query(f"increase({sel(a.TORCH_ALLOC_RETRIES, proc)}[$__rate_interval])",
+                      f"{PROCESS_LEGEND} retries"),
+         panels.query(f"increase({sel(a.TORCH_OOMS, proc)}[$__rate_interval])",
+                      f"{PROCESS_LEGEND} OOMs", ref="B"),
+         panels.query(f"sum by (user) (increase({sel(a.USER_TORCH_ALLOC_RETRIES, M)}"
+                      "[$__rate_interval]))", "{{user}} retries, all processes", ref="C"),
+         panels.query(f"sum by (user) (increase({sel(a.USER_TORCH_OOMS, M)}"
+                      "[$__rate_interval]))", "{{user}} OOMs, all processes", ref="D")],
+        min_val=0,
+    ), 12)
+    grid.add(panels.timeseries_panel(
+        "Fragmentation and peak", "Inactive split bytes (cached blocks split off larger "
+        "segments that cannot be returned to the driver) against active bytes, and the peak of "
+        "live tensors: a peak far above the current tensors means one phase (evaluation, the "
+        "first step, a long sequence) sets the memory the process needs.", "bytes",
+        [panels.query(sel(a.TORCH_INACTIVE_SPLIT, proc), f"{PROCESS_LEGEND} inactive split"),
+         panels.query(sel(a.TORCH_ACTIVE, proc), f"{PROCESS_LEGEND} active", ref="B"),
+         panels.query(sel(a.TORCH_PEAK_ALLOCATED, proc), f"{PROCESS_LEGEND} peak tensors",
+                      ref="C")],
+        min_val=0,
+    ), 12)
+
+
 def build() -> dashboard.Dashboard:
     """The node / device dashboard builder."""
     built = panels.board(
@@ -166,6 +242,7 @@ def build() -> dashboard.Dashboard:
     grid = panels.Layout(built)
     _device(grid)
     _processes(grid)
+    _inside(grid)
     node_health_rows(grid, M)
     node_mig_rows(grid, M)
     return built

@@ -9,12 +9,6 @@ from exporter import metrics as c
 
 #: Labels a per-GPU series carries beyond the target's own (job, instance, node, ...).
 GPU_LABELS = ", ".join(c.GPU_LABELS)
-#: Labels that identify one process (plus the pod, container and Slurm job ones when the
-#: exporter adds them).
-PROCESS_ONLY_LABELS = ", ".join(dict.fromkeys(
-    label for label in (*c.PROCESS_LABELS, *c.KUBERNETES_LABELS, *c.CONTAINER_LABELS,
-                        *c.SLURM_LABELS) if label != "user"
-))
 NOT_OVERFLOW = f'process!="{c.OVERFLOW_VALUE}"'
 
 

@@ -16,10 +16,11 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from exporter import __version__
-from exporter.attribution.enrich import Enricher, ProcessEnricher
+from exporter.attribution.enrich import Enricher, ProcessEnricher, chain
 from exporter.attribution.owners import OwnerResolver, ProcfsError, check_procfs
 from exporter.attribution.passwd import PasswdFileError, check_passwd_file
 from exporter.attribution.podresources.client import PodResourcesClient, PodResourcesPoller
+from exporter.attribution.torchtotals import TorchUserTotals
 from exporter.config import (
     Config,
     ConfigError,
@@ -125,10 +126,11 @@ def build_poller(config: Config) -> PodResourcesPoller | None:
 
 
 def build_enricher(config: Config, poller: PodResourcesPoller | None = None) -> Enricher | None:
-    """Owner, cgroup (pod, Slurm job, container) and allocation enrichment; None for the
-    simulated source."""
-    if config.source == "simulated":
-        return None  # its processes carry owners and pods; this host's /proc is unrelated
+    """Owner, cgroup (pod, Slurm job, container) and allocation enrichment, then the published
+    PyTorch allocator figures and their per-user counters (``--collector.torch``). The
+    simulated source gets the per-user counters only (None when torch is off)."""
+    if config.source == "simulated":  # its processes carry owners and pods; /proc is unrelated
+        return TorchUserTotals() if Group.TORCH in config.groups else None
     cgroups = config.kubernetes or config.slurm or config.containers
     owners = OwnerResolver(
         procfs=config.procfs, passwd_file=config.passwd_file,
@@ -147,7 +149,17 @@ def build_enricher(config: Config, poller: PodResourcesPoller | None = None) -> 
 
         names = ContainerNames(docker_root=config.docker_root or None,
                                podman_storage=config.podman_storage or None)
-    return ProcessEnricher(owners, pods, container_names=names, allocations=poller)
+    enricher = ProcessEnricher(owners, pods, container_names=names, allocations=poller)
+    if Group.TORCH not in config.groups:
+        return enricher
+    from exporter.attribution.torchstats import (  # noqa: PLC0415 (only when on)
+        TorchEnricher,
+        TorchStatsReader,
+    )
+
+    reader = TorchStatsReader(config.torch_dir, procfs=config.procfs,
+                              max_age=config.torch_max_age, max_files=config.torch_max_files)
+    return chain(enricher, TorchEnricher(reader), TorchUserTotals())
 
 
 #: errno values meaning "no IPv6 here" (kernel without it, or disabled in this namespace).
@@ -256,6 +268,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not os.path.isdir(path):  # a missing mount: pods stay unresolved, not fatal
                 log.warning("%s %s is not a directory; mount the host's directory there or "
                             "processes get no pod labels", flag, path)
+    if Group.TORCH in config.groups and config.source == "nvml":
+        from exporter.attribution.torchstats import ensure_directory  # noqa: PLC0415
+
+        for warning in ensure_directory(config.torch_dir):  # not fatal: no allocator series
+            log.warning("--torch.dir: %s", warning)
     try:
         sock = bind(config.listen_address)
     except OSError as exc:

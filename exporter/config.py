@@ -219,13 +219,20 @@ class Flag:
         return "" if self.default is None else str(self.default)
 
 
+#: Why an opt-in group is off by default (its flag's help).
+_OPT_IN_NOTES = {
+    **{group: " (opt-in: costs milliseconds per GPU)." for group in OPT_IN_GROUPS},
+    Group.TORCH: " (opt-in: PyTorch allocator figures published by processes running "
+    "gpu_exporter_torch into --torch.dir; see docs/pytorch-allocator.md).",
+}
+
+
 def _group_flags() -> list[Flag]:
     return [
         Flag(
             name=f"collector.{group.value}",
             dest=f"collector_{group.value}",
-            help=f"Collect the {group.value} metrics"
-            + (" (opt-in: costs milliseconds per GPU)." if group in OPT_IN_GROUPS else "."),
+            help=f"Collect the {group.value} metrics" + _OPT_IN_NOTES.get(group, "."),
             default=group not in OPT_IN_GROUPS,
         )
         for group in SWITCHABLE_GROUPS
@@ -293,6 +300,14 @@ FLAGS: tuple[Flag, ...] = (
          "(mounted from the host).", "/var/log/pods", _parse_path, "DIR"),
     Flag("kubernetes.container-logs-dir", "container_logs_dir", "The kubelet's container log "
          "symlink directory (mounted from the host).", "/var/log/containers", _parse_path, "DIR"),
+    Flag("torch.dir", "torch_dir", "Directory where processes publish PyTorch allocator "
+         "statistics (gpu_exporter_torch; group torch). Created with mode 1777 if missing.",
+         "/run/gpu-exporter/torch", _parse_path, "DIR"),
+    Flag("torch.max-age", "torch_max_age", "Allocator statistics files not rewritten for this "
+         "long are ignored (their process stopped publishing).", "60s", parse_duration,
+         "DURATION"),
+    Flag("torch.max-files", "torch_max_files", "Most files of the torch directory read per "
+         "collection.", 4096, _parse_int(1), "N"),
     Flag("kubernetes.pod-resources-socket", "pod_resources_socket", "With --kubernetes: the "
          "kubelet's PodResources socket, polled in the background for GPU allocations "
          "(gpu_allocation_info); empty turns polling off.", DEFAULT_SOCKET,
@@ -356,6 +371,9 @@ class Config:
     kubernetes: bool = False
     pod_logs_dir: str = "/var/log/pods"
     container_logs_dir: str = "/var/log/containers"
+    torch_dir: str = "/run/gpu-exporter/torch"
+    torch_max_age: float = 60.0
+    torch_max_files: int = 4096
     pod_resources_socket: str = DEFAULT_SOCKET
     pod_resources_interval: float = 5.0
     pod_resources_max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
@@ -472,6 +490,8 @@ def _check(config: Config) -> None:
         raise ConfigError("--collector.timeout must be greater than 0")
     if config.stale_after <= 0:
         raise ConfigError("--collector.stale-after must be greater than 0")
+    if config.torch_max_age <= 0:
+        raise ConfigError("--torch.max-age must be greater than 0")
     for name, value in (("--web.read-header-timeout", config.read_header_timeout),
                         ("--web.idle-timeout", config.idle_timeout)):
         if not 0 < value <= 86400:

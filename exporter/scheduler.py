@@ -210,7 +210,10 @@ class Scheduler:
         with self._lock:
             if self._latest is None:
                 return None
-            return self._build(self._clock(), timed_out=False)
+            now = self._clock()
+            since = self._in_flight_since
+            # Stale, as state() would say, once the running collection is past the timeout.
+            return self._build(now, timed_out=since is not None and now - since >= self._timeout)
 
     def trigger(self) -> None:
         """Start a collection in the background if one is due (never blocks)."""

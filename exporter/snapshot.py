@@ -125,7 +125,8 @@ class GpuReading:
 
     ``values`` holds the per-GPU metrics by metric name (``exporter.metrics``, rows with
     ``Scope.GPU``): a number, or for a metric with one extra label a mapping from that label's
-    value to a number. A metric that was not read (group off, unsupported, failed) is absent.
+    value to a number; ``exporter.attribution.torchtotals`` adds the per-user PyTorch counters
+    (user -> count). A metric that was not read (group off, unsupported, failed) is absent.
     ``up`` is False when the GPU could not be read at all (lost, reset required, hung); then
     ``error`` says why and ``values`` is empty.
     ``xids``: XIDs counted since the exporter started (group ``xid``), by code and, under MIG,

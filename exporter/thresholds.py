@@ -72,6 +72,14 @@ GPU_MISSING_LOOKBACK: Final = "1h"
 GPU_MISSING_FOR: Final = "5m"
 ECC_WINDOW: Final = "15m"
 
+# --- inside the process (PyTorch allocator, group torch) -------------------------------------
+#: An out-of-memory error PyTorch raised in a process (caught or not) alerts for this long.
+TORCH_OOM_WINDOW: Final = "10m"
+#: Allocation retries (cudaMalloc failed, cache flushed, retried) above this many per window,
+#: sustained: the process runs at the edge of the GPU's memory or its cache is fragmented.
+TORCH_RETRIES_WINDOW: Final = "15m"
+TORCH_RETRIES_THRESHOLD: Final = 3
+TORCH_RETRIES_FOR: Final = "20m"  # longer than the window: one burst never fires
 # --- XID errors and memory repair -----------------------------------------------------------
 #: An XID keeps its alert active this long after it arrived (seconds).
 XID_RECENT_SECONDS: Final = 900

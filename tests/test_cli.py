@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,10 +15,12 @@ from pathlib import Path
 import pytest
 
 from exporter import __version__, cli
-from exporter.attribution.enrich import ProcessEnricher
+from exporter.attribution.enrich import ProcessEnricher, _Chain
+from exporter.attribution.torchstats import TorchEnricher
+from exporter.attribution.torchtotals import TorchUserTotals
 from exporter.cli import bind, build_enricher, build_source, main, parse_config
 from exporter.config import Config, ListenAddress
-from exporter.metrics import default_groups
+from exporter.metrics import Group, default_groups
 from exporter.sources.simulated.scenario import list_presets
 
 
@@ -37,6 +40,7 @@ def test_help_lists_flags_and_presets(capsys: pytest.CaptureFixture[str]) -> Non
     assert "--web.listen-address" in out
     assert "GPU_EXPORTER_WEB_LISTEN_ADDRESS" in out
     assert "synthetic:<gpus>x<processes>" in out
+    unwrapped = re.sub(r"-\n\s*", "-", out)  # argparse may wrap a preset name at its hyphen
     unwrapped = out.replace("-\n", "-")  # argparse may wrap a line after a hyphen
     for preset in list_presets():
         assert preset in unwrapped
@@ -137,6 +141,35 @@ def test_enrichers_follow_the_source() -> None:
     kube = build_enricher(Config(kubernetes=True))
     assert isinstance(kube, ProcessEnricher)
     assert kube.pods is not None
+
+
+def test_torch_group_adds_the_allocator_join_with_its_flags(tmp_path: Path) -> None:
+    config = parse_config(["--collector.torch", "--torch.dir", str(tmp_path),
+                           "--torch.max-age", "2m", "--torch.max-files", "10"], {})
+    assert Group.TORCH in config.groups
+    assert (config.torch_dir, config.torch_max_age, config.torch_max_files) == (
+        str(tmp_path), 120.0, 10)
+    chained = build_enricher(config)
+    assert isinstance(chained, _Chain)
+    owners, torch, totals = chained.enrichers
+    assert isinstance(owners, ProcessEnricher)
+    assert isinstance(torch, TorchEnricher)
+    assert isinstance(totals, TorchUserTotals)  # after the join: it sums the joined counters
+    assert torch.reader.directory == str(tmp_path)
+    simulated = ["--source", "simulated", "--scenario", "calm"]
+    assert isinstance(build_enricher(parse_config([*simulated, "--collector.torch"], {})),
+                      TorchUserTotals)
+    assert build_enricher(parse_config(simulated, {})) is None
+    assert Group.TORCH not in parse_config([], {}).groups  # opt-in
+    env = parse_config(["--collector.torch"], {"GPU_EXPORTER_TORCH_DIR": "/srv/torch"})
+    assert env.torch_dir == "/srv/torch"  # the publisher's variable names the same directory
+
+
+@pytest.mark.parametrize("flag", ["--torch.max-age=0s", "--torch.max-files=0",
+                                  "--torch.max-age=soon"])
+def test_bad_torch_flags_exit_2(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([flag]) == 2
+    assert "torch.max-" in capsys.readouterr().err
 
 
 def test_nvml_source_is_built_lazily() -> None:

@@ -344,3 +344,30 @@ def test_close_with_a_hung_collection_leaves_the_source_alone() -> None:
     sched.close()
     assert not source.closed  # closing NVML under a hung call is not safe
     source.gate.set()
+
+
+def test_latest_never_waits_and_says_stale_once_the_collection_is_overdue() -> None:
+    source = FakeSource()
+    sched = scheduler(source, min_interval=0.0, timeout=0.2)
+    assert sched.latest() is None  # nothing collected yet: the caller answers 503
+    good = sched.state()
+    latest = sched.latest()
+    assert latest is not None
+    assert latest.snapshot is good.snapshot
+    assert not latest.stale
+    source.gate.clear()  # the next collection hangs
+    source.entered.clear()
+    sched.trigger()
+    assert source.entered.wait(5)
+    begin = time.monotonic()
+    during = sched.latest()
+    assert time.monotonic() - begin < 0.1  # never waits
+    assert during is not None
+    assert not during.stale  # still within --collector.timeout
+    time.sleep(0.3)
+    overdue = sched.latest()
+    assert overdue is not None
+    assert overdue.stale
+    assert "collection_timeout" not in overdue.errors_total  # latest() counts nothing
+    source.gate.set()
+    sched.close()

@@ -133,3 +133,18 @@ class ProcessEnricher:
         return ContainerRef(cgroup.container_id,
                             self.container_names.name(cgroup.runtime, cgroup.container_id),
                             cgroup.runtime)
+
+
+class _Chain:
+    def __init__(self, enrichers: tuple[Enricher, ...]) -> None:
+        self.enrichers = enrichers
+
+    def enrich(self, snapshot: Snapshot) -> Snapshot:
+        for enricher in self.enrichers:
+            snapshot = enricher.enrich(snapshot)
+        return snapshot
+
+
+def chain(*enrichers: Enricher) -> Enricher:
+    """One enricher applying ``enrichers`` in order (``chain()`` returns snapshots as-is)."""
+    return enrichers[0] if len(enrichers) == 1 else _Chain(enrichers)

@@ -18,6 +18,7 @@ from exporter import metrics as cat
 from exporter import thresholds
 from exporter.exposition.families import FamilyData, family, gpu_label_values
 from exporter.metrics import PROCESS_ROWS, Fold, Group, Metric
+from exporter.metrics.allocator import USER_COUNTERS
 from exporter.snapshot import GpuProcess, GpuReading, Snapshot
 from exporter.state import ExpositionOptions
 
@@ -208,6 +209,20 @@ def _user_idle(gpus: Iterable[GpuReading]) -> tuple[FamilyData, FamilyData]:
     return idle, busiest
 
 
+def _user_counters(gpus: Iterable[GpuReading]) -> list[FamilyData]:
+    """The per-user PyTorch counters ``exporter.attribution.torchtotals`` put on each GPU."""
+    found = []
+    for row in USER_COUNTERS:
+        result = family(row)
+        for gpu in gpus:
+            by_user = gpu.labelled(row.name)
+            if by_user:
+                labels = gpu_label_values(gpu.identity)
+                result.rows.extend(((*labels, user), count) for user, count in by_user.items())
+        found.append(result)
+    return found
+
+
 def _add_unmerged(gpu: GpuReading, options: ExpositionOptions,
                   families: list[FamilyData]) -> bool:
     """Write one series per process when no two share labels and the cap is not reached.
@@ -285,7 +300,8 @@ def process_families(snapshot: Snapshot, options: ExpositionOptions) -> Iterator
     """Families of the ``processes`` and ``process_utilization`` groups plus the overflow gauge.
 
     Order: ``gpu_processes``, the process rows of ``processes``, the per-user totals, the
-    kubelet's allocations, the process rows of ``process_utilization``, the overflow gauge.
+    kubelet's allocations, the process rows of ``process_utilization`` (and ``torch``), the
+    per-user idle figures and PyTorch counters, the overflow gauge.
     Only GPUs that are up contribute; families without samples are left out.
     """
     groups = options.groups
@@ -320,5 +336,7 @@ def process_families(snapshot: Snapshot, options: ExpositionOptions) -> Iterator
     if Group.PROCESS_UTILIZATION in groups:
         chosen.append(workload_utilization)
         chosen += _user_idle(healthy)
+    if Group.TORCH in groups:
+        chosen += _user_counters(healthy)
     chosen.append(overflow)
     yield from (result for result in chosen if result.rows)

@@ -1,7 +1,8 @@
 """The one catalogue of every metric gpu-exporter exposes: one row (``Metric``) per metric.
 
-Rows live in ``gpu`` (per GPU), ``process`` (per process and per user) and ``self_metrics``
-(the exporter itself); ``core`` says what a row holds. The NVML read, the simulated value,
+Rows live in ``gpu`` (per GPU), ``process`` (per process and per user), ``allocator`` (per
+process, PyTorch's allocator as the process publishes it) and ``self_metrics`` (the exporter
+itself); ``core`` says what a row holds. The NVML read, the simulated value,
 the families, the JSON model, the README table and the dashboards' names all follow from the
 rows. ``CATALOGUE`` is every row in documentation order; ``GPU_ROWS`` and ``PROCESS_ROWS``
 are the rows the generic code paths walk.
@@ -10,7 +11,7 @@ are the rows the generic code paths walk.
 
 from __future__ import annotations
 
-from exporter.metrics import attribution, gpu, health, process, self_metrics
+from exporter.metrics import allocator, attribution, gpu, health, process, self_metrics
 from exporter.metrics.attribution import (
     ALLOCATION_INFO,
     ALLOCATION_LABELS,
@@ -113,7 +114,7 @@ from exporter.metrics.self_metrics import (
 from exporter.snapshot import Value
 
 #: The modules holding rows, in documentation order (a new row module is added here).
-_ROW_MODULES = (gpu, health, process, attribution, self_metrics)
+_ROW_MODULES = (gpu, health, process, allocator, attribution, self_metrics)
 
 #: Every row, in documentation order (per GPU, per process, the exporter itself).
 CATALOGUE: tuple[Metric, ...] = tuple(

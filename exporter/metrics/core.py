@@ -49,6 +49,7 @@ class Group(str, Enum):
     ECC = "ecc"
     PROCESSES = "processes"
     PROCESS_UTILIZATION = "process_utilization"
+    TORCH = "torch"  # PyTorch allocator figures published by the processes themselves
     REMAPPING = "remapping"  # row remapping and page retirement (memory repair)
     XID = "xid"  # XID errors and health events, counted in the background from NVML events
     MIG = "mig"  # MIG GPU / compute instances
@@ -56,8 +57,9 @@ class Group(str, Enum):
 
 
 #: Groups that cost much more than the rest per GPU and are therefore off unless asked for
-#: (H200: energy ~2.8 ms, PCIe ~21 ms, BAR1 ~0.36 ms against ~0.03 ms for all default reads).
-OPT_IN_GROUPS: frozenset[Group] = frozenset({Group.ENERGY, Group.PCIE, Group.BAR1})
+#: (H200: energy ~2.8 ms, PCIe ~21 ms, BAR1 ~0.36 ms against ~0.03 ms for all default reads);
+#: torch needs the publisher in the training processes and a directory shared with them.
+OPT_IN_GROUPS: frozenset[Group] = frozenset({Group.ENERGY, Group.PCIE, Group.BAR1, Group.TORCH})
 #: Groups with ``--collector.<group>`` flags (the exporter's own metrics are always on).
 SWITCHABLE_GROUPS: tuple[Group, ...] = tuple(g for g in Group if g is not Group.EXPORTER)
 

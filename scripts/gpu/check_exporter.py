@@ -82,11 +82,19 @@ def smi_features() -> dict[int, dict[str, bool]]:
 def check_every_row(series: dict[str, list[Any]], features: dict[int, dict[str, bool]]) -> None:
     """Every per-GPU metric row NVML reads in the default groups is exposed for every GPU."""
     optional = {cat.FAN_SPEED.name: "fan", cat.ECC_ERRORS.name: "ecc"}
+    # Page retirement is the pre-Ampere mechanism: a GPU that remaps rows answers NOT_SUPPORTED.
+    retired = {cat.RETIRED_PAGES.name, cat.RETIRED_PENDING.name}
+
+    def exposed(name: str, i: int) -> bool:
+        return any(s.labels.get("gpu") == str(i) for s in series.get(name, []))
+
     for i, has in features.items():
+        remaps = exposed(cat.REMAPPED_ROWS.name, i)
         missing = [row.name for row in cat.GPU_ROWS
                    if row.nvml is not None and row.group in cat.default_groups()
-                   and not any(s.labels.get("gpu") == str(i) for s in series.get(row.name, []))
-                   and has.get(optional.get(row.name, ""), True)]
+                   and not exposed(row.name, i)
+                   and has.get(optional.get(row.name, ""), True)
+                   and not (remaps and row.name in retired)]
         check(f"gpu {i}: every NVML row exposed", not missing, f"missing: {missing}")
 
 

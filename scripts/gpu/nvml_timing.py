@@ -33,7 +33,8 @@ LOAD = Path(__file__).with_name("cuda_load.py")
 
 
 class Raw:
-    """The same NVML calls the source makes for the default fields, with nothing around them."""
+    """The same NVML calls the source makes for the default groups, with nothing around them
+    (BAR1, energy, PCIe and torch are opt-in and left out of both)."""
 
     def __init__(self) -> None:
         count = pynvml.nvmlDeviceGetCount()
@@ -42,6 +43,10 @@ class Raw:
         h = self.handles[0]
         self.ecc = _supported(pynvml.nvmlDeviceGetTotalEccErrors, h, 0, 0)
         self.fan = _supported(pynvml.nvmlDeviceGetFanSpeed, h)
+        self.remapped = _supported(pynvml.nvmlDeviceGetRemappedRows, h)
+        # MIG mode is asked once per GPU (as the source does); XID counts come from the
+        # event waiter's thread, not from a call on the collection path.
+        self.mig = [_supported(pynvml.nvmlDeviceGetMigMode, x) for x in self.handles]
 
     def collect(self) -> list[Any]:
         out = []
@@ -58,9 +63,13 @@ class Raw:
                 pynvml.nvmlDeviceGetPerformanceState(h),
                 pynvml.nvmlDeviceGetCurrentClocksEventReasons(h),
             ]
-            if self.ecc:
+            if self.ecc:  # volatile (group ecc) and lifetime (group remapping) counts
                 row.append(pynvml.nvmlDeviceGetTotalEccErrors(h, 0, 0))
                 row.append(pynvml.nvmlDeviceGetTotalEccErrors(h, 1, 0))
+                row.append(pynvml.nvmlDeviceGetTotalEccErrors(h, 0, 1))
+                row.append(pynvml.nvmlDeviceGetTotalEccErrors(h, 1, 1))
+            if self.remapped:
+                row.append(pynvml.nvmlDeviceGetRemappedRows(h))
             if self.fan:
                 row.append(pynvml.nvmlDeviceGetFanSpeed(h))
             compute = pynvml.nvmlDeviceGetComputeRunningProcesses_v3(h)

@@ -113,7 +113,7 @@ class Stack:
             with log.open("wb") as out:
                 process = subprocess.Popen(
                     [sys.executable, "-m", "exporter", "--source", "simulated",
-                     "--scenario", scenario, "--simulate.speed", str(speed),
+                     "--scenario", scenario, "--simulate.speed", str(speed), "--collector.torch",
                      *SCENARIO_FLAGS.get(scenario, ()),
                      "--web.listen-address", f"127.0.0.1:{port}", "--log.level", "warning"],
                     cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,

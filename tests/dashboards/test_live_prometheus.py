@@ -49,6 +49,7 @@ SPEEDS = {
     "input-starved": 1.0,
     "kubernetes-node": 1.0,
     "training-node": 1.0,
+    "torch-memory-pressure": 1.0,  # carol's job catches an OOM at 20 s simulated
     "slurm-node": 1.0,
     "xid-storm": 2.0,  # XID 31 every 2 s from 10 s, XID 48/94 at 15/16 s simulated
     "mig-node": 1.0,
@@ -78,6 +79,8 @@ TRIGGERS: dict[str, list[tuple[str, str | None]]] = {
     "GpuPowerCapped": [("shared-workstation", "0")],
     "GpuDown": [("gpu-failure", "3")],
     "GpuEccUncorrectedErrors": [("gpu-failure", "1")],
+    "GpuProcessTorchOutOfMemory": [("torch-memory-pressure", None)],
+    "GpuProcessTorchAllocRetries": [("torch-memory-pressure", None)],
     "GpuExporterDown": [("down", None)],
     "GpuExporterCollectionFailing": [("gpu-failure", None)],
     "GpuExporterErrors": [("gpu-failure", None)],

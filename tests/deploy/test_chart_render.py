@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import helm_python
@@ -34,6 +39,8 @@ CASES: dict[str, tuple[dict[str, Any], bool]] = {
         {"prometheusRule": {"enabled": False}, "dashboards": {"enabled": False}}, True,
     ),
     "hostpid-and-passwd-off": ({"hostPID": False, "hostPasswd": {"enabled": False}}, True),
+    "kubernetes-attribution": ({"kubernetes": {"enabled": True}}, True),
+    "torch-allocator": ({"torch": {"enabled": True}}, True),
     "kubernetes-off": ({"kubernetes": {"enabled": False}}, True),
     "pod-resources-off": ({"kubernetes": {"podResources": {"enabled": False}}}, True),
     "pod-resources-custom": (
@@ -286,6 +293,40 @@ def test_kubernetes_attribution_is_on_by_default_with_read_only_mounts() -> None
     none = _render("kubernetes-off")
     assert not any(a.startswith("--kubernetes") for a in _container(none)["args"])
     assert set(_host_mounts(none)) & {"/var/log/pods", "/var/lib/kubelet/pod-resources"} == set()
+
+
+def test_torch_allocator_mounts_the_shared_directory_and_prepares_it() -> None:
+    rendered = _render("torch-allocator")
+    container = _container(rendered)
+    assert "--collector.torch" in container["args"]
+    assert "--torch.dir=/run/gpu-exporter/torch" in container["args"]
+    pod = _daemonset(rendered)["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mount = next(m for m in container["volumeMounts"]
+                 if m["mountPath"] == "/run/gpu-exporter/torch")
+    assert not mount.get("readOnly")  # the exporter removes files of exited processes
+    assert volumes[mount["name"]]["hostPath"] == {"path": "/run/gpu-exporter/torch",
+                                                  "type": "DirectoryOrCreate"}
+    # The init container makes it 1777 and the exporter's: root, but only CAP_CHOWN.
+    (init,) = pod["initContainers"]
+    assert init["securityContext"]["runAsUser"] == 0
+    assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+    assert init["args"] == ["/run/gpu-exporter/torch", "65534", "65534"]
+    assert init["volumeMounts"] == [{"name": mount["name"],
+                                     "mountPath": "/run/gpu-exporter/torch"}]
+    defaults = _daemonset(_render("defaults"))["spec"]["template"]["spec"]
+    assert "initContainers" not in defaults
+    assert "--collector.torch" not in _container(_render("defaults"))["args"]
+
+
+def test_torch_init_container_command_prepares_a_directory(tmp_path: Path) -> None:
+    """The init container's Python, run here on a directory of ours (no chown to others)."""
+    (init,) = _daemonset(_render("torch-allocator"))["spec"]["template"]["spec"]["initContainers"]
+    target = tmp_path / "torch"
+    target.mkdir(mode=0o755)
+    uid, gid = str(os.getuid()), str(os.getgid())
+    subprocess.run([sys.executable, *init["command"][1:], str(target), uid, gid], check=True)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o1777
 
 
 def test_custom_scheduling_replaces_the_defaults() -> None:

@@ -22,7 +22,7 @@ from tests.deploy.stack import (
 
 EXPORTERS = ("exporter", "exporter-demo")
 #: Host paths outside the repository that the stack may bind-mount.
-HOST_PATHS = {"/etc/passwd"}
+HOST_PATHS = {"/etc/passwd", "/run/gpu-exporter/torch"}
 
 
 def _args(name: str) -> list[str]:
@@ -74,6 +74,16 @@ def test_gpu_exporter_sees_host_processes_users_and_gpus() -> None:
     assert set(devices[0]["capabilities"]) & {"utility", "gpu"}
     assert svc["read_only"] is True
     assert svc["cap_drop"] == ["ALL"]
+
+
+def test_both_exporters_collect_torch_allocator_figures() -> None:
+    for name in EXPORTERS:
+        assert "--collector.torch" in _args(name)
+    shared = next(m for m in bind_mounts("exporter") if m["target"] == "/run/gpu-exporter/torch")
+    assert shared["source"] == "/run/gpu-exporter/torch"  # the publishers' default directory
+    assert not shared.get("read_only")  # files of exited processes are removed
+    config = build_parser().parse_args(_args("exporter"))
+    assert config.torch_dir is None  # the flag's default is that same directory
 
 
 def test_demo_exporter_needs_no_gpu() -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from exporter import metrics
+from exporter.attribution.torchtotals import TorchUserTotals
 from exporter.health import MigDevice, MigProcess, XidKey, XidStat
+from exporter.metrics import allocator
 from exporter.snapshot import (
     AllocationRow,
     GpuIdentity,
@@ -47,9 +49,12 @@ def process(
     pod: PodRef | None = None,
     start: float = 1_700_000_000.0,
     last_active: float | None = 60.0,
+    torch_allocated: int | None = None,
 ) -> GpuProcess:
     """A process; ``last_active`` is seconds after its start that its kernels last ran (None:
-    never seen; also None when per-process utilisation is off)."""
+    never seen; also None when per-process utilisation is off); ``torch_allocated`` adds the
+    figures its allocator publisher would report (reserved = allocated + 1/8 of it as cache,
+    one OOM and three retries counted)."""
     owner = None
     if user is not None:
         uid = 1000 + USERS.index(user) if user in USERS else 2000
@@ -61,9 +66,23 @@ def process(
         sm_utilization_ratio=utilization,
         owner=owner,
         pod=pod,
-        values={} if last_active is None or utilization is None else {
-            metrics.PROCESS_LAST_ACTIVE.name: start + pid + last_active},
+        values={
+            **({} if last_active is None or utilization is None else {
+                metrics.PROCESS_LAST_ACTIVE.name: start + pid + last_active}),
+            **(torch_values(torch_allocated) if torch_allocated is not None else {}),
+        },
     )
+
+
+def torch_values(allocated: int) -> dict[str, float]:
+    """Published allocator figures of a process with ``allocated`` bytes in tensors."""
+    reserved = allocated + allocated // 8
+    return {
+        allocator.TORCH_ALLOCATED.name: allocated, allocator.TORCH_RESERVED.name: reserved,
+        allocator.TORCH_ACTIVE.name: allocated, allocator.TORCH_INACTIVE_SPLIT.name: 2 << 20,
+        allocator.TORCH_PEAK_ALLOCATED.name: reserved, allocator.TORCH_ALLOC_RETRIES.name: 3,
+        allocator.TORCH_OOMS.name: 1,
+    }
 
 
 #: Per-GPU rows by their JSON field name (how tests name a reading to override).
@@ -159,6 +178,8 @@ def fleet(gpus: int = 8, processes_per_gpu: int = 32) -> Snapshot:
                     name=f"worker{slot % 5}",
                     utilization=(slot % 10) / 10,
                     pod=pod,
+                    # every fourth process publishes allocator figures (group torch)
+                    torch_allocated=(slot + 1) * 32 * 1024**2 if slot % 4 == 1 else None,
                 )
             )
         readings.append(reading(index, tuple(procs)))
@@ -170,8 +191,9 @@ def fleet(gpus: int = 8, processes_per_gpu: int = 32) -> Snapshot:
     )
     if readings:
         readings[0] = with_health(readings[0])
-    return snapshot(*readings, allocations=allocations,
-                    pod_resources=PodResourcesHealth(True, "ok"))
+    # The per-user PyTorch counters, as the exporter's enrichment adds them (first collection).
+    return TorchUserTotals().enrich(snapshot(*readings, allocations=allocations,
+                                             pod_resources=PodResourcesHealth(True, "ok")))
 
 
 def with_health(gpu: GpuReading) -> GpuReading:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from exporter import metrics
+from exporter.attribution.torchtotals import TorchUserTotals
 from exporter.exposition.json_model import GpuModel, ProcessModel
 from exporter.metrics import SWITCHABLE_GROUPS, Group, Metric, Scope
 from exporter.snapshot import GpuReading
@@ -79,8 +80,8 @@ def _exposed_names() -> set[str]:
     snapshots = [nvml.collect(ALL)]
     nvml.close()
     for preset in list_presets():
-        snapshots.append(SimulatedSource(load_scenario(preset), clock=lambda: 1_000.0)
-                         .collect(ALL))
+        source = SimulatedSource(load_scenario(preset), clock=lambda: 1_000.0)
+        snapshots.append(TorchUserTotals().enrich(source.collect(ALL)))  # as the CLI chains it
     snapshots.append(factory.fleet(1, 2))  # processes in pods: the workload families
     options = ExpositionOptions(groups=frozenset(Group), kubernetes_labels=True,
                                 container_labels=True, slurm_labels=True)

@@ -3,6 +3,7 @@ limit. Clients: httpx, Python's ssl, curl and openssl s_client (for the refusals
 
 from __future__ import annotations
 
+import base64
 import shutil
 import socket
 import ssl
@@ -12,11 +13,14 @@ import time
 import warnings
 from pathlib import Path
 
+import anyio
 import bcrypt
 import httpx
 import pytest
 
+from exporter.web import access
 from exporter.web.server import ServerLimits
+from exporter.web.webconfig import WebConfig
 from tests.web.serving import serving, small_app
 from tests.web.tlsfiles import Authority, write_web_config
 
@@ -186,3 +190,29 @@ def test_rate_limit(tmp_path: Path) -> None:
     with serving(web_config=web) as server:
         codes = [httpx.get(server.url("/metrics")).status_code for _ in range(4)]
         assert codes == [200, 200, 429, 429]
+
+
+def test_wrong_password_flood_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    def slow_check(password: bytes, hashed: bytes) -> bool:
+        time.sleep(0.2)
+        return False
+
+    monkeypatch.setattr(access, "_bcrypt_matches", slow_check)
+    auth = access.BasicAuth()
+    config = WebConfig(users={"prom": HASH.encode()})
+    header = b"Basic " + base64.b64encode(b"prom:wrong")
+    verdicts: list[bool | None] = []
+
+    async def flood() -> None:
+        async def one() -> None:
+            verdicts.append(await auth.check(config, header))
+        async with anyio.create_task_group() as group:
+            for _ in range(40):
+                group.start_soon(one)
+
+    started = time.monotonic()
+    anyio.run(flood)
+    assert verdicts.count(None) == 40 - access.BCRYPT_QUEUE - access.BCRYPT_THREADS  # 503s
+    assert verdicts.count(False) == access.BCRYPT_QUEUE + access.BCRYPT_THREADS
+    assert auth.bcrypt_checks == access.BCRYPT_QUEUE + access.BCRYPT_THREADS
+    assert time.monotonic() - started < 3  # 10 checks, 2 at a time, 0.2 s each

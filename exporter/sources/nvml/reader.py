@@ -105,6 +105,8 @@ class NvmlCalls:
         self.mismatch: type[BaseException] | tuple[()] = (
             getattr(nvml, "NVMLLibraryMismatchError", None) or ())
         self._functions: dict[str, Callable[..., Any] | None] = {}
+        self._arguments: dict[tuple[int | Constant, ...], tuple[int, ...]] = {}
+        self._plans: dict[frozenset[Group], _Plan] = {}
         self.compute = ProcessLister(nvml, "Compute")
         self.graphics = ProcessLister(nvml, "Graphics")
         self.process_utilization = process_utilization_call(nvml)
@@ -120,6 +122,34 @@ class NvmlCalls:
         if isinstance(argument, Constant):
             return int(getattr(self.nvml, argument.name, argument.value))
         return argument
+
+    def arguments(self, arguments: tuple[int | Constant, ...]) -> tuple[int, ...]:
+        """``argument`` of each, resolved once per ``start`` (this runs for every row read)."""
+        found = self._arguments.get(arguments)
+        if found is None:
+            found = self._arguments[arguments] = tuple(self.argument(a) for a in arguments)
+        return found
+
+    def plan(self, groups: frozenset[Group]) -> _Plan:
+        """The rows of ``groups`` a GPU read goes through, worked out once per set of groups."""
+        found = self._plans.get(groups)
+        if found is None:
+            rows = tuple(row for row in GPU_ROWS if row.nvml is not None and row.group in groups)
+            found = self._plans[groups] = _Plan(
+                plain=tuple((row.name, row.nvml) for row in rows
+                            if isinstance(row.nvml, NvmlRead)),
+                specials=tuple(dict.fromkeys(row.nvml.name for row in rows
+                                             if isinstance(row.nvml, NvmlSpecial))),
+            )
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """The plain rows (name, read) and the special readers of one set of groups."""
+
+    plain: tuple[tuple[str, NvmlRead], ...]
+    specials: tuple[str, ...]
 
 
 class GpuReader:
@@ -199,10 +229,13 @@ class GpuReader:
 
     def _one(self, gpu: GpuState, spec: NvmlRead, args: tuple[int | Constant, ...],
              memo: dict[tuple[Any, ...], Any]) -> float | None:
-        values = tuple(self.calls.argument(a) for a in args)
+        values = self.calls.arguments(args)
         key = (spec.functions, values)
         if key in memo:
             result = memo[key]
+        elif len(spec.functions) == 1:  # most rows: no fallback to try
+            name = spec.functions[0]
+            result = memo[key] = self.call(gpu, name, self.calls.function(name), *values)
         else:
             result = memo[key] = self.call_newest(gpu, spec.functions, *values)
         if result is None:
@@ -223,19 +256,13 @@ class GpuReader:
         """
         values: dict[str, Value] = {}
         memo: dict[tuple[Any, ...], Any] = {}
-        specials: set[str] = set()
-        for row in GPU_ROWS:
-            spec = row.nvml
-            if spec is None or row.group not in groups:
-                continue
-            if isinstance(spec, NvmlSpecial):
-                if spec.name not in specials:
-                    specials.add(spec.name)
-                    values.update(SPECIAL_READERS[spec.name](self, gpu))
-                continue
+        plan = self.calls.plan(groups)
+        for name, spec in plan.plain:
             value = self.plain(gpu, spec, memo)
             if value is not None:
-                values[row.name] = value
+                values[name] = value
+        for special in plan.specials:
+            values.update(SPECIAL_READERS[special](self, gpu))
         for name in [n for n in values if n not in _ROW_GROUPS or _ROW_GROUPS[n] not in groups]:
             del values[name]  # a special reader filled a row of a group that is off
         mig = None

@@ -42,6 +42,11 @@ running); they also accept ``30s``, ``15m``, ``2h``, ``3d``. Sizes are bytes or 
         memory_utilization: 0.4   # memory-bandwidth busy ratio at full utilisation
         restart_after: 1m      # after exiting (stop or OOM) it starts again with pid + 101
         pod: {namespace: ml, pod: trainer-0, container: pytorch}   # optional Kubernetes pod
+        torch:                 # optional: the process runs the PyTorch allocator publisher
+          cache: 0.1           # share of the allocator's reserve that is cache, not tensors
+          fragmentation: 0.02  # inactive split bytes as a share of the reserve
+          retries_per_hour: 0  # allocation retries (cache flushes) per hour of its life
+          ooms: [{at: 20s, count: 1}]   # out-of-memory errors the program catches
         gpu_instance: 7        # on a MIG GPU: the GPU instance it runs in (required there)
         compute_instance: 0    # and the compute instance (default 0)
 
@@ -130,6 +135,23 @@ class PodSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class OomEvent:
+    at: float  # simulated seconds
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class TorchSpec:
+    """PyTorch allocator figures a process publishes: its memory minus the CUDA context is the
+    allocator's reserve, of which ``cache`` is freed blocks kept for reuse."""
+
+    cache: float = 0.1
+    fragmentation: float = 0.02
+    retries_per_hour: float = 0.0
+    ooms: tuple[OomEvent, ...] = ()  # out-of-memory errors the program caught
+
+
+@dataclass(frozen=True, slots=True)
 class ContainerSpec:
     name: str
     id: str  # 64 hex characters
@@ -163,6 +185,7 @@ class ProcessSpec:
     memory_utilization: float = 0.4
     restart_after: float | None = None
     pod: PodSpec | None = None
+    torch: TorchSpec | None = None
     gpu_instance: int | None = None  # MIG GPU instance (on a MIG GPU)
     compute_instance: int | None = None
     slurm_job: str | None = None
@@ -190,8 +213,10 @@ _GPU = ("model", "count", "idle_celsius", "full_load_celsius", "thermal_time_con
         *HEALTH_KEYS)
 _PROC = ("gpu", "pid", "user", "uid", "name", "type", "start", "stop", "memory", "ramp",
          "leak_per_second", "utilization", "utilization_jitter", "memory_utilization",
-         "restart_after", "pod", "gpu_instance", "compute_instance", "slurm_job", "container")
+         "restart_after", "pod", "gpu_instance", "compute_instance", "slurm_job", "container",
+         "torch")
 _POD = ("namespace", "pod", "container")
+_TORCH = ("cache", "fragmentation", "retries_per_hour", "ooms")
 _CONTAINER = ("name", "id")
 _ALLOCATION = ("gpu", "namespace", "pod", "container", "resource", "replica")
 _CONTAINER_ID = re.compile(r"^[0-9a-f]{64}$")
@@ -303,6 +328,8 @@ def _parse_process(r: Reader, position: int, gpus: list[GpuSpec]) -> list[Proces
     if r.has("pod"):
         sub = Reader(r.raw("pod"), r.origin, f"{r.path}.pod", _POD)
         pod = PodSpec(*(sub.text(k, required=True) or "" for k in _POD))
+    torch = _parse_torch(Reader(r.raw("torch"), r.origin, f"{r.path}.torch", _TORCH)) \
+        if r.has("torch") else None
     container = None
     if r.has("container"):
         sub = Reader(r.raw("container"), r.origin, f"{r.path}.container", _CONTAINER)
@@ -320,7 +347,7 @@ def _parse_process(r: Reader, position: int, gpus: list[GpuSpec]) -> list[Proces
         "utilization": r.number("utilization", 0.0, high=1.0),
         "utilization_jitter": r.number("utilization_jitter", 0.0, high=1.0),
         "memory_utilization": r.number("memory_utilization", 0.4, high=1.0),
-        "restart_after": r.seconds("restart_after", None), "pod": pod,
+        "restart_after": r.seconds("restart_after", None), "pod": pod, "torch": torch,
         "slurm_job": r.text("slurm_job"), "container": container,
     }
     gi = r.integer("gpu_instance", 0) if r.has("gpu_instance") else None
@@ -348,6 +375,20 @@ def _parse_process(r: Reader, position: int, gpus: list[GpuSpec]) -> list[Proces
                    "memory")
     return [ProcessSpec(gpu=g, pid=base_pid + rank, gpu_instance=gi, compute_instance=ci,
                         **common) for rank, g in enumerate(targets)]
+
+
+def _parse_torch(r: Reader) -> TorchSpec:
+    ooms = []
+    for j, item in enumerate(items(r.raw("ooms"), r, "ooms")):
+        sub = Reader(item, r.origin, f"{r.path}.ooms[{j}]", ("at", "count"))
+        ooms.append(OomEvent(at=sub.seconds("at", 0.0, negative=True) or 0.0,
+                             count=sub.integer("count", 1, low=1)))
+    return TorchSpec(
+        cache=r.number("cache", 0.1, high=1.0),
+        fragmentation=r.number("fragmentation", 0.02, high=1.0),
+        retries_per_hour=r.number("retries_per_hour", 0.0),
+        ooms=tuple(sorted(ooms, key=lambda e: e.at)),
+    )
 
 
 def _check_fits(scenario: Scenario, top: Reader) -> None:

@@ -41,6 +41,7 @@ from exporter.attribution.podresources.allocations import (
 from exporter.attribution.podresources.join import join_allocations
 from exporter.health import MigProcess
 from exporter.metrics import GPU_ROWS, MEMORY_UTILIZATION, UTILIZATION, Group
+from exporter.metrics import allocator as a
 from exporter.metrics.process import LAST_ACTIVE
 from exporter.snapshot import (
     AllocationRow,
@@ -63,7 +64,13 @@ from exporter.sources.simulated.health import (
     xid_counts,
 )
 from exporter.sources.simulated.physics import SimulatedGpu
-from exporter.sources.simulated.scenario import CONTEXT_BYTES, GpuSpec, ProcessSpec, Scenario
+from exporter.sources.simulated.scenario import (
+    CONTEXT_BYTES,
+    GpuSpec,
+    ProcessSpec,
+    Scenario,
+    TorchSpec,
+)
 
 _M64 = (1 << 64) - 1
 _BUCKET = 5.0  # seconds of simulated time between independent noise values
@@ -108,7 +115,8 @@ class _Proc:
     """Precomputed timeline of one scenario process."""
 
     __slots__ = ("container", "context", "grow", "jitter", "last", "leak", "life", "mem_util",
-                 "noise", "owner", "period", "pod", "ramp", "spec", "steady", "t0", "util")
+                 "noise", "owner", "period", "pod", "ramp", "spec", "steady", "t0", "torch",
+                 "util")
 
     def __init__(self, spec: ProcessSpec, life: float | None, key: int) -> None:
         self.spec, self.t0, self.life = spec, spec.start, life
@@ -123,7 +131,10 @@ class _Proc:
         self.steady = spec.memory_bytes
         self.owner: tuple[int, ProcessOwner] | None = None
         # the last GpuProcess built, reused while nothing in it changed (it is immutable)
-        self.last: tuple[int, int, float, GpuProcess, float | None] | None = None
+        # (restart, memory, utilisation, process, last active, published torch figures)
+        self.last: tuple[int, int, float, GpuProcess, float | None, dict[str, float]] | None \
+            = None
+        self.torch = spec.torch
         self.pod = None if spec.pod is None else PodRef(
             pod_uid=str(uuid.UUID(int=(_mix(key) << 64) | _mix(key ^ 5), version=4)),
             container_id=f"{_mix(key ^ 1):016x}{_mix(key ^ 2):016x}{_mix(key ^ 3):016x}"
@@ -157,6 +168,25 @@ class _Proc:
             if candidate > x:
                 return candidate
         return base + 2 * self.period  # only reached through rounding
+
+
+_NO_VALUES: dict[str, float] = {}
+
+
+def _torch_values(spec: TorchSpec, reserved: int, age: float, t: float) -> dict[str, float]:
+    """What the allocator publisher of a simulated process reports: everything above the CUDA
+    context is the allocator's reserve; counters count from the start of this life (``age``)."""
+    allocated = int(reserved * (1.0 - spec.cache))
+    return {
+        a.TORCH_ALLOCATED.name: allocated,
+        a.TORCH_RESERVED.name: reserved,
+        a.TORCH_ACTIVE.name: allocated,
+        a.TORCH_INACTIVE_SPLIT.name: int(reserved * spec.fragmentation),
+        # a peak step (the first batch, evaluation) used most of today's cache
+        a.TORCH_PEAK_ALLOCATED.name: allocated + int(0.8 * (reserved - allocated)),
+        a.TORCH_ALLOC_RETRIES.name: int(spec.retries_per_hour * age / 3600.0),
+        a.TORCH_OOMS.name: sum(e.count for e in spec.ooms if t - age <= e.at <= t),
+    }
 
 
 def _oom_life(spec: ProcessSpec, on_gpu: list[ProcessSpec], gpu: GpuSpec) -> float | None:
@@ -338,6 +368,8 @@ class SimulatedSource:
         health = spec.health
         mig_on = health.mig is not None  # NVML has no utilisation per GPU or process under MIG
         want_procs = Group.PROCESSES in groups
+        want_putil = want_procs and Group.PROCESS_UTILIZATION in groups
+        want_torch = want_procs and Group.TORCH in groups
         want_putil = want_procs and Group.PROCESS_UTILIZATION in groups and not mig_on
         for p in gpu.procs:
             # the hot loop (8 GPUs x 32 processes per collect): _Proc.cycle/memory inlined
@@ -361,6 +393,8 @@ class SimulatedSource:
             util += u
             mem_util += u * p.mem_util
             if want_procs:
+                published = _torch_values(p.torch, memory - p.context, age, t) \
+                    if want_torch and p.torch is not None else _NO_VALUES
                 last = p.last
                 # Last active: now (to the noise bucket, so a process is rebuilt no more often
                 # than its utilisation changes) for a computing process; a process configured
@@ -368,15 +402,16 @@ class SimulatedSource:
                 active = (t - t % _BUCKET if p.util > 0.0 else t - age + min(age, LOADED_AFTER)) \
                     if want_putil else None
                 if last is None or last[0] != k or last[1] != memory or last[2] != u \
-                        or last[4] != active:
-                    extra = {} if active is None else {LAST_ACTIVE: start + active / self.speed}
+                        or last[4] != active or last[5] != published:
+                    process_values = published if active is None else {
+                        **published, LAST_ACTIVE: start + active / self.speed}
                     last = p.last = (k, memory, u, GpuProcess(
                         pid=p.spec.pid + _RESTART_PID_STEP * k, type=p.spec.type,
                         used_memory_bytes=memory, sm_utilization_ratio=u if want_putil else None,
-                        owner=self._owner(p, k, start), pod=p.pod, values=extra,
+                        owner=self._owner(p, k, start), pod=p.pod, values=process_values,
                         slurm_job=p.spec.slurm_job, container=p.container,
                         gpu_instance=p.spec.gpu_instance,
-                        compute_instance=p.spec.compute_instance), active)
+                        compute_instance=p.spec.compute_instance), active, published)
                 procs.append(last[3])
         util, mem_util = round(min(1.0, util), 2), round(min(1.0, mem_util), 2)  # whole %
         busy = used > _DRIVER_BYTES

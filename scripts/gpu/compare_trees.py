@@ -1,0 +1,139 @@
+"""One GPU, two versions of the exporter: is a collection no slower than it was? (issue 14)
+
+Usage (on the GPU machine, from the repository root):
+    git archive e5e9773 | tar -x -C /tmp/baseline      # the older tree, exported beforehand
+    python3 scripts/gpu/compare_trees.py --baseline /tmp/baseline [--rounds 3] [--collections 1000]
+
+Times ``NvmlSource.collect`` of this tree and of the baseline tree in alternating child processes
+(each imports its own ``exporter`` package), idle and then with one busy torch process per GPU
+(scripts/gpu/cuda_load.py; skipped without torch). This tree is timed twice: with its default
+groups, and with the groups the baseline's defaults read (its default groups minus the ones
+added since: ``mig``, ``remapping``, ``xid``), which is the like-for-like figure. Verdict: the
+like-for-like p50 within 10 % of the baseline's (rounds' medians), idle and busy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pynvml
+
+ROOT = Path(__file__).resolve().parents[2]
+LOAD = Path(__file__).with_name("cuda_load.py")
+#: Default groups added after the baseline (e5e9773): GPU health (issue 11).
+ADDED_GROUPS = ("mig", "remapping", "xid")
+
+CHILD = r"""
+import json, statistics, sys, time
+sys.path.insert(0, sys.argv[1])
+mode, count = sys.argv[2], int(sys.argv[3])
+try:
+    from exporter.metrics import Group, default_groups
+    from exporter.sources.nvml.source import NvmlSource
+    groups = default_groups()
+    if mode == "baseline-groups":
+        groups = frozenset(g for g in groups if g.value not in sys.argv[4].split(","))
+    arg = groups
+except ImportError:  # trees before the redesign: CollectOptions
+    from exporter.sources.base import CollectOptions
+    from exporter.sources.nvml import NvmlSource
+    arg = CollectOptions()
+source = NvmlSource(hostname="compare")
+source.start()
+for _ in range(50):
+    source.collect(arg)
+times = []
+for _ in range(count):
+    start = time.perf_counter()
+    source.collect(arg)
+    times.append(time.perf_counter() - start)
+times.sort()
+close = getattr(source, "close", None)
+if close is not None:
+    close()
+print(json.dumps({"p50_us": statistics.median(times) * 1e6,
+                  "p99_us": times[int(len(times) * 0.99)] * 1e6}))
+"""
+
+
+def child(tree: Path, mode: str, count: int) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(tree), mode, str(count), ",".join(ADDED_GROUPS)],
+        capture_output=True, text=True, timeout=300, check=False, cwd=str(tree))
+    if out.returncode != 0:
+        raise RuntimeError(f"timing {tree} ({mode}) failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def compare(baseline: Path, rounds: int, count: int) -> dict[str, Any]:
+    runs: dict[str, list[dict[str, float]]] = {"baseline": [], "this, baseline's groups": [],
+                                               "this, default groups": []}
+    for _ in range(rounds):  # alternate, so both see the same GPU state and machine load
+        runs["baseline"].append(child(baseline, "default", count))
+        runs["this, baseline's groups"].append(child(ROOT, "baseline-groups", count))
+        runs["this, default groups"].append(child(ROOT, "default", count))
+    summary: dict[str, dict[str, Any]] = {
+        name: {"p50_us": statistics.median(r["p50_us"] for r in found),
+               "p99_us": statistics.median(r["p99_us"] for r in found),
+               "rounds_p50_us": [round(r["p50_us"], 1) for r in found]}
+        for name, found in runs.items()}
+    base = summary["baseline"]["p50_us"]
+    for found in summary.values():
+        found["ratio_p50_vs_baseline"] = found["p50_us"] / base
+    return summary
+
+
+def show(title: str, summary: dict[str, Any]) -> None:
+    print(f"{title}:")
+    for name, found in summary.items():
+        print(f"  {name:26s} p50 {found['p50_us']:8.1f} us  p99 {found['p99_us']:8.1f} us  "
+              f"x{found['ratio_p50_vs_baseline']:.2f}  rounds {found['rounds_p50_us']}",
+              flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--baseline", type=Path, required=True, help="older tree (git archive)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--collections", type=int, default=1000)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    result: dict[str, Any] = {"idle": compare(args.baseline, args.rounds, args.collections)}
+    show("idle", result["idle"])
+    if importlib.util.find_spec("torch") is not None:
+        pynvml.nvmlInit()
+        gpus = pynvml.nvmlDeviceGetCount()
+        pynvml.nvmlShutdown()
+        loads = [subprocess.Popen([sys.executable, str(LOAD), "--gpu", str(i), "--gib", "2",
+                                   "--busy", "--seconds", "300"], stdout=subprocess.PIPE,
+                                  text=True) for i in range(gpus)]
+        try:
+            for proc in loads:
+                assert proc.stdout is not None
+                proc.stdout.readline()
+            time.sleep(1.0)
+            result["busy"] = compare(args.baseline, args.rounds, args.collections)
+            show("busy (1 torch process per GPU)", result["busy"])
+        finally:
+            for proc in loads:
+                proc.kill()
+                proc.wait(timeout=30)
+    verdict = all(found["this, baseline's groups"]["ratio_p50_vs_baseline"] <= 1.10
+                  for found in result.values())
+    print("VERDICT: one GPU no slower than the baseline (like-for-like p50 within 10 %):",
+          "PASS" if verdict else "FAIL", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+    return 0 if verdict else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
