@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from tests.processes import stop
@@ -43,6 +43,18 @@ def percentile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     rank = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
     return ordered[rank]
+
+
+def timed_ms(fn: Callable[[], object], rounds: int, warmup: int) -> list[float]:
+    """Milliseconds of each of ``rounds`` calls of ``fn``, after ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1e3)
+    return samples
 
 
 def rss_mb(pid: int | str = "self") -> tuple[float, float]:
