@@ -15,7 +15,7 @@ import pytest
 from fastapi import FastAPI, Query, Request
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import metrics as cat
+from exporter import metrics
 from exporter.config import Config
 from exporter.metrics import Group, default_groups
 from exporter.scheduler import Scheduler
@@ -91,10 +91,10 @@ def test_metrics_text_format(client: TestClient) -> None:
     assert response.headers["cache-control"] == "no-store"
     assert "content-encoding" not in response.headers
     samples = _samples(response.text)
-    used = samples[cat.MEMORY_USED.name]
+    used = samples[metrics.MEMORY_USED.name]
     assert used == [({"gpu": "0", "uuid": "GPU-0000"}, float(2 << 20))]
-    assert samples[cat.SOURCE_UP.name][0][1] == 1.0
-    process = samples[cat.PROCESS_MEMORY.name][0][0]
+    assert samples[metrics.SOURCE_UP.name][0][1] == 1.0
+    process = samples[metrics.PROCESS_MEMORY.name][0][0]
     assert process["user"] == EVIL  # label values carry it verbatim (escaped by the format)
 
 
@@ -113,14 +113,14 @@ def test_metrics_openmetrics_and_gzip(client: TestClient) -> None:
     assert response.headers["content-type"].startswith("application/openmetrics-text")
     assert response.headers["content-encoding"] == "gzip"
     assert response.text.endswith("# EOF\n")  # httpx decoded the gzip body
-    assert f"# UNIT {cat.MEMORY_USED.name} bytes" in response.text
+    assert f"# UNIT {metrics.MEMORY_USED.name} bytes" in response.text
 
 
 def test_gzip_body_is_really_gzip(client: TestClient) -> None:
     with client.stream("GET", "/metrics", headers={"Accept-Encoding": "gzip"}) as response:
         raw = b"".join(response.iter_raw())
     assert raw[:2] == b"\x1f\x8b"
-    assert cat.MEMORY_TOTAL.name.encode() in gzip.decompress(raw)
+    assert metrics.MEMORY_TOTAL.name.encode() in gzip.decompress(raw)
 
 
 def test_odd_accept_header_falls_back_to_text(client: TestClient) -> None:
@@ -162,8 +162,8 @@ def test_readyz_reports_why_not() -> None:
         assert body["source_initialised"] is False
         # The exporter keeps serving: metrics say the source is down.
         samples = _samples(test_client.get("/metrics").text)
-        assert samples[cat.SOURCE_UP.name][0][1] == 0.0
-        assert cat.MEMORY_USED.name not in samples
+        assert samples[metrics.SOURCE_UP.name][0][1] == 0.0
+        assert metrics.MEMORY_USED.name not in samples
 
 
 def test_snapshot_api_and_openapi(client: TestClient) -> None:
@@ -268,12 +268,12 @@ def test_scrape_timeout_header_bounds_the_wait() -> None:
         assert time.monotonic() - begin < 2.0
         assert response.status_code == 200
         samples = _samples(response.text)
-        assert samples[cat.DATA_AGE.name][0][1] >= 1.0
-        errors = {labels["kind"]: v for labels, v in samples.get(cat.ERRORS.name, [])}
+        assert samples[metrics.DATA_AGE.name][0][1] >= 1.0
+        errors = {labels["kind"]: v for labels, v in samples.get(metrics.ERRORS.name, [])}
         # The client's short timeout ran out, not the collector's: stale data, no error, or
         # any client could fire the errors alert with a tiny header.
         assert errors.get("collection_timeout") is None
-        assert cat.MEMORY_USED.name in samples  # last good data still served
+        assert metrics.MEMORY_USED.name in samples  # last good data still served
         for _ in range(20):
             test_client.get("/metrics", headers={"X-Prometheus-Scrape-Timeout-Seconds": "0.01"})
         assert "collection_timeout" not in sched.state(0.0).errors_total
@@ -321,9 +321,9 @@ def test_beyond_max_requests_the_last_data_is_served_at_once() -> None:
         assert time.monotonic() - begin < 1.0  # not queued behind the hung collection
         assert over.status_code == 200
         samples = _samples(over.text)
-        assert cat.MEMORY_USED.name in samples  # the last collected data
+        assert metrics.MEMORY_USED.name in samples  # the last collected data
         assert "collection_timeout" not in {
-            labels["kind"] for labels, _ in samples.get(cat.ERRORS.name, [])}
+            labels["kind"] for labels, _ in samples.get(metrics.ERRORS.name, [])}
         source.gate.set()
         for worker in workers:
             worker.join(10)
@@ -356,8 +356,8 @@ def test_beyond_max_requests_before_any_collection_is_503_at_once() -> None:
 def test_every_exposed_family_is_from_the_catalogue(client: TestClient) -> None:
     text = client.get("/metrics", headers={"Accept-Encoding": "identity"}).text
     names = {family.name for family in text_string_to_metric_families(text)}
-    known = {m.family_name for m in cat.CATALOGUE} | {m.name for m in cat.CATALOGUE}
+    known = {m.family_name for m in metrics.CATALOGUE} | {m.name for m in metrics.CATALOGUE}
     unknown = {n for n in names if n not in known and not n.startswith("process_")}
     assert unknown == set()
-    assert cat.MEMORY_USED.name in names
-    assert cat.BUILD_INFO.name in names
+    assert metrics.MEMORY_USED.name in names
+    assert metrics.BUILD_INFO.name in names
