@@ -14,9 +14,11 @@ Both parts use the exporter with its default settings on the simulated 8x32 node
 2. ``flood``: ``--clients`` keep-alive connections send /metrics requests back to back for
    ``--seconds``, once with the default ``--web.max-requests`` and once with a low limit.
    Requests beyond the limit are answered at once from the last collected data (or 503 by the
-   access gate). Target: the over-limit answer within 50 ms at p99 (checked on every answer),
-   and no connection fails. With closed-loop clients the latency is about clients x the cost
-   of one request: the figure says how cheap an answer is, on a machine the clients share.
+   access gate); ``Server-Timing`` tells them apart. Target: those answers within 50 ms at p99
+   in the load generator, and no connection fails. With closed-loop clients the latency is
+   about clients x the cost of one request (every answer queues behind the others on the
+   event loop): the figure says how cheap an answer is, on 2 cores the clients share; the
+   server-side time and the CPU per answer of server and load generator are printed too.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.harness import Scraper, Server, hammer, percentile
+from bench.harness import Scraper, Server, cpu_seconds, hammer, percentile
 from tests.processes import free_port
 
 SCENARIO = ("--source", "simulated", "--scenario", "synthetic:8x32")
@@ -93,34 +95,53 @@ def compare_p50(scrapes: int) -> bool:
 
 
 def flood(clients: int, seconds: float) -> bool:
-    """Every answer's latency under a flood, by status.
+    """Every answer's latency under a flood, by kind, client side and server side.
 
     Beyond ``--web.max-requests`` a scrape is answered at once from the last collected data
-    (a 200, rendered on the event loop) and a request beyond the access gate's limit gets a
-    503; the client cannot tell an over-limit 200 from another, so the target is checked on
-    every answer (a superset of the over-limit ones).
+    (a 200 whose ``Server-Timing`` starts with ``latest``, rendered on the event loop) and a
+    request beyond the access gate's limit gets a 503. Client side: request written to body
+    read, in the load generator (which shares the 2 cores); server side: ``Server-Timing``
+    total, inside the handler. CPU: the exporter's and the load generator's, per answer.
     """
     print(f"flood: {clients} keep-alive clients sending /metrics back to back for {seconds:g} s")
-    print(f"{'exporter flags':<26} {'answers':>7} {'200':>6} {'503':>6} {'other':>5} "
-          f"{'failed':>6} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'503 p99':>7} {'rps':>5}")
+    print(f"{'exporter flags':<22} {'answer':<11} {'count':>6} {'cli p50':>7} {'cli p99':>7} "
+          f"{'cli max':>7} {'srv p50':>7} {'srv p99':>7}")
     ok = True
+    summaries = []
     for flags in ((), ("--web.max-requests", "4")):
         with Server.exporter(*SCENARIO, *flags) as server:
-            by_status, failures = hammer(server.port, clients, seconds)
+            server_cpu, client_cpu = cpu_seconds(server.pid), time.process_time()
+            result = hammer(server.port, clients, seconds)
+            server_cpu = cpu_seconds(server.pid) - server_cpu
+            client_cpu = time.process_time() - client_cpu
             alive = server.proc.poll() is None
-        every = [ms for values in by_status.values() for ms in values]
-        busy = by_status.get(503, [])
-        other = sum(len(v) for k, v in by_status.items() if k not in (200, 503))
+        every = result.every()
         label = " ".join(flags) or "(defaults)"
-        print(f"{label:<26} {len(every):>7} {len(by_status.get(200, [])):>6} {len(busy):>6} "
-              f"{other:>5} {len(failures):>6} {percentile(every, 50):>7.1f} "
-              f"{percentile(every, 99):>7.1f} {max(every):>7.1f} "
-              f"{percentile(busy, 99) if busy else float('nan'):>7.1f} "
-              f"{len(every) / seconds:>5.0f}")
-        ok &= alive and not failures and not other
-        ok &= percentile(every, 99) <= TARGET_P99_MS
-    print(f"{'PASS' if ok else 'FAIL'}: every answer p99 <= {TARGET_P99_MS:g} ms, no failed "
-          "connection, server alive")
+        for kind in sorted(result.client_ms):
+            cli, srv = result.client_ms[kind], result.server_ms.get(kind, [])
+            answer = {"200": "200 waited", "200 latest": "200 latest"}.get(kind, kind)
+            print(f"{label:<22} {answer:<11} {len(cli):>6} {percentile(cli, 50):>7.1f} "
+                  f"{percentile(cli, 99):>7.1f} {max(cli):>7.1f} "
+                  f"{percentile(srv, 50) if srv else float('nan'):>7.2f} "
+                  f"{percentile(srv, 99) if srv else float('nan'):>7.2f}")
+        summaries.append(f"{label}: {len(every) / seconds:.0f} answers/s, every answer p99 "
+                         f"{percentile(every, 99):.1f} ms; CPU per answer: exporter "
+                         f"{server_cpu / len(every) * 1e3:.3f} ms, load generator "
+                         f"{client_cpu / len(every) * 1e3:.3f} ms")
+        refused = [ms for kind, values in result.client_ms.items()
+                   if kind in ("200 latest", "503") for ms in values]
+        other = sum(len(v) for k, v in result.client_ms.items()
+                    if k not in ("200", "200 latest", "503"))
+        ok &= alive and not result.failures and not other
+        # None seen (an exporter without the Server-Timing mark): the target is not shown met.
+        ok &= bool(refused) and percentile(refused, 99) <= TARGET_P99_MS
+    print("(ms; 200 waited: within the limit, waited for the collection in a thread; 200 latest:"
+          "\n beyond it, the last collected data at once; cli: in the load generator; srv: "
+          "Server-Timing total)")
+    for line in summaries:
+        print(line)
+    print(f"{'PASS' if ok else 'FAIL'}: answers beyond the limit (200 latest, 503) p99 <= "
+          f"{TARGET_P99_MS:g} ms in the load generator, no failed connection, server alive")
     return ok
 
 

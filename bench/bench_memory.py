@@ -12,7 +12,7 @@ Usage (repository root; hold the bench lock here):
    with ``--nvml``, starts the exporter's NVML source and collects three times (NVML's own
    allocations for the calls the exporter makes, XID event registration included). Its
    resident memory by kind of mapping is read at the floor and after the references, to set
-   against the exporter's.
+   against the exporter's. With ``--cuda-processes`` the floor is measured while they run.
 2. The exporter (``--source nvml``, or the simulated 8x32 node), scraped over one keep-alive
    loopback connection with Prometheus' headers (OpenMetrics, gzip) ``--scrapes`` times;
    its VmRSS after a warm-up and at ten checkpoints, and the peak (VmHWM).
@@ -197,17 +197,18 @@ def main(argv: list[str] | None = None) -> int:
     if not 10 <= args.scrapes <= 1_000_000:
         parser.error("--scrapes must be 10..1000000")
 
-    floor_steps, reference_steps, floor_maps = measure_floor(args.nvml, args.flags)
-    floor = floor_steps[-1][1]
-    print("memory floor (each step cumulative, fresh interpreter):")
-    previous = 0.0
-    for label, value in floor_steps + reference_steps:
-        delta = f"+{value - previous:5.1f}" if previous else "      "
-        print(f"  {label:<54} {value:6.1f} MB {delta}")
-        previous = value
     with cuda_processes(args.cuda_processes) as pids:
         if pids:
             print(f"CUDA processes on GPU 0: {pids}")
+        # The floor in the same conditions: the references then read the same processes.
+        floor_steps, reference_steps, floor_maps = measure_floor(args.nvml, args.flags)
+        floor = floor_steps[-1][1]
+        print("memory floor (each step cumulative, fresh interpreter):")
+        previous = 0.0
+        for label, value in floor_steps + reference_steps:
+            delta = f"+{value - previous:5.1f}" if previous else "      "
+            print(f"  {label:<54} {value:6.1f} MB {delta}")
+            previous = value
         result = scrape_exporter(args)
     checkpoints: list[tuple[int, float]] = result["checkpoints"]  # type: ignore[assignment]
     rss, peak = float(result["rss_mb"]), float(result["peak_mb"])  # type: ignore[arg-type]

@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.processes import stop
@@ -235,8 +236,23 @@ class Server:
         self.stop()
 
 
-async def _hammer_one(port: int, request: bytes, deadline: float,
-                      out: dict[int, list[float]], failures: list[str]) -> None:
+_SERVER_TOTAL = re.compile(r"total;dur=([0-9.]+)")
+
+
+@dataclass
+class Flood:
+    """What ``hammer`` saw, by kind of answer: the HTTP status, with `` latest`` appended when
+    the exporter's ``Server-Timing`` says the answer came from beyond ``--web.max-requests``."""
+
+    client_ms: dict[str, list[float]] = field(default_factory=dict)  # request sent -> body read
+    server_ms: dict[str, list[float]] = field(default_factory=dict)  # Server-Timing total
+    failures: list[str] = field(default_factory=list)  # transport errors
+
+    def every(self) -> list[float]:
+        return [ms for values in self.client_ms.values() for ms in values]
+
+
+async def _hammer_one(port: int, request: bytes, deadline: float, flood: Flood) -> None:
     import asyncio  # noqa: PLC0415 - only the load benchmarks need it
 
     reader = writer = None
@@ -251,19 +267,27 @@ async def _hammer_one(port: int, request: bytes, deadline: float,
             lines = head.decode("latin-1").split("\r\n")
             status = int(lines[0].split(" ", 2)[1])
             length, closing = 0, lines[0].startswith("HTTP/1.0")
+            kind, server = str(status), None
             for line in lines[1:]:
                 name, _, value = line.partition(":")
-                if name.lower() == "content-length":
+                name, value = name.lower(), value.strip()
+                if name == "content-length":
                     length = int(value)
-                elif name.lower() == "connection" and value.strip().lower() == "close":
+                elif name == "connection" and value.lower() == "close":
                     closing = True
+                elif name == "server-timing":
+                    kind += " latest" if value.startswith("latest") else ""
+                    match = _SERVER_TOTAL.search(value)
+                    server = float(match.group(1)) if match else None
             await reader.readexactly(length)
-            out.setdefault(status, []).append((time.perf_counter() - start) * 1e3)
+            flood.client_ms.setdefault(kind, []).append((time.perf_counter() - start) * 1e3)
+            if server is not None:
+                flood.server_ms.setdefault(kind, []).append(server)
             if closing:
                 writer.close()
                 reader = writer = None
         except (OSError, asyncio.IncompleteReadError, ValueError, IndexError) as exc:
-            failures.append(type(exc).__name__)
+            flood.failures.append(type(exc).__name__)
             if writer is not None:
                 writer.close()
             reader = writer = None
@@ -273,24 +297,19 @@ async def _hammer_one(port: int, request: bytes, deadline: float,
 
 
 def hammer(port: int, clients: int, seconds: float, path: str = "/metrics",
-           headers: Mapping[str, str] = PROMETHEUS_HEADERS,
-           ) -> tuple[dict[int, list[float]], list[str]]:
-    """``clients`` keep-alive connections sending requests back to back for ``seconds``.
-
-    Returns latencies (ms) by HTTP status and the transport failures seen.
-    """
+           headers: Mapping[str, str] = PROMETHEUS_HEADERS) -> Flood:
+    """``clients`` keep-alive connections sending requests back to back for ``seconds``."""
     import asyncio  # noqa: PLC0415
 
     lines = [f"GET {path} HTTP/1.1", f"Host: 127.0.0.1:{port}",
              *(f"{k}: {v}" for k, v in headers.items())]
     request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-    out: dict[int, list[float]] = {}
-    failures: list[str] = []
+    flood = Flood()
 
     async def run() -> None:
         deadline = time.perf_counter() + seconds
-        await asyncio.gather(*(_hammer_one(port, request, deadline, out, failures)
+        await asyncio.gather(*(_hammer_one(port, request, deadline, flood)
                                for _ in range(clients)))
 
     asyncio.run(run())
-    return out, failures
+    return flood

@@ -320,6 +320,7 @@ def test_beyond_max_requests_the_last_data_is_served_at_once() -> None:
         over = test_client.get("/metrics", headers={"Accept-Encoding": "identity"})
         assert time.monotonic() - begin < 1.0  # not queued behind the hung collection
         assert over.status_code == 200
+        assert over.headers["server-timing"].startswith("latest, state;dur=")
         samples = _samples(over.text)
         assert metrics.MEMORY_USED.name in samples  # the last collected data
         assert "collection_timeout" not in {
@@ -328,6 +329,7 @@ def test_beyond_max_requests_the_last_data_is_served_at_once() -> None:
         for worker in workers:
             worker.join(10)
         assert results == [200, 200]
+        assert test_client.get("/metrics").headers["server-timing"].startswith("state;dur=")
 
 
 def test_beyond_max_requests_before_any_collection_is_503_at_once() -> None:
