@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -131,13 +132,25 @@ class NvmlCalls:
         return found
 
     def plan(self, groups: frozenset[Group]) -> _Plan:
-        """The rows of ``groups`` a GPU read goes through, worked out once per set of groups."""
+        """The reads of ``groups`` a GPU read goes through, worked out once per set of groups:
+        rows, resolved functions and arguments, and which calls two rows share."""
         found = self._plans.get(groups)
         if found is None:
             rows = tuple(row for row in GPU_ROWS if row.nvml is not None and row.group in groups)
+            sites = [(row.name, label, row.nvml, self.arguments(args))
+                     for row in rows if isinstance(row.nvml, NvmlRead)
+                     for label, args in (row.nvml.per_label.items() if row.nvml.per_label
+                                         else ((None, row.nvml.args),))]
+            made = Counter((spec.functions, args) for _, _, spec, args in sites)
+            plain: dict[str, list[tuple[str | None, _Read]]] = {}
+            for name, label, spec, args in sites:
+                key = (spec.functions, args)
+                plain.setdefault(name, []).append((label, _Read(
+                    spec.functions, self.function(spec.functions[0]), args,
+                    key if made[key] > 1 else None, spec.attribute, spec.valid, spec.scale,
+                    spec.divisor)))
             found = self._plans[groups] = _Plan(
-                plain=tuple((row.name, row.nvml) for row in rows
-                            if isinstance(row.nvml, NvmlRead)),
+                plain=tuple((name, tuple(reads)) for name, reads in plain.items()),
                 specials=tuple(dict.fromkeys(row.nvml.name for row in rows
                                              if isinstance(row.nvml, NvmlSpecial))),
             )
@@ -145,10 +158,27 @@ class NvmlCalls:
 
 
 @dataclass(frozen=True, slots=True)
-class _Plan:
-    """The plain rows (name, read) and the special readers of one set of groups."""
+class _Read:
+    """One NVML call of a plain row (``NvmlRead``, arguments resolved) and how its result
+    becomes the value. ``key`` is set when another row of the plan makes the same call (its
+    result is then shared within one GPU read)."""
 
-    plain: tuple[tuple[str, NvmlRead], ...]
+    functions: tuple[str, ...]
+    function: Callable[..., Any] | None  # functions[0] from the binding
+    args: tuple[int, ...]
+    key: tuple[Any, ...] | None
+    attribute: str | None
+    valid: tuple[float, float] | None
+    scale: float
+    divisor: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """Per row name its reads (label, read; label None for a single value), and the special
+    readers of one set of groups."""
+
+    plain: tuple[tuple[str, tuple[tuple[str | None, _Read], ...]], ...]
     specials: tuple[str, ...]
 
 
@@ -215,37 +245,28 @@ class GpuReader:
                 return result
         return None
 
-    def plain(self, gpu: GpuState, spec: NvmlRead,
-              memo: dict[tuple[Any, ...], Any]) -> Value | None:
-        """The value of an ``NvmlRead`` row (None: unsupported, failed or out of range)."""
-        if spec.per_label is None:
-            return self._one(gpu, spec, spec.args, memo)
-        values: dict[str, float] = {}
-        for label, args in spec.per_label.items():
-            value = self._one(gpu, spec, args, memo)
-            if value is not None:
-                values[label] = value
-        return values or None
-
-    def _one(self, gpu: GpuState, spec: NvmlRead, args: tuple[int | Constant, ...],
-             memo: dict[tuple[Any, ...], Any]) -> float | None:
-        values = self.calls.arguments(args)
-        key = (spec.functions, values)
-        if key in memo:
+    def _value(self, gpu: GpuState, read: _Read,
+               memo: dict[tuple[Any, ...], Any]) -> float | None:
+        """One plain read's value (None: unsupported, failed or out of range)."""
+        key = read.key
+        if key is not None and key in memo:
             result = memo[key]
-        elif len(spec.functions) == 1:  # most rows: no fallback to try
-            name = spec.functions[0]
-            result = memo[key] = self.call(gpu, name, self.calls.function(name), *values)
         else:
-            result = memo[key] = self.call_newest(gpu, spec.functions, *values)
+            if len(read.functions) == 1:  # most rows: no fallback to try
+                result = self.call(gpu, read.functions[0], read.function, *read.args)
+            else:
+                result = self.call_newest(gpu, read.functions, *read.args)
+            if key is not None:
+                memo[key] = result
         if result is None:
             return None
-        raw = result if spec.attribute is None else getattr(result, spec.attribute)
-        if spec.valid is not None and not spec.valid[0] <= raw <= spec.valid[1]:
+        raw = result if read.attribute is None else getattr(result, read.attribute)
+        valid = read.valid
+        if valid is not None and not valid[0] <= raw <= valid[1]:
             return None
-        if spec.scale == 1.0 and spec.divisor == 1.0:
+        if read.scale == 1.0 and read.divisor == 1.0:
             return raw  # type: ignore[no-any-return]  # ints stay ints (counts, P-states)
-        return raw * spec.scale / spec.divisor  # type: ignore[no-any-return]
+        return raw * read.scale / read.divisor  # type: ignore[no-any-return]
 
     def read(self, gpu: GpuState, groups: frozenset[Group]) -> GpuReading:
         """Every row of the enabled ``groups`` of one GPU.
@@ -257,10 +278,19 @@ class GpuReader:
         values: dict[str, Value] = {}
         memo: dict[tuple[Any, ...], Any] = {}
         plan = self.calls.plan(groups)
-        for name, spec in plan.plain:
-            value = self.plain(gpu, spec, memo)
-            if value is not None:
-                values[name] = value
+        for name, reads in plan.plain:
+            if reads[0][0] is None:  # one value
+                value = self._value(gpu, reads[0][1], memo)
+                if value is not None:
+                    values[name] = value
+                continue
+            labelled: dict[str, float] = {}
+            for label, read in reads:
+                value = self._value(gpu, read, memo)
+                if value is not None:
+                    labelled[str(label)] = value
+            if labelled:
+                values[name] = labelled
         for special in plan.specials:
             values.update(SPECIAL_READERS[special](self, gpu))
         for name in [n for n in values if n not in _ROW_GROUPS or _ROW_GROUPS[n] not in groups]:
