@@ -15,7 +15,6 @@ import argparse
 import gzip
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -25,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from prometheus_client import openmetrics
 from prometheus_client.exposition import generate_latest
 
+from bench.harness import timed_ms
 from exporter.exposition import MetricsRenderer, build_registry, snapshot_families
 from exporter.metrics import default_groups
 from exporter.sources.simulated.scenario import synthetic_fleet
@@ -56,14 +56,7 @@ def simulated_states(count: int, gpus: int, processes: int) -> list[ExporterStat
 
 def timed(fn: Callable[[], object], rounds: int) -> tuple[float, float]:
     """p50 and p99 of ``fn`` in milliseconds over ``rounds`` calls (after a short warm-up)."""
-    for _ in range(min(rounds, 20)):
-        fn()
-    samples = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - start) * 1000)
-    samples.sort()
+    samples = sorted(timed_ms(fn, rounds, min(rounds, 20)))
     return statistics.median(samples), samples[min(len(samples) - 1, int(len(samples) * 0.99))]
 
 

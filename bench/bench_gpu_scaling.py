@@ -18,13 +18,11 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.harness import percentile
+from bench.harness import percentile, timed_ms
 from exporter.metrics import Group, default_groups
 from exporter.sources.nvml.source import NvmlSource
 from tests.sources.fake_nvml import FakeNvml, FakeProcess, FakeSample, h200
@@ -55,18 +53,6 @@ def busy_node(gpus: int) -> SlowNvml:
     return SlowNvml(fake)
 
 
-def timed(fn: Callable[[], object], rounds: int) -> list[float]:
-    """Milliseconds of ``rounds`` calls of ``fn`` after three warm-up calls."""
-    for _ in range(3):
-        fn()
-    samples = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - start) * 1e3)
-    return samples
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--rounds", type=int, default=40, help="collections per cell (40)")
@@ -87,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             source = NvmlSource(hostname="bench", nvml=nvml)
             source.start()
             try:
-                samples = timed(lambda s=source, g=groups: s.collect(g), args.rounds)
+                samples = timed_ms(lambda s=source, g=groups: s.collect(g), args.rounds, 3)
             finally:
                 source.close()
             serial = count * sum(nvml.latency_of(name) for name in SLOW_CALLS[case]) * 1e3

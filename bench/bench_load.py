@@ -32,7 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.harness import Scraper, Server, cpu_seconds, free_port, hammer, percentile
+from bench.harness import Scraper, Server, cpu_seconds, hammer, percentile
+from tests.processes import free_port
 
 SCENARIO = ("--source", "simulated", "--scenario", "synthetic:8x32")
 TARGET_P99_MS = 50.0

@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import os
 import re
-import signal
 import socket
 import ssl
 import struct
@@ -39,6 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.processes import stop  # noqa: E402
+
 _PORT = re.compile(r"\(port (\d+)\)")
 
 
@@ -84,14 +87,7 @@ class Exporter:
         return self.proc.poll() is None
 
     def stop(self) -> int | None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        return self.proc.returncode
+        return stop(self.proc, 15)
 
 
 # --- a minimal HTTP/1.1 client on asyncio streams (1,000 clients in one process) ------------

@@ -20,9 +20,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.processes import stop
 
 ROOT = Path(__file__).resolve().parent.parent
 #: What Prometheus 3 sends: OpenMetrics preferred, gzip accepted.
@@ -44,6 +46,18 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[rank]
 
 
+def timed_ms(fn: Callable[[], object], rounds: int, warmup: int) -> list[float]:
+    """Milliseconds of each of ``rounds`` calls of ``fn``, after ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1e3)
+    return samples
+
+
 def rss_mb(pid: int | str = "self") -> tuple[float, float]:
     """Resident memory now and at its peak (VmRSS, VmHWM) in MiB."""
     fields: dict[str, float] = {}
@@ -52,13 +66,6 @@ def rss_mb(pid: int | str = "self") -> tuple[float, float]:
         if key in ("VmRSS", "VmHWM"):
             fields[key] = int(value.split()[0]) / 1024
     return fields["VmRSS"], fields["VmHWM"]
-
-
-def free_port() -> int:
-    """A free loopback port (bound and released; the server binds it right after)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def cpu_seconds(pid: int | str = "self") -> float:
@@ -219,13 +226,7 @@ class Server:
         return "\n".join(self.lines[-30:])
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop(self.proc, 10)
         self._reader.join(5)
 
     def __enter__(self) -> Server:

@@ -31,28 +31,28 @@ from collections.abc import Sequence
 
 from dashboards.promql import num
 from dashboards.rules import RecordingRule, RuleGroup
-from exporter import metrics as c
-from exporter import thresholds as t
-from exporter.report import records as r
+from exporter import metrics, thresholds
+from exporter.report import records
 
 #: Labels that tell processes on one GPU apart (everything a process series has beyond the
 #: GPU's labels and the target's).
 PROCESS_ONLY = tuple(dict.fromkeys(
-    ("pid", "process", "uid", "user", *c.KUBERNETES_LABELS, *c.CONTAINER_LABELS, r.JOB_LABEL)))
-_WINDOW = f"[{r.INTERVAL}]"
-_IDLE = num(t.IDLE_UTILIZATION_RATIO)
+    ("pid", "process", "uid", "user", *metrics.KUBERNETES_LABELS, *metrics.CONTAINER_LABELS,
+     records.JOB_LABEL)))
+_WINDOW = f"[{records.INTERVAL}]"
+_IDLE = num(thresholds.IDLE_UTILIZATION_RATIO)
 
 
 def _csv(labels: Sequence[str]) -> str:
     return ", ".join(labels)
 
 
-def _drop(level: r.Level) -> str:
+def _drop(level: records.Level) -> str:
     """The ``without (...)`` list that aggregates process series to ``level``."""
-    return _csv([x for x in (*c.GPU_LABELS, *PROCESS_ONLY) if x not in level.keeps])
+    return _csv([x for x in (*metrics.GPU_LABELS, *PROCESS_ONLY) if x not in level.keeps])
 
 
-def _only(level: r.Level) -> str:
+def _only(level: records.Level) -> str:
     """Matchers keeping series that have the level's labels (pods, jobs; users always)."""
     return ", ".join(f'{label}!=""' for label in level.keeps if label != "user")
 
@@ -63,25 +63,25 @@ def _sel(name: str, matchers: str) -> str:
 
 #: Memory held by all processes of a GPU, from the per-user series (one per user and GPU:
 #: far fewer than the process series; a GPU's user sums add up to its process sum).
-PER_GPU_MEMORY = f"sum without (user) ({c.USER_MEMORY.name}) > 0"
+PER_GPU_MEMORY = f"sum without (user) ({metrics.USER_MEMORY.name}) > 0"
 
 
 def _process_rules() -> list[RecordingRule]:
-    mem, util = c.PROCESS_MEMORY.name, c.PROCESS_UTILIZATION.name
+    mem, util = metrics.PROCESS_MEMORY.name, metrics.PROCESS_UTILIZATION.name
     not_user = _csv([x for x in PROCESS_ONLY if x != "user"])
     return [
         RecordingRule(
-            r.PROCESS_IDLE_MEMORY,
+            records.PROCESS_IDLE_MEMORY,
             f"{mem}\nand avg_over_time({util}{_WINDOW}) < {_IDLE}\n",
         ),
         RecordingRule(
-            r.GPU_USER_USED,
+            records.GPU_USER_USED,
             f"sum without ({not_user}) (avg_over_time({util}{_WINDOW}))",
         ),
     ]
 
 
-def _idle_gpus(level: r.Level) -> str:
+def _idle_gpus(level: records.Level) -> str:
     """Shares of idle GPUs held by idle processes, summed at ``level``.
 
     A process's share is its memory over its GPU's; summed per GPU first (one series per GPU
@@ -90,55 +90,55 @@ def _idle_gpus(level: r.Level) -> str:
     """
     keeps = _csv(level.keeps)
     not_kept = _csv([x for x in PROCESS_ONLY if x not in level.keeps])
-    per_gpu = f"sum without ({not_kept}) ({_sel(r.PROCESS_IDLE_MEMORY, _only(level))})"
+    per_gpu = f"sum without ({not_kept}) ({_sel(records.PROCESS_IDLE_MEMORY, _only(level))})"
     return (
-        f"sum without ({_csv(c.GPU_LABELS)}) (\n"
+        f"sum without ({_csv(metrics.GPU_LABELS)}) (\n"
         f"  {per_gpu}\n"
         f"  / ignoring ({keeps}) group_left () ({PER_GPU_MEMORY})\n"
         f"  and ignoring ({keeps})\n"
-        f"  avg_over_time({c.UTILIZATION.name}{_WINDOW}) < {_IDLE}\n"
+        f"  avg_over_time({metrics.UTILIZATION.name}{_WINDOW}) < {_IDLE}\n"
         ")"
     )
 
 
-def _level_rules(level: r.Level) -> list[RecordingRule]:
+def _level_rules(level: records.Level) -> list[RecordingRule]:
     only = _only(level)
     drop = _drop(level)
-    mem, util = c.PROCESS_MEMORY.name, c.PROCESS_UTILIZATION.name
+    mem, util = metrics.PROCESS_MEMORY.name, metrics.PROCESS_UTILIZATION.name
     exprs = {
-        r.IDLE_MEMORY: f"sum without ({drop}) ({_sel(r.PROCESS_IDLE_MEMORY, only)})",
-        r.IDLE_GPUS: _idle_gpus(level),
-        r.HELD_MEMORY: f"sum without ({drop}) ({_sel(mem, only)})",
-        r.HELD_GPUS: (
+        records.IDLE_MEMORY: f"sum without ({drop}) ({_sel(records.PROCESS_IDLE_MEMORY, only)})",
+        records.IDLE_GPUS: _idle_gpus(level),
+        records.HELD_MEMORY: f"sum without ({drop}) ({_sel(mem, only)})",
+        records.HELD_GPUS: (
             f"sum without ({drop}) (\n"
             f"  {_sel(mem, only)}\n"
             f"  / ignoring ({_csv(PROCESS_ONLY)}) group_left () ({PER_GPU_MEMORY})\n)"
         ),
-        r.USED_GPUS: f"sum without ({drop}) (avg_over_time({_sel(util, only)}{_WINDOW}))",
+        records.USED_GPUS: f"sum without ({drop}) (avg_over_time({_sel(util, only)}{_WINDOW}))",
     }
-    if level is r.USER:
+    if level is records.USER:
         # Cheaper per-user series for memory held (one per user and GPU, not per process).
-        user_mem = c.USER_MEMORY.name
-        gpus = _csv(c.GPU_LABELS)
-        exprs[r.HELD_MEMORY] = f"sum without ({gpus}) ({user_mem})"
-        exprs[r.HELD_GPUS] = (
+        user_mem = metrics.USER_MEMORY.name
+        gpus = _csv(metrics.GPU_LABELS)
+        exprs[records.HELD_MEMORY] = f"sum without ({gpus}) ({user_mem})"
+        exprs[records.HELD_GPUS] = (
             f"sum without ({gpus}) (\n"
             f"  {user_mem}\n"
             f"  / ignoring (user) group_left () (sum without (user) ({user_mem}) > 0)\n)"
         )
-        exprs[r.USED_GPUS] = f"sum without ({gpus}) ({r.GPU_USER_USED})"
-        exprs[r.POWER] = _power_rule()
-    return [RecordingRule(level.record(q), exprs[q]) for q in r.level_quantities(level)]
+        exprs[records.USED_GPUS] = f"sum without ({gpus}) ({records.GPU_USER_USED})"
+        exprs[records.POWER] = _power_rule()
+    return [RecordingRule(level.record(q), exprs[q]) for q in records.level_quantities(level)]
 
 
 def _power_rule() -> str:
     """Per user: each GPU's average power, split by SM-utilisation share (memory share if idle)."""
-    gpus = _csv(c.GPU_LABELS)
-    util = r.GPU_USER_USED
-    user_mem = c.USER_MEMORY.name
+    gpus = _csv(metrics.GPU_LABELS)
+    util = records.GPU_USER_USED
+    user_mem = metrics.USER_MEMORY.name
     watts = (
-        f"rate({c.ENERGY.name}[{2 * r.INTERVAL_SECONDS}s])\n"
-        f"  or avg_over_time({c.POWER_USAGE.name}{_WINDOW})"
+        f"rate({metrics.ENERGY.name}[{2 * records.INTERVAL_SECONDS}s])\n"
+        f"  or avg_over_time({metrics.POWER_USAGE.name}{_WINDOW})"
     )
     return (
         f"sum without ({gpus}) (\n"
@@ -157,9 +157,9 @@ def _power_rule() -> str:
 def groups() -> tuple[RuleGroup, ...]:
     """The accounting group (one group: later rules read earlier ones of the same run)."""
     rules = _process_rules()
-    for level in r.LEVELS:
+    for level in records.LEVELS:
         rules.extend(_level_rules(level))
-    return (RuleGroup(r.GROUP, tuple(rules), interval=r.INTERVAL),)
+    return (RuleGroup(records.GROUP, tuple(rules), interval=records.INTERVAL),)
 
 
 def all_records() -> tuple[RecordingRule, ...]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
-from dashboards import variables as v
+from dashboards import variables
 from dashboards.panels import (
     Column,
     Layout,
@@ -23,27 +23,26 @@ from dashboards.panels import (
     timeseries_panel,
 )
 from dashboards.promql import num
-from exporter import thresholds as t
-from exporter.report import records as r
+from exporter import thresholds
+from exporter.report import records
 
 UID = "gpu-exporter-efficiency"
-H = v.HOST
-U = f"{H}, {v.USER}"
+HOST_USER = f"{variables.HOST}, {variables.USER}"
 _RANGE = "[$__range]"
 #: Per-minute records -> range totals (seconds or byte-seconds).
-_PER = f" * {r.INTERVAL_SECONDS}"
-_GIB_HOURS = f" * {r.INTERVAL_SECONDS} / {num(t.GIB)} / 3600"
-_KWH = f" * {r.INTERVAL_SECONDS} / 3600000"
+_PER = f" * {records.INTERVAL_SECONDS}"
+_GIB_HOURS = f" * {records.INTERVAL_SECONDS} / {num(thresholds.GIB)} / 3600"
+_KWH = f" * {records.INTERVAL_SECONDS} / 3600000"
 USED_STEPS = steps(("red", None), ("orange", 0.25), ("green", 0.6))
 ACCOUNTING = (
     "From the idle-accounting recording rules (dashboards/rules/gpu-exporter-accounting.yaml); "
     f"a process is idle in a minute when its SM utilisation averages under "
-    f"{t.IDLE_UTILIZATION_RATIO:.0%}. GPU time is shared between a GPU's processes by the "
+    f"{thresholds.IDLE_UTILIZATION_RATIO:.0%}. GPU time is shared between a GPU's processes by the "
     "memory they hold."
 )
 
 
-def _total(level: r.Level, quantity: str, matchers: str, by: str) -> str:
+def _total(level: records.Level, quantity: str, matchers: str, by: str) -> str:
     """The range total of one record, summed by ``by`` (empty: everything)."""
     inner = f"sum_over_time({sel_record(level.record(quantity), matchers)}{_RANGE})"
     return f"sum by ({by}) ({inner})" if by else f"sum({inner})"
@@ -55,41 +54,42 @@ def sel_record(name: str, matchers: str) -> str:
 
 def _summary(grid: Layout) -> None:
     grid.row("Held versus used over the range")
-    user = r.USER
-    held = _total(user, r.HELD_GPUS, U, "")
-    used = _total(user, r.USED_GPUS, U, "")
-    for title, description, unit, expr, thresholds in (
+    user = records.USER
+    held = _total(user, records.HELD_GPUS, HOST_USER, "")
+    used = _total(user, records.USED_GPUS, HOST_USER, "")
+    for title, description, unit, expr, colour_steps in (
         ("GPU time held", "GPU time held by processes over the range (GPU-seconds: a GPU "
          "held for a day shows 1 day).", "s", f"{held}{_PER}", None),
         ("GPU time used", "GPU time the processes' kernels actually ran (SM utilisation).", "s",
          f"{used}{_PER}", None),
         ("GPU time held idle", "GPU time of GPUs that idled while processes held them.", "s",
-         f"{_total(user, r.IDLE_GPUS, U, '')}{_PER}", None),
+         f"{_total(user, records.IDLE_GPUS, HOST_USER, '')}{_PER}", None),
         ("Used / held", "Share of the GPU time held that was used.", "percentunit",
          f"{used} / {held}", USED_STEPS),
         ("GiB-hours held idle", "Memory held by idle processes over the range, in GiB-hours.",
-         "short", f"{_total(user, r.IDLE_MEMORY, U, '')}{_GIB_HOURS}", None),
+         "short", f"{_total(user, records.IDLE_MEMORY, HOST_USER, '')}{_GIB_HOURS}", None),
         ("Energy (kWh)", "Energy of the GPUs, attributed to their users.", "short",
-         f"{_total(user, r.POWER, U, '')}{_KWH}", None),
+         f"{_total(user, records.POWER, HOST_USER, '')}{_KWH}", None),
     ):
         grid.add(stat_panel(title, f"{description} {ACCOUNTING}", unit, query(expr),
-                            thresholds=thresholds), 4, 4)
+                            thresholds=colour_steps), 4, 4)
 
 
-def _by(grid: Layout, title: str, level: r.Level, matchers: str, by: str, *,
+def _by(grid: Layout, title: str, level: records.Level, matchers: str, by: str, *,
         energy: bool) -> None:
-    held = _total(level, r.HELD_GPUS, matchers, by)
-    used = _total(level, r.USED_GPUS, matchers, by)
+    held = _total(level, records.HELD_GPUS, matchers, by)
+    used = _total(level, records.USED_GPUS, matchers, by)
     columns = [
-        Column("Held idle", f"{_total(level, r.IDLE_GPUS, matchers, by)}{_PER}", "s"),
+        Column("Held idle", f"{_total(level, records.IDLE_GPUS, matchers, by)}{_PER}", "s"),
         Column("Held", f"{held}{_PER}", "s"),
         Column("Used", f"{used}{_PER}", "s"),
         Column("Used / held", f"{used} / {held}", "percentunit", USED_STEPS),
-        Column("Idle GiB-hours", f"{_total(level, r.IDLE_MEMORY, matchers, by)}{_GIB_HOURS}",
+        Column("Idle GiB-hours", f"{_total(level, records.IDLE_MEMORY, matchers, by)}{_GIB_HOURS}",
                "short"),
     ]
     if energy:
-        columns.append(Column("kWh", f"{_total(level, r.POWER, matchers, by)}{_KWH}", "short"))
+        energy_total = _total(level, records.POWER, matchers, by)
+        columns.append(Column("kWh", f"{energy_total}{_KWH}", "short"))
     grid.add(table_panel(
         title, "GPU time held idle, held and used over the range, and memory held idle. "
         + ACCOUNTING, columns, sort_by="Held idle",
@@ -98,20 +98,19 @@ def _by(grid: Layout, title: str, level: r.Level, matchers: str, by: str, *,
 
 def _tables(grid: Layout) -> None:
     grid.row("Who holds GPUs idle")
-    _by(grid, "Per user", r.USER, U, "user", energy=True)
-    _by(grid, "Per namespace and pod", r.POD, H, "namespace, pod", energy=False)
-    grid.add(timeseries_panel(
-        "GPUs held idle, by user", "GPUs (memory shares of idle GPUs) held by each user's idle "
-        "processes, minute by minute. " + ACCOUNTING, "short",
-        [query(f"sum by (user) ({sel_record(r.USER.record(r.IDLE_GPUS), U)})", "{{user}}")],
-        stacked=True, min_val=0,
-    ), 12)
-    grid.add(timeseries_panel(
-        "Memory held idle, by user", "GPU memory held by each user's idle processes, minute by "
-        "minute. " + ACCOUNTING, "bytes",
-        [query(f"sum by (user) ({sel_record(r.USER.record(r.IDLE_MEMORY), U)})", "{{user}}")],
-        stacked=True, min_val=0,
-    ), 12)
+    _by(grid, "Per user", records.USER, HOST_USER, "user", energy=True)
+    _by(grid, "Per namespace and pod", records.POD, variables.HOST, "namespace, pod", energy=False)
+    for title, description, unit, quantity in (
+        ("GPUs held idle, by user", "GPUs (memory shares of idle GPUs) held by each user's idle "
+         "processes, minute by minute. ", "short", records.IDLE_GPUS),
+        ("Memory held idle, by user", "GPU memory held by each user's idle processes, minute by "
+         "minute. ", "bytes", records.IDLE_MEMORY),
+    ):
+        per_user = sel_record(records.USER.record(quantity), HOST_USER)
+        grid.add(timeseries_panel(
+            title, description + ACCOUNTING, unit,
+            [query(f"sum by (user) ({per_user})", "{{user}}")], stacked=True, min_val=0,
+        ), 12)
 
 
 def build() -> dashboard.Dashboard:
@@ -120,7 +119,7 @@ def build() -> dashboard.Dashboard:
         "GPU efficiency", UID,
         "GPU time and memory held versus used over the chosen range, who holds GPUs idle, and "
         "forgotten processes.",
-        v.host_chain(v.user()), since="now-7d", refresh="5m",
+        variables.host_chain(variables.user()), since="now-7d", refresh="5m",
     )
     grid = Layout(built)
     _summary(grid)

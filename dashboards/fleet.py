@@ -8,20 +8,18 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
-from dashboards import alerts, panels
-from dashboards import recording as r
-from dashboards import variables as v
+from dashboards import alerts, panels, recording, variables
 from dashboards.promql import count_or_zero, num, sel_record, with_hostname
-from exporter import thresholds as t
+from exporter import thresholds
 
 UID = "gpu-exporter-fleet"
-H = v.HOST
 
-MEMORY_STEPS = (("green", None), ("orange", t.MEMORY_AMBER_RATIO), ("red", t.MEMORY_USED_RATIO))
+MEMORY_STEPS = (("green", None), ("orange", thresholds.MEMORY_AMBER_RATIO),
+                ("red", thresholds.MEMORY_USED_RATIO))
 TEMPERATURE_STEPS = (
     ("green", None),
-    ("orange", t.TEMPERATURE_WARNING_CELSIUS),
-    ("red", t.TEMPERATURE_CRITICAL_CELSIUS),
+    ("orange", thresholds.TEMPERATURE_WARNING_CELSIUS),
+    ("red", thresholds.TEMPERATURE_CRITICAL_CELSIUS),
 )
 COUNT_BAD = (("green", None), ("red", 1.0))
 COUNT_WARN = (("green", None), ("orange", 1.0))
@@ -31,25 +29,26 @@ NODE_LEGEND = "{{hostname}}"
 
 def _rec(record: str) -> str:
     """A per-instance or per-GPU recording rule's series on the selected targets."""
-    return sel_record(record, H)
+    return sel_record(record, variables.HOST)
 
 
 def _by_node(record: str) -> str:
     """A per-instance recording rule's series, labelled with the node's host name."""
-    return with_hostname(_rec(record), H)
+    return with_hostname(_rec(record), variables.HOST)
 
 
 def _idle_gpus() -> str:
     return (
-        f"{_rec(r.GPU_MEMORY_RATIO)} > {num(t.IDLE_GPU_MEMORY_RATIO)} "
-        f"and {_rec(alerts.GPU_UTILIZATION_AVG)} < {num(t.IDLE_UTILIZATION_RATIO)}"
+        f"{_rec(recording.GPU_MEMORY_RATIO)} > {num(thresholds.IDLE_GPU_MEMORY_RATIO)} "
+        f"and {_rec(alerts.GPU_UTILIZATION_AVG)} < {num(thresholds.IDLE_UTILIZATION_RATIO)}"
     )
 
 
 def _summary(grid: panels.Layout) -> None:
     grid.row("Fleet")
-    gpus, gpus_up = _rec(r.INSTANCE_GPUS), _rec(r.INSTANCE_GPUS_UP)
-    used, total = f"sum({_rec(r.INSTANCE_MEMORY_USED)})", f"sum({_rec(r.INSTANCE_MEMORY_TOTAL)})"
+    gpus, gpus_up = _rec(recording.INSTANCE_GPUS), _rec(recording.INSTANCE_GPUS_UP)
+    used = f"sum({_rec(recording.INSTANCE_MEMORY_USED)})"
+    total = f"sum({_rec(recording.INSTANCE_MEMORY_TOTAL)})"
     grid.add(panels.stat_panel(
         "GPUs", "Number of GPUs the selected exporters report (answering or not).", "short",
         panels.query(f"sum({gpus})"),
@@ -69,20 +68,23 @@ def _summary(grid: panels.Layout) -> None:
     ), 3, 4)
     grid.add(panels.stat_panel(
         "Fleet memory used", f"Used share of all selected GPU memory. Turns red at "
-        f"{t.MEMORY_USED_RATIO:.0%}, the per-GPU alert threshold.", "percentunit",
+        f"{thresholds.MEMORY_USED_RATIO:.0%}, the per-GPU alert threshold.", "percentunit",
         panels.query(f"{used} / {total}"), thresholds=panels.steps(*MEMORY_STEPS),
     ), 3, 4)
     grid.add(panels.stat_panel(
-        f"GPUs above {t.MEMORY_USED_RATIO:.0%} memory", "GPUs whose memory is almost full: "
-        "new allocations there fail with CUDA out-of-memory errors (alert GpuMemoryAlmostFull).",
+        f"GPUs above {thresholds.MEMORY_USED_RATIO:.0%} memory",
+        "GPUs whose memory is almost full: new allocations there fail with CUDA out-of-memory "
+        "errors (alert GpuMemoryAlmostFull).",
         "short",
-        panels.query(count_or_zero(f"{_rec(r.GPU_MEMORY_RATIO)} > {num(t.MEMORY_USED_RATIO)}")),
+        panels.query(count_or_zero(
+            f"{_rec(recording.GPU_MEMORY_RATIO)} > {num(thresholds.MEMORY_USED_RATIO)}")),
         thresholds=panels.steps(*COUNT_BAD),
     ), 3, 4)
     grid.add(panels.stat_panel(
-        "GPUs holding memory while idle", f"GPUs with over {t.IDLE_GPU_MEMORY_RATIO:.0%} of "
-        f"their memory used but under {t.IDLE_UTILIZATION_RATIO:.0%} average utilisation over "
-        f"{t.IDLE_AVG_WINDOW}: usually a forgotten notebook or a hung job (alert "
+        "GPUs holding memory while idle",
+        f"GPUs with over {thresholds.IDLE_GPU_MEMORY_RATIO:.0%} of their memory used but under "
+        f"{thresholds.IDLE_UTILIZATION_RATIO:.0%} average utilisation over "
+        f"{thresholds.IDLE_AVG_WINDOW}: usually a forgotten notebook or a hung job (alert "
         "GpuMemoryHeldIdle after 1h). See the users dashboard for who.", "short",
         panels.query(count_or_zero(_idle_gpus())), thresholds=panels.steps(*COUNT_WARN),
     ), 3, 4)
@@ -91,7 +93,7 @@ def _summary(grid: panels.Layout) -> None:
         "averaged over the GPUs that answer (GPUs in MIG mode report none). It says nothing "
         "about how many SMs were busy.",
         "percentunit",
-        panels.query(f"sum({_rec(r.INSTANCE_UTILIZATION)} * {gpus_up}) / sum({gpus_up})"),
+        panels.query(f"sum({_rec(recording.INSTANCE_UTILIZATION)} * {gpus_up}) / sum({gpus_up})"),
     ), 3, 4)
 
 
@@ -99,39 +101,41 @@ def _per_node(grid: panels.Layout) -> None:
     grid.row("Per node")
     grid.add(panels.timeseries_panel(
         "Memory used per node", "Used / total GPU memory of each node. The dashed line is the "
-        f"{t.MEMORY_USED_RATIO:.0%} per-GPU alert threshold; the node dashboard shows each GPU "
-        "(a line climbing steadily towards 100 % is a leak).", "percentunit",
-        [panels.query(_by_node(r.INSTANCE_MEMORY_RATIO), NODE_LEGEND)],
+        f"{thresholds.MEMORY_USED_RATIO:.0%} per-GPU alert threshold; the node dashboard shows "
+        "each GPU (a line climbing steadily towards 100 % is a leak).", "percentunit",
+        [panels.query(_by_node(recording.INSTANCE_MEMORY_RATIO), NODE_LEGEND)],
         thresholds=panels.steps(*MEMORY_STEPS), min_val=0, max_val=1,
     ), 12)
     grid.add(panels.timeseries_panel(
         "Utilisation per node", "Share of time at least one kernel ran, averaged over each "
         "node's GPUs. High memory with utilisation near 0 means the jobs holding the GPUs are "
         "not really running.", "percentunit",
-        [panels.query(_by_node(r.INSTANCE_UTILIZATION), NODE_LEGEND)], min_val=0, max_val=1,
+        [panels.query(_by_node(recording.INSTANCE_UTILIZATION), NODE_LEGEND)], min_val=0, max_val=1,
     ), 12)
     grid.add(panels.timeseries_panel(
         "Memory used per node, stacked", "GPU memory in use, summed per node (stacked).",
-        "bytes", [panels.query(_by_node(r.INSTANCE_MEMORY_USED), NODE_LEGEND)], stacked=True,
+        "bytes", [panels.query(_by_node(recording.INSTANCE_MEMORY_USED), NODE_LEGEND)],
+        stacked=True,
     ), 12)
     grid.add(panels.bar_panel(
         "Top users by GPU memory", "Users holding the most GPU memory across the selected "
         "nodes. Complete only where the exporter sees every user's processes (host PID "
         "namespace); 'unknown' is memory whose owner could not be read.", "bytes",
-        panels.query(f"topk(10, sum by (user) ({_rec(r.INSTANCE_USER_MEMORY)}))", "{{user}}",
-              instant=True),
+        panels.query(f"topk(10, sum by (user) ({_rec(recording.INSTANCE_USER_MEMORY)}))",
+                     "{{user}}", instant=True),
     ), 12)
     grid.add(panels.timeseries_panel(
         "Hottest GPU per node", "Core temperature of each node's hottest GPU. Above "
-        f"{num(t.TEMPERATURE_WARNING_CELSIUS)} °C check the cooling; above "
-        f"{num(t.TEMPERATURE_CRITICAL_CELSIUS)} °C the GPU throttles hard (dashed lines: alert "
-        "thresholds).", "celsius", [panels.query(_by_node(r.INSTANCE_TEMPERATURE), NODE_LEGEND)],
+        f"{num(thresholds.TEMPERATURE_WARNING_CELSIUS)} °C check the cooling; above "
+        f"{num(thresholds.TEMPERATURE_CRITICAL_CELSIUS)} °C the GPU throttles hard (dashed lines: "
+        "alert thresholds).", "celsius",
+        [panels.query(_by_node(recording.INSTANCE_TEMPERATURE), NODE_LEGEND)],
         thresholds=panels.steps(*TEMPERATURE_STEPS),
     ), 12)
     grid.add(panels.timeseries_panel(
         "Power per node", "Board power draw summed per node. Power that never rises while a job "
         "runs hints at a CPU or input-pipeline bottleneck: the GPU waits for data.", "watt",
-        [panels.query(_by_node(r.INSTANCE_POWER), NODE_LEGEND)], min_val=0,
+        [panels.query(_by_node(recording.INSTANCE_POWER), NODE_LEGEND)], min_val=0,
     ), 12)
 
 
@@ -141,16 +145,17 @@ def _nodes(grid: panels.Layout) -> None:
         "Nodes", "One row per node: GPUs, memory, utilisation, hottest GPU and power. Sort by "
         "any column; memory share turns red at the alert threshold.",
         [
-            panels.Column("GPUs", _by_node(r.INSTANCE_GPUS), "short"),
-            panels.Column("GPUs up", _by_node(r.INSTANCE_GPUS_UP), "short"),
-            panels.Column("Memory used", _by_node(r.INSTANCE_MEMORY_USED), "bytes"),
-            panels.Column("Memory total", _by_node(r.INSTANCE_MEMORY_TOTAL), "bytes"),
-            panels.Column("Memory used %", _by_node(r.INSTANCE_MEMORY_RATIO), "percentunit",
+            panels.Column("GPUs", _by_node(recording.INSTANCE_GPUS), "short"),
+            panels.Column("GPUs up", _by_node(recording.INSTANCE_GPUS_UP), "short"),
+            panels.Column("Memory used", _by_node(recording.INSTANCE_MEMORY_USED), "bytes"),
+            panels.Column("Memory total", _by_node(recording.INSTANCE_MEMORY_TOTAL), "bytes"),
+            panels.Column("Memory used %", _by_node(recording.INSTANCE_MEMORY_RATIO), "percentunit",
                    panels.steps(*MEMORY_STEPS)),
-            panels.Column("Avg utilisation", _by_node(r.INSTANCE_UTILIZATION), "percentunit"),
-            panels.Column("Max temperature", _by_node(r.INSTANCE_TEMPERATURE), "celsius",
+            panels.Column("Avg utilisation", _by_node(recording.INSTANCE_UTILIZATION),
+                          "percentunit"),
+            panels.Column("Max temperature", _by_node(recording.INSTANCE_TEMPERATURE), "celsius",
                    panels.steps(*TEMPERATURE_STEPS)),
-            panels.Column("Power", _by_node(r.INSTANCE_POWER), "watt"),
+            panels.Column("Power", _by_node(recording.INSTANCE_POWER), "watt"),
         ],
         hidden=("Time", "__name__", "job", "instance"),
         sort_by="Memory used %",
@@ -162,7 +167,7 @@ def build() -> dashboard.Dashboard:
     built = panels.board(
         "GPU fleet overview", UID,
         "Every GPU at a glance: memory, utilisation, temperature, power, top users.",
-        v.host_chain(),
+        variables.host_chain(),
     )
     grid = panels.Layout(built)
     _summary(grid)

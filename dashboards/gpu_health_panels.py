@@ -15,10 +15,9 @@ from dashboards.panels import (
     timeseries_panel,
 )
 from dashboards.promql import count_or_zero, sel
-from exporter import metrics as c
-from exporter import thresholds as t
+from exporter import metrics, thresholds
 
-G = "GPU {{gpu}}"
+GPU_LEGEND = "GPU {{gpu}}"
 COUNT_WARN: tuple[Step, ...] = (("green", None), ("orange", 1.0))
 
 
@@ -28,63 +27,68 @@ def node_health_rows(grid: Layout, matchers: str) -> None:
     grid.add(stat_panel(
         "XIDs in range", "XID errors the driver reported on the selected GPUs in the dashboard's "
         "time range (counted by the exporter since it started).", "short",
-        query(f"sum(increase({sel(c.XID_ERRORS, matchers)}[$__range])) or vector(0)"),
+        query(f"sum(increase({sel(metrics.XID_ERRORS, matchers)}[$__range])) or vector(0)"),
         thresholds=steps(*COUNT_WARN),
     ), 4, 5)
     grid.add(stat_panel(
         "Rows or pages pending a reset", "GPUs whose remapped rows (or, before Ampere, retired "
         "pages) wait for a GPU reset.", "short",
-        query(count_or_zero(f"{sel(c.REMAP_PENDING, matchers)} == 1 or "
-                            f"{sel(c.RETIRED_PENDING, matchers)} == 1")),
+        query(count_or_zero(f"{sel(metrics.REMAP_PENDING, matchers)} == 1 or "
+                            f"{sel(metrics.RETIRED_PENDING, matchers)} == 1")),
         thresholds=steps(*COUNT_WARN),
     ), 4, 5)
     grid.add(stat_panel(
         "XID events watched", "GPUs on which NVML delivers XID events to the exporter; fewer "
         "than the GPUs means XIDs go uncounted there (alert GpuXidEventsNotWatched).", "short",
-        query(f"sum({sel(c.XID_EVENTS_REGISTERED, matchers)})"),
+        query(f"sum({sel(metrics.XID_EVENTS_REGISTERED, matchers)})"),
     ), 4, 5)
     grid.add(table_panel(
         "XIDs seen", "Each XID code per GPU since the exporter started: how many, and when the "
         "last one arrived. Class and action per code: the runbook's XID table. Under MIG, "
         "XIDs NVML attributed to an instance are in the MIG rows below.",
-        [Column("Count", f"sum without () ({sel(c.XID_ERRORS, matchers)})", "short"),
-         Column("Last", f"{sel(c.LAST_XID, matchers)} * 1000", "dateTimeAsIso")],
+        [Column("Count", f"sum without () ({sel(metrics.XID_ERRORS, matchers)})", "short"),
+         Column("Last", f"{sel(metrics.LAST_XID, matchers)} * 1000", "dateTimeAsIso")],
         hidden=("Time", "__name__", "job", "instance", "uuid"), sort_by="Last",
     ), 12, 5)
     grid.add(timeseries_panel(
         "XID errors", "New XIDs per interval, by GPU and code. 13, 31, 43: the application's "
         "fault; 48, 63, 64, 94, 95: memory; 74: NVLink; 79: fell off the bus; 119, 120: GPU "
         "firmware.", "short",
-        [query(f"sum by (gpu, xid) (increase({sel(c.XID_ERRORS, matchers)}[$__rate_interval]))",
-               f"{G} XID {{{{xid}}}}")],
+        [query("sum by (gpu, xid) "
+               f"(increase({sel(metrics.XID_ERRORS, matchers)}[$__rate_interval]))",
+               f"{GPU_LEGEND} XID {{{{xid}}}}")],
         min_val=0,
     ), 12)
     grid.add(timeseries_panel(
         "Health events", "Other NVML health events per interval: double-bit ECC, DRAM "
         "retirement and its failures, poison errors, GPU unavailable, recovery actions, MIG "
         "reconfigurations.", "short",
-        [query(f"sum by (gpu, event) (increase({sel(c.HEALTH_EVENT_COUNT, matchers)}"
-               "[$__rate_interval]))", f"{G} {{{{event}}}}")],
+        [query(f"sum by (gpu, event) (increase({sel(metrics.HEALTH_EVENT_COUNT, matchers)}"
+               "[$__rate_interval]))", f"{GPU_LEGEND} {{{{event}}}}")],
         min_val=0,
     ), 12)
     grid.add(timeseries_panel(
         "Memory repair", "Rows remapped after correctable / uncorrectable errors (Ampere and "
         "newer) or pages retired (older GPUs), for the life of the GPU; pending: waiting for a "
-        f"GPU reset (alert after {t.REMAP_PENDING_FOR}); failure: out of spare rows (RMA).",
+        f"GPU reset (alert after {thresholds.REMAP_PENDING_FOR}); failure: out of spare rows "
+        "(RMA).",
         "short",
-        [query(sel(c.REMAPPED_ROWS, matchers), f"{G} rows remapped ({{{{type}}}})"),
-         query(sel(c.REMAP_PENDING, matchers), f"{G} remap pending", ref="B"),
-         query(sel(c.REMAP_FAILURE, matchers), f"{G} remap failure", ref="C"),
-         query(sel(c.RETIRED_PAGES, matchers), f"{G} pages retired ({{{{cause}}}})", ref="D"),
-         query(sel(c.RETIRED_PENDING, matchers), f"{G} retirement pending", ref="E")],
+        [query(sel(metrics.REMAPPED_ROWS, matchers), f"{GPU_LEGEND} rows remapped ({{{{type}}}})"),
+         query(sel(metrics.REMAP_PENDING, matchers), f"{GPU_LEGEND} remap pending", ref="B"),
+         query(sel(metrics.REMAP_FAILURE, matchers), f"{GPU_LEGEND} remap failure", ref="C"),
+         query(sel(metrics.RETIRED_PAGES, matchers), f"{GPU_LEGEND} pages retired ({{{{cause}}}})",
+               ref="D"),
+         query(sel(metrics.RETIRED_PENDING, matchers), f"{GPU_LEGEND} retirement pending",
+               ref="E")],
         min_val=0,
     ), 12)
     grid.add(timeseries_panel(
         "Lifetime ECC errors", "ECC errors over the GPU's whole life (NVML's aggregate counters, "
         "kept across driver reloads and reboots), next to those since the driver loaded.",
         "short",
-        [query(sel(c.ECC_AGGREGATE, matchers), f"{G} lifetime {{{{type}}}}"),
-         query(sel(c.ECC_ERRORS, matchers), f"{G} since driver load {{{{type}}}}", ref="B")],
+        [query(sel(metrics.ECC_AGGREGATE, matchers), f"{GPU_LEGEND} lifetime {{{{type}}}}"),
+         query(sel(metrics.ECC_ERRORS, matchers), f"{GPU_LEGEND} since driver load {{{{type}}}}",
+               ref="B")],
         min_val=0,
     ), 12)
 
@@ -92,49 +96,51 @@ def node_health_rows(grid: Layout, matchers: str) -> None:
 def node_mig_rows(grid: Layout, matchers: str) -> None:
     """The node dashboard's MIG row: each instance's profile, memory, processes and users."""
     grid.row("MIG instances")
-    mig_info = sel(c.MIG_INFO, matchers)
+    mig_info = sel(metrics.MIG_INFO, matchers)
     grid.add(table_panel(
         "MIG devices", "Each MIG device on the selected GPUs: GPU instance (dcgm-exporter's "
         "GPU_I_ID), its profile (GPU_I_PROFILE), compute instance, MIG UUID (what "
         "CUDA_VISIBLE_DEVICES and the nvidia.com/mig-* resources name) and processes. NVML "
         "gives no utilisation per instance; none is shown.",
-        [Column("Processes", f"sum without () ({sel(c.MIG_PROCESSES, matchers)}) * on (job, "
+        [Column("Processes", f"sum without () ({sel(metrics.MIG_PROCESSES, matchers)}) * on (job, "
                 f"instance, uuid, gpu_instance, compute_instance) group_left (mig_uuid) "
                 f"{mig_info}", "short")],
         hidden=("Time", "__name__", "job", "instance", "uuid"), sort_by="Processes",
     ), 12, 7)
     grid.add(table_panel(
         "MIG GPU instances", "Memory of each GPU instance (its compute instances share it).",
-        [Column("Memory used", f"sum without () ({sel(c.MIG_MEMORY_USED, matchers)})", "bytes"),
-         Column("Memory total", f"sum without () ({sel(c.MIG_MEMORY_TOTAL, matchers)})",
+        [Column("Memory used", f"sum without () ({sel(metrics.MIG_MEMORY_USED, matchers)})",
+                "bytes"),
+         Column("Memory total", f"sum without () ({sel(metrics.MIG_MEMORY_TOTAL, matchers)})",
                 "bytes")],
         hidden=("Time", "__name__", "job", "instance", "uuid"), sort_by="Memory used",
     ), 12, 7)
     grid.add(timeseries_panel(
         "MIG instance memory", "Memory used per GPU instance against its size.", "bytes",
-        [query(sel(c.MIG_MEMORY_USED, matchers),
-               f"{G} GI {{{{gpu_instance}}}} {{{{gpu_profile}}}} used"),
-         query(sel(c.MIG_MEMORY_TOTAL, matchers),
-               f"{G} GI {{{{gpu_instance}}}} {{{{gpu_profile}}}} total", ref="B")],
+        [query(sel(metrics.MIG_MEMORY_USED, matchers),
+               f"{GPU_LEGEND} GI {{{{gpu_instance}}}} {{{{gpu_profile}}}} used"),
+         query(sel(metrics.MIG_MEMORY_TOTAL, matchers),
+               f"{GPU_LEGEND} GI {{{{gpu_instance}}}} {{{{gpu_profile}}}} total", ref="B")],
         min_val=0,
     ), 12)
     grid.add(timeseries_panel(
         "MIG memory by user", "GPU memory each user's processes hold in each MIG device "
         "(GPU instance / compute instance), stacked: who fills which instance.", "bytes",
-        [query(sel(c.MIG_USER_MEMORY, matchers),
-               f"{G} GI {{{{gpu_instance}}}}/CI {{{{compute_instance}}}} {{{{user}}}}")],
+        [query(sel(metrics.MIG_USER_MEMORY, matchers),
+               f"{GPU_LEGEND} GI {{{{gpu_instance}}}}/CI {{{{compute_instance}}}} {{{{user}}}}")],
         stacked=True, min_val=0,
     ), 12)
     grid.add(timeseries_panel(
         "XIDs by MIG device", "XIDs NVML attributed to one MIG device, per interval: usually the "
         "fault of the job running in it.", "short",
         [query(f"sum by (gpu, gpu_instance, compute_instance, xid) "
-               f"(increase({sel(c.MIG_XID_ERRORS, matchers)}[$__rate_interval]))",
-               f"{G} GI {{{{gpu_instance}}}}/CI {{{{compute_instance}}}} XID {{{{xid}}}}")],
+               f"(increase({sel(metrics.MIG_XID_ERRORS, matchers)}[$__rate_interval]))",
+               f"{GPU_LEGEND} GI {{{{gpu_instance}}}}/CI {{{{compute_instance}}}} "
+               "XID {{xid}}")],
         min_val=0,
     ), 12)
     grid.add(timeseries_panel(
         "MIG mode", "1 while a GPU is in MIG mode (split into GPU instances), 0 while whole; "
         "absent on GPUs without MIG.", "short",
-        [query(sel(c.MIG_ENABLED, matchers), G)], min_val=0, max_val=1,
+        [query(sel(metrics.MIG_ENABLED, matchers), GPU_LEGEND)], min_val=0, max_val=1,
     ), 12)

@@ -4,61 +4,55 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
-from dashboards import panels, recording
-from dashboards import variables as v
+from dashboards import panels, recording, variables
 from dashboards.fleet import COUNT_BAD, COUNT_WARN
 from dashboards.promql import count_or_zero, sel, sel_record
-from exporter import metrics as c
-from exporter import thresholds as t
+from dashboards.variables import HOST
+from exporter import metrics, thresholds
 
 UID = "gpu-exporter-health"
-T = f"{v.JOB}, {v.INSTANCE}"
-STALE = (("green", None), ("red", t.DATA_STALE_SECONDS))
+STALE = (("green", None), ("red", thresholds.DATA_STALE_SECONDS))
 
 
 def _targets(grid: panels.Layout) -> None:
     grid.row("Targets")
     grid.add(panels.stat_panel(
         "Targets up", "Exporters Prometheus scraped successfully last time.", "short",
-        panels.query(f"sum(up{{{T}}})"),
+        panels.query(f"sum(up{{{HOST}}})"),
     ), 4, 4)
-    grid.add(panels.stat_panel(
-        "Targets down", "Exporters Prometheus could not scrape (alert GpuExporterDown after "
-        f"{t.EXPORTER_DOWN_FOR}).", "short", panels.query(count_or_zero(f"up{{{T}}} == 0")),
-        thresholds=panels.steps(*COUNT_BAD),
-    ), 4, 4)
-    grid.add(panels.stat_panel(
-        "Sources down", "Exporters whose data source (NVML) is not initialised: no GPU data "
-        "from them at all.", "short",
-        panels.query(count_or_zero(f"{sel(c.SOURCE_UP, T)} == 0")),
-        thresholds=panels.steps(*COUNT_BAD),
-    ), 4, 4)
-    grid.add(panels.stat_panel(
-        "Failing collections", "Exporters whose last collection did not read every GPU "
-        "without error.", "short",
-        panels.query(count_or_zero(f"{sel(c.COLLECTION_SUCCESS, T)} == 0")),
-        thresholds=panels.steps(*COUNT_WARN),
-    ), 4, 4)
+    # Exporters whose up-style series is 0, counted (0, not "no data", when there are none).
+    for title, description, series, colours in (
+        ("Targets down", "Exporters Prometheus could not scrape (alert GpuExporterDown after "
+         f"{thresholds.EXPORTER_DOWN_FOR}).", f"up{{{HOST}}}", COUNT_BAD),
+        ("Sources down", "Exporters whose data source (NVML) is not initialised: no GPU data "
+         "from them at all.", sel(metrics.SOURCE_UP, HOST), COUNT_BAD),
+        ("Failing collections", "Exporters whose last collection did not read every GPU "
+         "without error.", sel(metrics.COLLECTION_SUCCESS, HOST), COUNT_WARN),
+    ):
+        grid.add(panels.stat_panel(
+            title, description, "short", panels.query(count_or_zero(f"{series} == 0")),
+            thresholds=panels.steps(*colours),
+        ), 4, 4)
     grid.add(panels.stat_panel(
         "Oldest data", "Age of the oldest data served by the selected exporters. It grows when "
         "collections hang and the last good snapshot is served; red past "
-        f"{t.DATA_STALE_SECONDS:.0f} s (alert GpuExporterDataStale).", "s",
-        panels.query(f"max({sel(c.DATA_AGE, T)})"),
+        f"{thresholds.DATA_STALE_SECONDS:.0f} s (alert GpuExporterDataStale).", "s",
+        panels.query(f"max({sel(metrics.DATA_AGE, HOST)})"),
         thresholds=panels.steps(*STALE),
     ), 4, 4)
     grid.add(panels.stat_panel(
         "Slowest collection", "Duration of the slowest last collection among the selected "
-        "exporters.", "s", panels.query(f"max({sel(c.COLLECTION_DURATION, T)})"),
+        "exporters.", "s", panels.query(f"max({sel(metrics.COLLECTION_DURATION, HOST)})"),
     ), 4, 4)
     grid.add(panels.timeseries_panel(
         "Up", "1 when Prometheus scraped the target, 0 when the scrape failed.", "short",
-        [panels.query(f"up{{{T}}}", "{{instance}}")], min_val=0, max_val=1,
+        [panels.query(f"up{{{HOST}}}", "{{instance}}")], min_val=0, max_val=1,
     ), 12)
     grid.add(panels.timeseries_panel(
         "Collection success and source up", "1 when the last collection read every GPU "
         "without error, and when the source (NVML) is up.", "short",
-        [panels.query(sel(c.COLLECTION_SUCCESS, T), "{{instance}} collection"),
-         panels.query(sel(c.SOURCE_UP, T), "{{instance}} {{source}} source", ref="B")],
+        [panels.query(sel(metrics.COLLECTION_SUCCESS, HOST), "{{instance}} collection"),
+         panels.query(sel(metrics.SOURCE_UP, HOST), "{{instance}} {{source}} source", ref="B")],
         min_val=0, max_val=1,
     ), 12)
 
@@ -68,36 +62,37 @@ def _collections(grid: panels.Layout) -> None:
     grid.add(panels.timeseries_panel(
         "Collection duration", "How long each exporter's last collection took. NVML calls "
         "cost milliseconds per GPU; seconds mean a hung driver call.", "s",
-        [panels.query(sel(c.COLLECTION_DURATION, T), "{{instance}}")], min_val=0,
+        [panels.query(sel(metrics.COLLECTION_DURATION, HOST), "{{instance}}")], min_val=0,
     ), 8)
     grid.add(panels.timeseries_panel(
         "Data age", "Age of the data in each scrape. Dashed line: the stale-data alert "
-        "threshold.", "s", [panels.query(sel(c.DATA_AGE, T), "{{instance}}")],
+        "threshold.", "s", [panels.query(sel(metrics.DATA_AGE, HOST), "{{instance}}")],
         thresholds=panels.steps(*STALE), min_val=0,
     ), 8)
     grid.add(panels.timeseries_panel(
         "Scrape duration", "How long Prometheus's scrape of each exporter took (measured by "
-        "Prometheus).", "s", [panels.query(f"scrape_duration_seconds{{{T}}}", "{{instance}}")],
+        "Prometheus).", "s", [panels.query(f"scrape_duration_seconds{{{HOST}}}", "{{instance}}")],
         min_val=0,
     ), 8)
     grid.add(panels.timeseries_panel(
         "Errors by kind", "Problems met while collecting, per interval and kind (gpu_lost, "
         "nvml_call, garbled_process_entry, collection_timeout, owner_lookup ...).", "short",
-        [panels.query(f"sum by (kind) (increase({sel(c.ERRORS, T)}[$__rate_interval]))",
+        [panels.query(f"sum by (kind) (increase({sel(metrics.ERRORS, HOST)}[$__rate_interval]))",
                       "{{kind}}")],
         min_val=0,
     ), 12)
     grid.add(panels.timeseries_panel(
         "Process series folded into overflow", "Processes per GPU beyond the exporter's "
         "--process.max-series-per-gpu cap, summed into one overflow series.", "short",
-        [panels.query(f"sum by (instance) ({sel_record(recording.INSTANCE_OVERFLOW, T)})",
+        [panels.query(f"sum by (instance) ({sel_record(recording.INSTANCE_OVERFLOW, HOST)})",
                       "{{instance}}")],
         min_val=0,
     ), 12)
     grid.add(panels.table_panel(
         "Exporters", "Version and data source of each exporter.",
-        [panels.Column("Up", f"up{{{T}}} * on (job, instance) group_left (version, python_version, "
-                f"nvml_binding_version, source) {sel(c.BUILD_INFO, T)}", "short")],
+        [panels.Column("Up", f"up{{{HOST}}} * on (job, instance) group_left (version, "
+                       f"python_version, nvml_binding_version, source) "
+                       f"{sel(metrics.BUILD_INFO, HOST)}", "short")],
         hidden=("Time", "__name__"),
     ), 24, 7)
 
@@ -107,7 +102,7 @@ def build() -> dashboard.Dashboard:
     built = panels.board(
         "GPU exporter health", UID,
         "Is gpu-exporter itself working: targets, collections, data age, errors.",
-        [v.datasource(), v.job(c.BUILD_INFO), v.target()],
+        [variables.datasource(), variables.job(metrics.BUILD_INFO), variables.target()],
     )
     grid = panels.Layout(built)
     _targets(grid)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dashboards import xids
 from dashboards.promql import num
 from dashboards.rules import AlertRule, RuleGroup
-from exporter import metrics as c
+from exporter import metrics
 from exporter.thresholds import (
     REMAP_PENDING_FOR,
     XID_NOT_WATCHED_FOR,
@@ -21,12 +21,12 @@ from exporter.thresholds import (
     XID_STORM_WINDOW,
 )
 
-XID_ERRORS = c.XID_ERRORS.name
-LAST_XID = c.LAST_XID.name
-XID_REGISTERED = c.XID_EVENTS_REGISTERED.name
-REMAP_PENDING = c.REMAP_PENDING.name
-REMAP_FAILURE = c.REMAP_FAILURE.name
-RETIRED_PENDING = c.RETIRED_PENDING.name
+XID_ERRORS = metrics.XID_ERRORS.name
+LAST_XID = metrics.LAST_XID.name
+XID_REGISTERED = metrics.XID_EVENTS_REGISTERED.name
+REMAP_PENDING = metrics.REMAP_PENDING.name
+REMAP_FAILURE = metrics.REMAP_FAILURE.name
+RETIRED_PENDING = metrics.RETIRED_PENDING.name
 
 _NODE = "{{ with $labels.node }} (node {{ . }}){{ end }}"
 _HOST = "{{ $labels.instance }}" + _NODE

@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from grafana_foundation_sdk.builders import bargauge, dashboard, prometheus, stat, table, timeseries
-from grafana_foundation_sdk.builders import common as cb
+from grafana_foundation_sdk.builders import common as common_builder
 from grafana_foundation_sdk.cog import builder as cogbuilder
-from grafana_foundation_sdk.models import common as cm
-from grafana_foundation_sdk.models import dashboard as dm
+from grafana_foundation_sdk.models import common as common_model
+from grafana_foundation_sdk.models import dashboard as dashboard_model
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
-DATASOURCE = cm.DataSourceRef(type_val="prometheus", uid="${datasource}")
+DATASOURCE = common_model.DataSourceRef(type_val="prometheus", uid="${datasource}")
 #: Units the dashboards may use (Grafana unit ids).
 UNITS = frozenset(
     {"bytes", "percentunit", "celsius", "watt", "hertz", "s", "short", "none", "dateTimeAsIso"}
@@ -32,7 +32,7 @@ class _PanelHead(Protocol):
 
     def title(self: _P, title: str) -> _P: ...
     def description(self: _P, description: str) -> _P: ...
-    def datasource(self: _P, datasource: cm.DataSourceRef) -> _P: ...
+    def datasource(self: _P, datasource: common_model.DataSourceRef) -> _P: ...
     def unit(self: _P, unit: str) -> _P: ...
 
 
@@ -45,7 +45,7 @@ def board(
     title: str,
     uid: str,
     description: str,
-    variables: Sequence[cogbuilder.Builder[dm.VariableModel]],
+    variables: Sequence[cogbuilder.Builder[dashboard_model.VariableModel]],
     *,
     since: str = "now-6h",
     refresh: str = "30s",
@@ -60,7 +60,7 @@ def board(
         .description(description)
         .tags(["gpu", "gpu-exporter"])
         .editable()
-        .tooltip(dm.DashboardCursorSync.CROSSHAIR)
+        .tooltip(dashboard_model.DashboardCursorSync.CROSSHAIR)
         .time(since, "now")
         .refresh(refresh)
     )
@@ -73,8 +73,8 @@ def steps(*pairs: Step) -> dashboard.ThresholdsConfig:
     """Absolute colour thresholds; the first pair's value must be None (the base colour)."""
     return (
         dashboard.ThresholdsConfig()
-        .mode(dm.ThresholdsMode.ABSOLUTE)
-        .steps([dm.Threshold(value=value, color=color) for color, value in pairs])
+        .mode(dashboard_model.ThresholdsMode.ABSOLUTE)
+        .steps([dashboard_model.Threshold(value=value, color=color) for color, value in pairs])
     )
 
 
@@ -97,12 +97,12 @@ def query(
     return q
 
 
-def _legend() -> cb.VizLegendOptions:
+def _legend() -> common_builder.VizLegendOptions:
     return (
-        cb.VizLegendOptions()
+        common_builder.VizLegendOptions()
         .show_legend(True)
-        .display_mode(cm.LegendDisplayMode.TABLE)
-        .placement(cm.LegendPlacement.BOTTOM)
+        .display_mode(common_model.LegendDisplayMode.TABLE)
+        .placement(common_model.LegendPlacement.BOTTOM)
         .calcs(["lastNotNull", "max"])
     )
 
@@ -122,17 +122,18 @@ def timeseries_panel(
     panel = (
         _head(timeseries.Panel(), title, description, unit)
         .legend(_legend())
-        .tooltip(cb.VizTooltipOptions().mode(cm.TooltipDisplayMode.MULTI).sort(
-            cm.SortOrder.DESCENDING))
+        .tooltip(common_builder.VizTooltipOptions().mode(common_model.TooltipDisplayMode.MULTI).sort(
+            common_model.SortOrder.DESCENDING))
         .fill_opacity(30 if stacked else 10)
         .targets(list(targets))
     )
     if thresholds is not None:
         panel = panel.thresholds(thresholds).thresholds_style(
-            cb.GraphThresholdsStyleConfig().mode(cm.GraphThresholdsStyleMode.DASHED)
+            common_builder.GraphThresholdsStyleConfig().mode(common_model.GraphThresholdsStyleMode.DASHED)
         )
     if stacked:
-        panel = panel.stacking(cb.StackingConfig().mode(cm.StackingMode.NORMAL))
+        panel = panel.stacking(
+            common_builder.StackingConfig().mode(common_model.StackingMode.NORMAL))
     if min_val is not None:
         panel = panel.min(min_val)
     if max_val is not None:
@@ -151,9 +152,9 @@ def stat_panel(
     """A single big number (the last value), coloured by ``thresholds``."""
     panel = (
         _head(stat.Panel(), title, description, unit)
-        .color_mode(cm.BigValueColorMode.VALUE)
-        .graph_mode(cm.BigValueGraphMode.AREA)
-        .reduce_options(cb.ReduceDataOptions().calcs(["lastNotNull"]))
+        .color_mode(common_model.BigValueColorMode.VALUE)
+        .graph_mode(common_model.BigValueGraphMode.AREA)
+        .reduce_options(common_builder.ReduceDataOptions().calcs(["lastNotNull"]))
         .with_target(target)
     )
     return panel.thresholds(_or_plain(thresholds))
@@ -171,9 +172,9 @@ def bar_panel(
     """Horizontal bars, one per series (top-N lists; use an instant time-series query)."""
     panel = (
         _head(bargauge.Panel(), title, description, unit)
-        .orientation(cm.VizOrientation.HORIZONTAL)
-        .display_mode(cm.BarGaugeDisplayMode.GRADIENT)
-        .reduce_options(cb.ReduceDataOptions().calcs(["lastNotNull"]))
+        .orientation(common_model.VizOrientation.HORIZONTAL)
+        .display_mode(common_model.BarGaugeDisplayMode.GRADIENT)
+        .reduce_options(common_builder.ReduceDataOptions().calcs(["lastNotNull"]))
         .min(0)
         .with_target(target)
         .thresholds(_or_plain(thresholds))
@@ -213,26 +214,28 @@ def table_panel(
         _head(table.Panel(), title, description, "short")
         .targets([query(col.expr, table=True, ref=ref) for ref, col in zip(refs, columns,
                                                                             strict=True)])
-        .with_transformation(dm.DataTransformerConfig(id_val="merge", options={}))
+        .with_transformation(dashboard_model.DataTransformerConfig(id_val="merge", options={}))
         .with_transformation(
-            dm.DataTransformerConfig(
+            dashboard_model.DataTransformerConfig(
                 id_val="organize",
                 options={"excludeByName": dict.fromkeys(hidden, True), "renameByName": rename},
             )
         )
     )
     for col in columns:
-        props = [dm.DynamicConfigValue(id_val="unit", value=col.unit)]
+        props = [dashboard_model.DynamicConfigValue(id_val="unit", value=col.unit)]
         if col.thresholds is not None:
-            props.append(dm.DynamicConfigValue(id_val="thresholds", value=col.thresholds.build()))
+            props.append(dashboard_model.DynamicConfigValue(id_val="thresholds",
+                                                            value=col.thresholds.build()))
             props.append(
-                dm.DynamicConfigValue(
+                dashboard_model.DynamicConfigValue(
                     id_val="custom.cellOptions", value={"type": "color-background"}
                 )
             )
         panel = panel.override_by_name(col.name, props)
     if sort_by is not None:
-        panel = panel.sort_by([cb.TableSortByFieldState().display_name(sort_by).desc(True)])
+        panel = panel.sort_by(
+            [common_builder.TableSortByFieldState().display_name(sort_by).desc(True)])
     return panel
 
 
@@ -258,13 +261,14 @@ class Layout:
         """Start a full-width row titled ``title`` below everything placed so far."""
         self._newline()
         self.board.with_row(
-            dashboard.Row(title).id(self._take_id()).grid_pos(dm.GridPos(h=1, w=24, x=0,
-                                                                         y=self._y))
+            dashboard.Row(title).id(self._take_id())
+            .grid_pos(dashboard_model.GridPos(h=1, w=24, x=0, y=self._y))
         )
         self._y += 1
         return self
 
-    def add(self, panel: cogbuilder.Builder[dm.Panel], width: int, height: int = 8) -> Layout:
+    def add(self, panel: cogbuilder.Builder[dashboard_model.Panel], width: int,
+            height: int = 8) -> Layout:
         """Place ``panel`` (a panel builder) ``width`` columns wide.
 
         Raises:
@@ -276,7 +280,7 @@ class Layout:
             self._newline()
         built = panel.build()
         built.id_val = self._take_id()
-        built.grid_pos = dm.GridPos(h=height, w=width, x=self._x, y=self._y)
+        built.grid_pos = dashboard_model.GridPos(h=height, w=width, x=self._x, y=self._y)
         self.board.with_panel(_Built(built))
         self._x += width
         self._line_height = max(self._line_height, height)
@@ -288,11 +292,11 @@ class Layout:
         return value
 
 
-class _Built(cogbuilder.Builder[dm.Panel]):
+class _Built(cogbuilder.Builder[dashboard_model.Panel]):
     """Hands an already built (and positioned) panel to ``Dashboard.with_panel``."""
 
-    def __init__(self, panel: dm.Panel) -> None:
+    def __init__(self, panel: dashboard_model.Panel) -> None:
         self._panel = panel
 
-    def build(self) -> dm.Panel:
+    def build(self) -> dashboard_model.Panel:
         return self._panel

@@ -12,24 +12,24 @@ from __future__ import annotations
 
 from dashboards.promql import HOSTNAME_RECORD, owned, sel
 from dashboards.rules import RecordingRule, RuleGroup
-from exporter import metrics as c
+from exporter import metrics
 
-_GPU = ", ".join(c.GPU_LABELS)
-used, total = c.MEMORY_USED.name, c.MEMORY_TOTAL.name
+_GPU = ", ".join(metrics.GPU_LABELS)
+used, total = metrics.MEMORY_USED.name, metrics.MEMORY_TOTAL.name
 #: Names the dashboards read.
 GPU_MEMORY_RATIO = "instance_gpu:gpu_memory_used:ratio"
 INSTANCE_MEMORY_USED = f"instance:{used}:sum"
 INSTANCE_MEMORY_TOTAL = f"instance:{total}:sum"
 INSTANCE_MEMORY_RATIO = "instance:gpu_memory_used:ratio"
-INSTANCE_UTILIZATION = f"instance:{c.UTILIZATION.name}:avg"
-INSTANCE_POWER = f"instance:{c.POWER_USAGE.name}:sum"
-INSTANCE_TEMPERATURE = f"instance:{c.TEMPERATURE.name}:max"
-INSTANCE_GPUS_UP = f"instance:{c.GPU_UP.name}:sum"
+INSTANCE_UTILIZATION = f"instance:{metrics.UTILIZATION.name}:avg"
+INSTANCE_POWER = f"instance:{metrics.POWER_USAGE.name}:sum"
+INSTANCE_TEMPERATURE = f"instance:{metrics.TEMPERATURE.name}:max"
+INSTANCE_GPUS_UP = f"instance:{metrics.GPU_UP.name}:sum"
 INSTANCE_GPUS = "instance:gpus:count"
-INSTANCE_USER_MEMORY = f"instance_user:{c.USER_MEMORY.name}:sum"
-INSTANCE_OVERFLOW = f"instance:{c.PROCESS_SERIES_OVERFLOW.name}:sum"
-POD_UTILIZATION = f"namespace_pod:{c.UTILIZATION.name}:avg"
-POD_POWER = f"namespace_pod:{c.POWER_USAGE.name}:sum"
+INSTANCE_USER_MEMORY = f"instance_user:{metrics.USER_MEMORY.name}:sum"
+INSTANCE_OVERFLOW = f"instance:{metrics.PROCESS_SERIES_OVERFLOW.name}:sum"
+POD_UTILIZATION = f"namespace_pod:{metrics.UTILIZATION.name}:avg"
+POD_POWER = f"namespace_pod:{metrics.POWER_USAGE.name}:sum"
 
 
 def gpu_group() -> RuleGroup:
@@ -40,7 +40,7 @@ def gpu_group() -> RuleGroup:
             RecordingRule(GPU_MEMORY_RATIO, f"{used} / {total}"),
             RecordingRule(
                 "instance_gpu:gpu_power_usage:ratio",
-                f"{c.POWER_USAGE.name} / {c.POWER_LIMIT.name}",
+                f"{metrics.POWER_USAGE.name} / {metrics.POWER_LIMIT.name}",
             ),
         ),
     )
@@ -54,18 +54,19 @@ def instance_group() -> RuleGroup:
         RecordingRule(
             INSTANCE_MEMORY_RATIO, f"{INSTANCE_MEMORY_USED} / {INSTANCE_MEMORY_TOTAL}"
         ),
-        RecordingRule(INSTANCE_UTILIZATION, f"avg without ({_GPU}) ({c.UTILIZATION.name})"),
-        RecordingRule(INSTANCE_POWER, f"sum without ({_GPU}) ({c.POWER_USAGE.name})"),
-        RecordingRule(INSTANCE_TEMPERATURE, f"max without ({_GPU}) ({c.TEMPERATURE.name})"),
-        RecordingRule(INSTANCE_GPUS_UP, f"sum without ({_GPU}) ({c.GPU_UP.name})"),
-        RecordingRule(INSTANCE_GPUS, f"count without ({_GPU}) ({c.GPU_UP.name})"),
-        RecordingRule(INSTANCE_USER_MEMORY, f"sum without ({_GPU}) ({c.USER_MEMORY.name})"),
+        RecordingRule(INSTANCE_UTILIZATION, f"avg without ({_GPU}) ({metrics.UTILIZATION.name})"),
+        RecordingRule(INSTANCE_POWER, f"sum without ({_GPU}) ({metrics.POWER_USAGE.name})"),
+        RecordingRule(INSTANCE_TEMPERATURE, f"max without ({_GPU}) ({metrics.TEMPERATURE.name})"),
+        RecordingRule(INSTANCE_GPUS_UP, f"sum without ({_GPU}) ({metrics.GPU_UP.name})"),
+        RecordingRule(INSTANCE_GPUS, f"count without ({_GPU}) ({metrics.GPU_UP.name})"),
+        RecordingRule(INSTANCE_USER_MEMORY, f"sum without ({_GPU}) ({metrics.USER_MEMORY.name})"),
         RecordingRule(
-            INSTANCE_OVERFLOW, f"sum without ({_GPU}) ({c.PROCESS_SERIES_OVERFLOW.name})"
+            INSTANCE_OVERFLOW, f"sum without ({_GPU}) ({metrics.PROCESS_SERIES_OVERFLOW.name})"
         ),
         # gpu_info's hostname per scrape target: the dashboards' label join reads one series
         # per node instead of one per GPU.
-        RecordingRule(HOSTNAME_RECORD, f"max by (job, instance, hostname) ({c.GPU_INFO.name})"),
+        RecordingRule(HOSTNAME_RECORD,
+                      f"max by (job, instance, hostname) ({metrics.GPU_INFO.name})"),
     )
     return RuleGroup("gpu-exporter-recording-instance", rules)
 
@@ -76,10 +77,11 @@ def fleet_group() -> RuleGroup:
         RecordingRule(f"job:{used}:sum", f"sum by (job) ({used})"),
         RecordingRule(f"job:{total}:sum", f"sum by (job) ({total})"),
         RecordingRule("job:gpu_memory_used:ratio", f"job:{used}:sum / job:{total}:sum"),
-        RecordingRule(f"job:{c.GPU_UP.name}:sum", f"sum by (job) ({c.GPU_UP.name})"),
-        RecordingRule("job:gpus:count", f"count by (job) ({c.GPU_UP.name})"),
+        RecordingRule(f"job:{metrics.GPU_UP.name}:sum", f"sum by (job) ({metrics.GPU_UP.name})"),
+        RecordingRule("job:gpus:count", f"count by (job) ({metrics.GPU_UP.name})"),
         RecordingRule(
-            f"job_user:{c.USER_MEMORY.name}:sum", f"sum by (job, user) ({c.USER_MEMORY.name})"
+            f"job_user:{metrics.USER_MEMORY.name}:sum",
+            f"sum by (job, user) ({metrics.USER_MEMORY.name})",
         ),
     )
     return RuleGroup("gpu-exporter-recording-fleet", rules)
@@ -92,29 +94,30 @@ def workload_group() -> RuleGroup:
     owns alone (``sharing="exclusive"``): a shared GPU's numbers are not split. Memory of
     processes is exact on shared GPUs too (the driver accounts it per process).
     """
-    pod_memory = sel(c.WORKLOAD_MEMORY, 'pod!=""')
-    job_memory = sel(c.WORKLOAD_MEMORY, 'slurm_job!=""')
+    pod_memory = sel(metrics.WORKLOAD_MEMORY, 'pod!=""')
+    job_memory = sel(metrics.WORKLOAD_MEMORY, 'slurm_job!=""')
     not_pod = "container, container_id, slurm_job"
     not_job = "namespace, pod, container, container_id"
     rules = (
         RecordingRule(f"namespace_pod:{used}:sum",
-                      f"sum without ({_GPU}, container) ({owned(c.MEMORY_USED, '')})"),
+                      f"sum without ({_GPU}, container) ({owned(metrics.MEMORY_USED, '')})"),
         RecordingRule(f"namespace_pod:{total}:sum",
-                      f"sum without ({_GPU}, container) ({owned(c.MEMORY_TOTAL, '')})"),
+                      f"sum without ({_GPU}, container) ({owned(metrics.MEMORY_TOTAL, '')})"),
         RecordingRule(POD_UTILIZATION,
-                      f"avg without ({_GPU}, container) ({owned(c.UTILIZATION, '')})"),
+                      f"avg without ({_GPU}, container) ({owned(metrics.UTILIZATION, '')})"),
         RecordingRule(POD_POWER,
-                      f"sum without ({_GPU}, container) ({owned(c.POWER_USAGE, '')})"),
+                      f"sum without ({_GPU}, container) ({owned(metrics.POWER_USAGE, '')})"),
         RecordingRule(f"namespace:{used}:sum", f"sum without (pod) (namespace_pod:{used}:sum)"),
-        RecordingRule(f"namespace:{c.POWER_USAGE.name}:sum", f"sum without (pod) ({POD_POWER})"),
-        RecordingRule(f"namespace_pod:{c.WORKLOAD_MEMORY.name}:sum",
+        RecordingRule(f"namespace:{metrics.POWER_USAGE.name}:sum",
+                      f"sum without (pod) ({POD_POWER})"),
+        RecordingRule(f"namespace_pod:{metrics.WORKLOAD_MEMORY.name}:sum",
                       f"sum without ({_GPU}, {not_pod}) ({pod_memory})"),
-        RecordingRule(f"namespace:{c.WORKLOAD_MEMORY.name}:sum",
-                      f"sum without (pod) (namespace_pod:{c.WORKLOAD_MEMORY.name}:sum)"),
+        RecordingRule(f"namespace:{metrics.WORKLOAD_MEMORY.name}:sum",
+                      f"sum without (pod) (namespace_pod:{metrics.WORKLOAD_MEMORY.name}:sum)"),
         RecordingRule("namespace_pod:gpu_allocated:count",
                       f"count without ({_GPU}, device_id, gpu_instance, resource, container, "
-                      f"sharing) ({c.ALLOCATION_INFO.name})"),
-        RecordingRule(f"slurm_job:{c.WORKLOAD_MEMORY.name}:sum",
+                      f"sharing) ({metrics.ALLOCATION_INFO.name})"),
+        RecordingRule(f"slurm_job:{metrics.WORKLOAD_MEMORY.name}:sum",
                       f"sum without ({_GPU}, {not_job}) ({job_memory})"),
     )
     return RuleGroup("gpu-exporter-recording-workloads", rules)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 from grafana_foundation_sdk.cog import builder as cogbuilder
-from grafana_foundation_sdk.models import dashboard as dm
+from grafana_foundation_sdk.models import dashboard as dashboard_model
 
 from dashboards.panels import DATASOURCE
 from dashboards.promql import sel
-from exporter import metrics as c
+from exporter import metrics
 
 JOB = 'job=~"$job"'
 INSTANCE = 'instance=~"$instance"'
@@ -23,8 +23,8 @@ USER = 'user=~"$user"'
 #: The matchers of every per-host query.
 HOST = f"{JOB}, {INSTANCE}"
 
-_ALL = dm.VariableOption(text="All", value="$__all", selected=True)
-Variable = cogbuilder.Builder[dm.VariableModel]
+_ALL = dashboard_model.VariableOption(text="All", value="$__all", selected=True)
+Variable = cogbuilder.Builder[dashboard_model.VariableModel]
 
 
 def datasource() -> dashboard.DatasourceVariable:
@@ -39,15 +39,15 @@ def _query(name: str, label: str, expr: str, *, multi: bool = True) -> dashboard
         .query(expr)
         .definition(expr)
         .datasource(DATASOURCE)
-        .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
-        .sort(dm.VariableSort.NATURAL_ASC)
+        .refresh(dashboard_model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(dashboard_model.VariableSort.NATURAL_ASC)
     )
     if multi:
         var = var.multi(True).include_all(True).current(_ALL)
     return var
 
 
-def job(source: c.Metric = c.GPU_INFO) -> dashboard.QueryVariable:
+def job(source: metrics.Metric = metrics.GPU_INFO) -> dashboard.QueryVariable:
     """Scrape jobs that expose ``source``."""
     return _query("job", "Job", f"label_values({source.name}, job)")
 
@@ -55,14 +55,14 @@ def job(source: c.Metric = c.GPU_INFO) -> dashboard.QueryVariable:
 def node(*, multi: bool = True) -> dashboard.QueryVariable:
     """Host names (``gpu_info``'s ``hostname``) in the chosen jobs."""
     return _query(
-        "node", "Node", f"label_values({sel(c.GPU_INFO, JOB)}, hostname)", multi=multi
+        "node", "Node", f"label_values({sel(metrics.GPU_INFO, JOB)}, hostname)", multi=multi
     )
 
 
 def instance() -> dashboard.QueryVariable:
     """Hidden: the scrape targets of the chosen nodes."""
-    expr = f"label_values({sel(c.GPU_INFO, JOB, NODE)}, instance)"
-    return _query("instance", "Instance", expr).hide(dm.VariableHide.HIDE_VARIABLE)
+    expr = f"label_values({sel(metrics.GPU_INFO, JOB, NODE)}, instance)"
+    return _query("instance", "Instance", expr).hide(dashboard_model.VariableHide.HIDE_VARIABLE)
 
 
 def target() -> dashboard.QueryVariable:
@@ -72,23 +72,23 @@ def target() -> dashboard.QueryVariable:
 
 def gpu() -> dashboard.QueryVariable:
     """GPU indexes on the chosen targets."""
-    return _query("gpu", "GPU", f"label_values({sel(c.GPU_INFO, HOST)}, gpu)")
+    return _query("gpu", "GPU", f"label_values({sel(metrics.GPU_INFO, HOST)}, gpu)")
 
 
 def user() -> dashboard.QueryVariable:
     """Users holding GPU memory on the chosen targets."""
-    return _query("user", "User", f"label_values({sel(c.USER_MEMORY, HOST)}, user)")
+    return _query("user", "User", f"label_values({sel(metrics.USER_MEMORY, HOST)}, user)")
 
 
 def workload_labels() -> list[Variable]:
     """Namespace, pod (of the chosen namespaces) and Slurm job on the chosen targets, from the
     allocation and process series."""
-    either = f'{{__name__=~"{c.ALLOCATION_INFO.name}|{c.WORKLOAD_MEMORY.name}", {HOST}'
+    either = f'{{__name__=~"{metrics.ALLOCATION_INFO.name}|{metrics.WORKLOAD_MEMORY.name}", {HOST}'
     return [
         _query("namespace", "Namespace", f"label_values({either}}}, namespace)"),
         _query("pod", "Pod", f'label_values({either}, namespace=~"$namespace"}}, pod)'),
         _query("slurm_job", "Slurm job",
-               f"label_values({sel(c.WORKLOAD_MEMORY, HOST)}, slurm_job)"),
+               f"label_values({sel(metrics.WORKLOAD_MEMORY, HOST)}, slurm_job)"),
     ]
 
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
-from dashboards import alerts, recording
-from dashboards import variables as v
+from dashboards import alerts, recording, variables
 from dashboards.fleet import COUNT_WARN
 from dashboards.panels import (
     Column,
@@ -23,27 +22,27 @@ from dashboards.panels import (
     timeseries_panel,
 )
 from dashboards.promql import allocated_idle, count_or_zero, owned, sel, sel_record
-from exporter import metrics as c
-from exporter import thresholds as t
+from dashboards.variables import HOST
+from exporter import metrics, thresholds
 
 UID = "gpu-exporter-workloads"
-H = v.HOST
 NAMESPACE = 'namespace=~"$namespace"'
 POD = 'pod=~"$pod"'
 SLURM_JOB = 'slurm_job=~"$slurm_job"'
-K8S = f'{H}, {NAMESPACE}, {POD}'
+K8S = f'{HOST}, {NAMESPACE}, {POD}'
 WORKLOAD = (NAMESPACE, POD)
-ALLOC = sel(c.ALLOCATION_INFO, K8S)
+ALLOC = sel(metrics.ALLOCATION_INFO, K8S)
 HIDDEN = ("Time", "__name__", "job", "instance")
 SHARED = 'sharing="shared"'
 IN_POD, IN_JOB, IN_CONTAINER = 'pod!=""', 'slurm_job!=""', 'container_id!=""'
-POD_MEM = sel(c.WORKLOAD_MEMORY, K8S, IN_POD)
-POD_UTIL = sel(c.WORKLOAD_UTILIZATION, K8S, IN_POD)
-SHARED_ALLOC = sel(c.ALLOCATION_INFO, K8S, SHARED)
+POD_MEM = sel(metrics.WORKLOAD_MEMORY, K8S, IN_POD)
+POD_UTIL = sel(metrics.WORKLOAD_UTILIZATION, K8S, IN_POD)
+SHARED_ALLOC = sel(metrics.ALLOCATION_INFO, K8S, SHARED)
 # The GPUs' window average recorded by the gpu-idle group (one sample per GPU and step, not a
 # 15-minute window of raw samples per step: the slowest query at 100 nodes otherwise).
-IDLE = allocated_idle(H, *WORKLOAD, ratio=t.IDLE_UTILIZATION_RATIO, window=t.IDLE_AVG_WINDOW,
-                      average=sel_record(alerts.GPU_UTILIZATION_AVG, H))
+IDLE = allocated_idle(HOST, *WORKLOAD, ratio=thresholds.IDLE_UTILIZATION_RATIO,
+                      window=thresholds.IDLE_AVG_WINDOW,
+                      average=sel_record(alerts.GPU_UTILIZATION_AVG, HOST))
 
 
 def _allocations(grid: Layout) -> None:
@@ -55,8 +54,9 @@ def _allocations(grid: Layout) -> None:
     ), 4, 4)
     grid.add(stat_panel(
         "Allocated but idle", "Pod allocations with no process of the pod on the GPU, or a GPU "
-        f"the pod owns alone averaging under {t.IDLE_UTILIZATION_RATIO:.0%} utilisation over "
-        f"{t.IDLE_AVG_WINDOW} (alert GpuAllocatedIdle after {t.IDLE_FOR}).", "short",
+        f"the pod owns alone averaging under {thresholds.IDLE_UTILIZATION_RATIO:.0%} utilisation "
+        f"over {thresholds.IDLE_AVG_WINDOW} (alert GpuAllocatedIdle after {thresholds.IDLE_FOR}).",
+        "short",
         query(count_or_zero(IDLE)), thresholds=steps(*COUNT_WARN),
     ), 4, 4)
     grid.add(stat_panel(
@@ -71,34 +71,35 @@ def _allocations(grid: Layout) -> None:
     ), 4, 4)
     grid.add(stat_panel(
         "Memory of Slurm jobs", "GPU memory held by processes of the selected Slurm jobs.",
-        "bytes", query(f"sum({sel(c.WORKLOAD_MEMORY, H, SLURM_JOB, IN_JOB)}) or vector(0)"),
+        "bytes",
+        query(f"sum({sel(metrics.WORKLOAD_MEMORY, HOST, SLURM_JOB, IN_JOB)}) or vector(0)"),
     ), 4, 4)
     grid.add(stat_panel(
         "Memory of other containers", "GPU memory held by Docker, Podman, containerd or CRI-O "
         "containers outside Kubernetes.", "bytes",
-        query(f"sum({sel(c.WORKLOAD_MEMORY, H, IN_CONTAINER)}) or vector(0)"),
+        query(f"sum({sel(metrics.WORKLOAD_MEMORY, HOST, IN_CONTAINER)}) or vector(0)"),
     ), 4, 4)
     grid.add(stat_panel(
         "Kubelet PodResources API", "1 when every selected exporter's last poll of the "
         "kubelet's PodResources API succeeded; 0 means allocations are missing somewhere (alert "
         "GpuExporterPodResourcesFailing; see the status table).", "short",
-        query(f"min({sel(c.POD_RESOURCES_UP, H)})"),
+        query(f"min({sel(metrics.POD_RESOURCES_UP, HOST)})"),
         thresholds=steps(("red", None), ("green", 1.0)),
     ), 4, 4)
     grid.add(table_panel(
         "PodResources status", "The outcome of each exporter's last PodResources poll: ok, "
         "socket_missing (not mounted, or another kubelet root dir), permission_denied (run as "
         "uid 0), unavailable, timeout, too_large, rejected, unimplemented, error.",
-        [Column("Status", sel(c.POD_RESOURCES_STATUS, H), "short")],
+        [Column("Status", sel(metrics.POD_RESOURCES_STATUS, HOST), "short")],
     ), 20, 4)
     grid.add(table_panel(
         "GPUs owned by one pod", "Whole GPUs the kubelet gave to exactly one container: their "
         "memory, utilisation and power are that pod's.",
         [
-            Column("Memory used", owned(c.MEMORY_USED, H, *WORKLOAD), "bytes"),
-            Column("Memory total", owned(c.MEMORY_TOTAL, H, *WORKLOAD), "bytes"),
-            Column("Utilisation", owned(c.UTILIZATION, H, *WORKLOAD), "percentunit"),
-            Column("Power", owned(c.POWER_USAGE, H, *WORKLOAD), "watt"),
+            Column("Memory used", owned(metrics.MEMORY_USED, HOST, *WORKLOAD), "bytes"),
+            Column("Memory total", owned(metrics.MEMORY_TOTAL, HOST, *WORKLOAD), "bytes"),
+            Column("Utilisation", owned(metrics.UTILIZATION, HOST, *WORKLOAD), "percentunit"),
+            Column("Power", owned(metrics.POWER_USAGE, HOST, *WORKLOAD), "watt"),
         ],
         hidden=HIDDEN, sort_by="Memory used",
     ), 24, 8)
@@ -121,8 +122,9 @@ def _allocations(grid: Layout) -> None:
     grid.add(table_panel(
         "Allocated but idle", "Allocations of the selected pods that hold a GPU for nothing "
         "right now: no process of the pod on the GPU, or a GPU the pod owns alone averaging "
-        f"under {t.IDLE_UTILIZATION_RATIO:.0%} utilisation over {t.IDLE_AVG_WINDOW}. After "
-        f"{t.IDLE_FOR} the GpuAllocatedIdle alert fires (see its runbook).",
+        f"under {thresholds.IDLE_UTILIZATION_RATIO:.0%} utilisation over "
+        f"{thresholds.IDLE_AVG_WINDOW}. After {thresholds.IDLE_FOR} the GpuAllocatedIdle alert "
+        "fires (see its runbook).",
         [Column("Idle", f"max by (job, instance, gpu, uuid, namespace, pod, container) "
                         f"({IDLE})", "short")],
         hidden=HIDDEN,
@@ -142,14 +144,14 @@ def _usage(grid: Layout) -> None:
     ), 12)
     # Per pod from the workload recording group: one series per pod, not every GPU's series
     # joined with the allocations at every step.
-    util = sel_record(recording.POD_UTILIZATION, H, *WORKLOAD)
+    util = sel_record(recording.POD_UTILIZATION, HOST, *WORKLOAD)
     grid.add(timeseries_panel(
         "Utilisation of GPUs a pod owns", "Average utilisation of the whole GPUs each pod "
         "owns alone.", "percentunit",
         [query(f"avg by (namespace, pod) ({util})", "{{namespace}}/{{pod}}")],
         min_val=0, max_val=1,
     ), 12)
-    power = sel_record(recording.POD_POWER, H, *WORKLOAD)
+    power = sel_record(recording.POD_POWER, HOST, *WORKLOAD)
     grid.add(timeseries_panel(
         "Power of GPUs a pod owns", "Board power of the whole GPUs each pod owns alone, summed "
         "per pod.", "watt",
@@ -159,8 +161,8 @@ def _usage(grid: Layout) -> None:
 
 def _jobs(grid: Layout) -> None:
     grid.row("Slurm jobs and containers")
-    job_mem = sel(c.WORKLOAD_MEMORY, H, SLURM_JOB, IN_JOB)
-    job_util = sel(c.WORKLOAD_UTILIZATION, H, SLURM_JOB, IN_JOB)
+    job_mem = sel(metrics.WORKLOAD_MEMORY, HOST, SLURM_JOB, IN_JOB)
+    job_util = sel(metrics.WORKLOAD_UTILIZATION, HOST, SLURM_JOB, IN_JOB)
     grid.add(timeseries_panel(
         "GPU memory by Slurm job", "Memory held by each Slurm job's GPU processes (job id from "
         "the process's cgroup).", "bytes",
@@ -177,7 +179,7 @@ def _jobs(grid: Layout) -> None:
         ],
         hidden=HIDDEN, sort_by="Memory",
     ), 12)
-    container_mem = sel(c.WORKLOAD_MEMORY, H, IN_CONTAINER)
+    container_mem = sel(metrics.WORKLOAD_MEMORY, HOST, IN_CONTAINER)
     grid.add(timeseries_panel(
         "GPU memory by container (outside Kubernetes)", "Memory held by Docker, Podman, "
         "containerd and CRI-O containers not in a pod; the name where the runtime's files give "
@@ -192,7 +194,7 @@ def build() -> dashboard.Dashboard:
     built = board(
         "GPU workloads", UID,
         "Which pod, Slurm job or container holds each GPU, allocated or not.",
-        v.host_chain(*v.workload_labels()),
+        variables.host_chain(*variables.workload_labels()),
     )
     grid = Layout(built)
     _allocations(grid)

@@ -3,6 +3,7 @@ the test."""
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 from collections.abc import Iterable
@@ -34,3 +35,16 @@ def stop_all(processes: Iterable[subprocess.Popen[Any]], timeout: float) -> None
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=timeout)
+
+
+def stop(proc: subprocess.Popen[Any], timeout: float, sig: int = signal.SIGTERM) -> int:
+    """Send ``sig`` (SIGTERM) unless ``proc`` has exited, wait ``timeout`` seconds, then kill;
+    its exit code (negative: the signal that ended it)."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    return proc.returncode

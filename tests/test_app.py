@@ -8,13 +8,14 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 import pytest
 from fastapi import FastAPI, Query, Request
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import metrics as cat
+from exporter import metrics
 from exporter.config import Config
 from exporter.metrics import Group, default_groups
 from exporter.scheduler import Scheduler
@@ -46,9 +47,11 @@ class ProcessSource(FakeSource):
         return replace(snap, gpus=(replace(gpu, processes=(proc,)),))
 
 
-def _client(
+@contextmanager
+def _serving(
     source: FakeSource | None = None, **config: object
-) -> tuple[TestClient, Scheduler, FakeSource]:
+) -> Iterator[tuple[TestClient, Scheduler]]:
+    """The app as served (admission in front) and its scheduler, closed when the test ends."""
     source = source or ProcessSource()
     timeout = float(config.pop("timeout", 2.0))  # type: ignore[arg-type]
     sched = Scheduler(source, None, groups=default_groups(), min_interval=1.0,
@@ -60,15 +63,17 @@ def _client(
                              other=full.max_other_requests),
         web_config=WebConfig,
     )
-    return TestClient(app), sched, source
+    try:
+        with TestClient(app) as test_client:
+            yield test_client, sched
+    finally:
+        sched.close()
 
 
 @pytest.fixture
 def client() -> Iterator[TestClient]:
-    test_client, sched, _ = _client()
-    with test_client:
+    with _serving() as (test_client, _):
         yield test_client
-    sched.close()
 
 
 def _samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -86,10 +91,10 @@ def test_metrics_text_format(client: TestClient) -> None:
     assert response.headers["cache-control"] == "no-store"
     assert "content-encoding" not in response.headers
     samples = _samples(response.text)
-    used = samples[cat.MEMORY_USED.name]
+    used = samples[metrics.MEMORY_USED.name]
     assert used == [({"gpu": "0", "uuid": "GPU-0000"}, float(2 << 20))]
-    assert samples[cat.SOURCE_UP.name][0][1] == 1.0
-    process = samples[cat.PROCESS_MEMORY.name][0][0]
+    assert samples[metrics.SOURCE_UP.name][0][1] == 1.0
+    process = samples[metrics.PROCESS_MEMORY.name][0][0]
     assert process["user"] == EVIL  # label values carry it verbatim (escaped by the format)
 
 
@@ -108,14 +113,14 @@ def test_metrics_openmetrics_and_gzip(client: TestClient) -> None:
     assert response.headers["content-type"].startswith("application/openmetrics-text")
     assert response.headers["content-encoding"] == "gzip"
     assert response.text.endswith("# EOF\n")  # httpx decoded the gzip body
-    assert f"# UNIT {cat.MEMORY_USED.name} bytes" in response.text
+    assert f"# UNIT {metrics.MEMORY_USED.name} bytes" in response.text
 
 
 def test_gzip_body_is_really_gzip(client: TestClient) -> None:
     with client.stream("GET", "/metrics", headers={"Accept-Encoding": "gzip"}) as response:
         raw = b"".join(response.iter_raw())
     assert raw[:2] == b"\x1f\x8b"
-    assert cat.MEMORY_TOTAL.name.encode() in gzip.decompress(raw)
+    assert metrics.MEMORY_TOTAL.name.encode() in gzip.decompress(raw)
 
 
 def test_odd_accept_header_falls_back_to_text(client: TestClient) -> None:
@@ -132,12 +137,10 @@ def test_exact_paths_and_methods(client: TestClient) -> None:
 
 
 def test_custom_telemetry_path() -> None:
-    test_client, sched, _ = _client(telemetry_path="/gpu/metrics")
-    with test_client:
+    with _serving(telemetry_path="/gpu/metrics") as (test_client, _):
         assert test_client.get("/gpu/metrics").status_code == 200
         assert test_client.get("/metrics").status_code == 404
         assert 'href="/gpu/metrics"' in test_client.get("/").text
-    sched.close()
 
 
 def test_healthz_and_readyz(client: TestClient) -> None:
@@ -150,8 +153,7 @@ def test_healthz_and_readyz(client: TestClient) -> None:
 
 
 def test_readyz_reports_why_not() -> None:
-    test_client, sched, _source = _client(FakeSource(start_failures=50))
-    with test_client:
+    with _serving(FakeSource(start_failures=50)) as (test_client, _):
         response = test_client.get("/readyz")
         assert response.status_code == 503
         body = response.json()
@@ -160,9 +162,8 @@ def test_readyz_reports_why_not() -> None:
         assert body["source_initialised"] is False
         # The exporter keeps serving: metrics say the source is down.
         samples = _samples(test_client.get("/metrics").text)
-        assert samples[cat.SOURCE_UP.name][0][1] == 0.0
-        assert cat.MEMORY_USED.name not in samples
-    sched.close()
+        assert samples[metrics.SOURCE_UP.name][0][1] == 0.0
+        assert metrics.MEMORY_USED.name not in samples
 
 
 def test_snapshot_api_and_openapi(client: TestClient) -> None:
@@ -179,14 +180,12 @@ def test_snapshot_api_and_openapi(client: TestClient) -> None:
 
 
 def test_api_docs_behind_the_flag() -> None:
-    test_client, sched, _ = _client(api_docs=True)
-    with test_client:
+    with _serving(api_docs=True) as (test_client, _):
         schema = test_client.get("/openapi.json").json()
         assert "/api/v1/snapshot" in schema["paths"]
         assert "SnapshotResponse" in schema["components"]["schemas"]
         assert test_client.get("/docs").status_code == 200
         assert 'href="/docs"' in test_client.get("/").text
-    sched.close()
 
 
 def test_landing_page_escapes_and_links(client: TestClient) -> None:
@@ -237,12 +236,10 @@ def test_refresh_is_validated_exactly_as_fastapi_validates_the_query(query: str)
 
 
 def test_landing_page_when_source_down() -> None:
-    test_client, sched, _ = _client(FakeSource(start_failures=50))
-    with test_client:
+    with _serving(FakeSource(start_failures=50)) as (test_client, _):
         page = test_client.get("/").text
         assert "Source down: NVML library not found" in page
         assert "No GPUs." in page
-    sched.close()
 
 
 def test_scrape_timeout_header_parsing() -> None:
@@ -257,8 +254,7 @@ def test_scrape_timeout_header_parsing() -> None:
 
 def test_scrape_timeout_header_bounds_the_wait() -> None:
     source = ProcessSource()
-    test_client, sched, _ = _client(source, timeout=10.0, min_interval=0.0)
-    with test_client:
+    with _serving(source, timeout=10.0, min_interval=0.0) as (test_client, sched):
         bad_header = test_client.get(
             "/metrics", headers={"X-Prometheus-Scrape-Timeout-Seconds": "soon"}
         )
@@ -272,23 +268,21 @@ def test_scrape_timeout_header_bounds_the_wait() -> None:
         assert time.monotonic() - begin < 2.0
         assert response.status_code == 200
         samples = _samples(response.text)
-        assert samples[cat.DATA_AGE.name][0][1] >= 1.0
-        errors = {labels["kind"]: v for labels, v in samples.get(cat.ERRORS.name, [])}
+        assert samples[metrics.DATA_AGE.name][0][1] >= 1.0
+        errors = {labels["kind"]: v for labels, v in samples.get(metrics.ERRORS.name, [])}
         # The client's short timeout ran out, not the collector's: stale data, no error, or
         # any client could fire the errors alert with a tiny header.
         assert errors.get("collection_timeout") is None
-        assert cat.MEMORY_USED.name in samples  # last good data still served
+        assert metrics.MEMORY_USED.name in samples  # last good data still served
         for _ in range(20):
             test_client.get("/metrics", headers={"X-Prometheus-Scrape-Timeout-Seconds": "0.01"})
         assert "collection_timeout" not in sched.state(0.0).errors_total
         source.gate.set()
-    sched.close()
 
 
 def test_collection_overrunning_the_collector_timeout_counts_once() -> None:
     source = ProcessSource()
-    test_client, sched, _ = _client(source, timeout=0.5, min_interval=0.0)
-    with test_client:
+    with _serving(source, timeout=0.5, min_interval=0.0) as (test_client, sched):
         assert test_client.get("/metrics").status_code == 200
         source.gate.clear()
         time.sleep(1.05)
@@ -296,21 +290,19 @@ def test_collection_overrunning_the_collector_timeout_counts_once() -> None:
             test_client.get("/metrics", headers={"X-Prometheus-Scrape-Timeout-Seconds": "10"})
         assert sched.state(0.0).errors_total.get("collection_timeout") == 1
         source.gate.set()
-    sched.close()
 
 
 def test_beyond_max_requests_the_last_data_is_served_at_once() -> None:
     source = ProcessSource()
-    test_client, sched, _ = _client(source, max_requests=2, timeout=10.0)
-    results: list[int] = []
-    lock = threading.Lock()
+    with _serving(source, max_requests=2, timeout=10.0) as (test_client, _):
+        results: list[int] = []
+        lock = threading.Lock()
 
-    def scrape() -> None:
-        code = test_client.get("/metrics").status_code
-        with lock:
-            results.append(code)
+        def scrape() -> None:
+            code = test_client.get("/metrics").status_code
+            with lock:
+                results.append(code)
 
-    with test_client:
         assert test_client.get("/metrics").status_code == 200  # one good collection
         source.gate.clear()  # the next collection hangs until released
         source.entered.clear()
@@ -330,21 +322,19 @@ def test_beyond_max_requests_the_last_data_is_served_at_once() -> None:
         assert over.status_code == 200
         assert over.headers["server-timing"].startswith("latest, state;dur=")
         samples = _samples(over.text)
-        assert cat.MEMORY_USED.name in samples  # the last collected data
+        assert metrics.MEMORY_USED.name in samples  # the last collected data
         assert "collection_timeout" not in {
-            labels["kind"] for labels, _ in samples.get(cat.ERRORS.name, [])}
+            labels["kind"] for labels, _ in samples.get(metrics.ERRORS.name, [])}
         source.gate.set()
         for worker in workers:
             worker.join(10)
         assert results == [200, 200]
         assert test_client.get("/metrics").headers["server-timing"].startswith("state;dur=")
-    sched.close()
 
 
 def test_beyond_max_requests_before_any_collection_is_503_at_once() -> None:
     source = ProcessSource()
-    test_client, sched, _ = _client(source, max_requests=2, timeout=10.0)
-    with test_client:
+    with _serving(source, max_requests=2, timeout=10.0) as (test_client, _):
         source.gate.clear()  # the very first collection hangs: nothing collected yet
         workers = [threading.Thread(target=test_client.get, args=("/metrics",))
                    for _ in range(2)]
@@ -363,14 +353,13 @@ def test_beyond_max_requests_before_any_collection_is_503_at_once() -> None:
         source.gate.set()
         for worker in workers:
             worker.join(10)
-    sched.close()
 
 
 def test_every_exposed_family_is_from_the_catalogue(client: TestClient) -> None:
     text = client.get("/metrics", headers={"Accept-Encoding": "identity"}).text
     names = {family.name for family in text_string_to_metric_families(text)}
-    known = {m.family_name for m in cat.CATALOGUE} | {m.name for m in cat.CATALOGUE}
+    known = {m.family_name for m in metrics.CATALOGUE} | {m.name for m in metrics.CATALOGUE}
     unknown = {n for n in names if n not in known and not n.startswith("process_")}
     assert unknown == set()
-    assert cat.MEMORY_USED.name in names
-    assert cat.BUILD_INFO.name in names
+    assert metrics.MEMORY_USED.name in names
+    assert metrics.BUILD_INFO.name in names

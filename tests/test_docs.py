@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter import metrics as cat
+from exporter import metrics
 from exporter.config import FLAGS
 from exporter.docs import DocsError, render_readme
 
@@ -27,7 +27,7 @@ outro
 def test_render_fills_both_tables_and_keeps_the_rest() -> None:
     text = render_readme(TEMPLATE)
     assert "stale metrics" not in text
-    for metric in cat.CATALOGUE:
+    for metric in metrics.CATALOGUE:
         assert f"`{metric.name}`" in text
     for flag in FLAGS:
         assert flag.env in text

@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from exporter import metrics as cat
-from exporter import thresholds
+from exporter import metrics, thresholds
 from exporter.exposition.families import FamilyData, family, gpu_label_values
 from exporter.metrics import PROCESS_ROWS, Fold, Group, Metric
 from exporter.metrics.allocator import USER_COUNTERS
@@ -72,13 +71,13 @@ def _row_values(process: GpuProcess) -> list[float | None]:
 
 def process_label_names(options: ExpositionOptions) -> tuple[str, ...]:
     """Label names of per-process series under ``options`` (catalogue order)."""
-    names = tuple(n for n in cat.PROCESS_LABELS if options.pid_label or n != "pid")
+    names = tuple(n for n in metrics.PROCESS_LABELS if options.pid_label or n != "pid")
     if options.kubernetes_labels:
-        names += cat.KUBERNETES_LABELS
+        names += metrics.KUBERNETES_LABELS
     if options.container_labels:
-        names += tuple(n for n in cat.CONTAINER_LABELS if n not in names)
+        names += tuple(n for n in metrics.CONTAINER_LABELS if n not in names)
     if options.slurm_labels:
-        names += cat.SLURM_LABELS
+        names += metrics.SLURM_LABELS
     return names
 
 
@@ -92,7 +91,7 @@ def _labels(
     owner = process.owner
     pid = (str(process.pid),) if options.pid_label else ()
     if owner is None:
-        who = (cat.UNKNOWN_VALUE, cat.UNKNOWN_VALUE, cat.UNKNOWN_VALUE)
+        who = (metrics.UNKNOWN_VALUE, metrics.UNKNOWN_VALUE, metrics.UNKNOWN_VALUE)
     else:
         who = (owner.name, owner.user, str(owner.uid))
     if not _attributed(options):
@@ -120,7 +119,7 @@ def _workload(process: GpuProcess, options: ExpositionOptions) -> tuple[str, ...
 
 def _overflow_labels(gpu: tuple[str, str], options: ExpositionOptions) -> tuple[str, ...]:
     width = len(process_label_names(options)) - len(gpu)
-    return (*gpu, *([cat.OVERFLOW_VALUE] * width))
+    return (*gpu, *([metrics.OVERFLOW_VALUE] * width))
 
 
 def process_series(
@@ -138,7 +137,7 @@ def process_series(
     cap = max(options.max_process_series_per_gpu, 0)
     if len(merged) <= cap:
         return list(merged.values()), 0  # snapshot order; sorting only matters for the cap
-    memory = PROCESS_ROWS.index(cat.PROCESS_MEMORY)
+    memory = PROCESS_ROWS.index(metrics.PROCESS_MEMORY)
     ordered = sorted(
         merged.values(),
         key=lambda s: (-(m if (m := s.values[memory]) is not None else -1), s.labels),
@@ -155,10 +154,10 @@ def process_series(
 
 
 def _user_totals(gpus: Iterable[GpuReading]) -> tuple[FamilyData, FamilyData]:
-    memory = family(cat.USER_MEMORY)
-    count = family(cat.USER_PROCESSES)
+    memory = family(metrics.USER_MEMORY)
+    count = family(metrics.USER_PROCESSES)
     memory_rows, count_rows = memory.rows, count.rows
-    unknown = cat.UNKNOWN_VALUE
+    unknown = metrics.UNKNOWN_VALUE
     for gpu in gpus:
         labels = gpu_label_values(gpu.identity)
         # Plain dicts, not ProcessSeries: same sums, far less work per process.
@@ -185,9 +184,9 @@ def _user_idle(gpus: Iterable[GpuReading]) -> tuple[FamilyData, FamilyData]:
     Processes without a utilisation sample (NVML has none for them) count for neither, so a
     GPU that cannot report process utilisation never looks idle.
     """
-    idle = family(cat.USER_IDLE_MEMORY)
-    busiest = family(cat.USER_UTILIZATION_MAX)
-    unknown = cat.UNKNOWN_VALUE
+    idle = family(metrics.USER_IDLE_MEMORY)
+    busiest = family(metrics.USER_UTILIZATION_MAX)
+    unknown = metrics.UNKNOWN_VALUE
     floor, ratio = thresholds.IDLE_PROCESS_MEMORY_BYTES, thresholds.IDLE_UTILIZATION_RATIO
     for gpu in gpus:
         labels = gpu_label_values(gpu.identity)
@@ -239,7 +238,7 @@ def _add_unmerged(gpu: GpuReading, options: ExpositionOptions,
     if _attributed(options):
         keys = [_labels(gpu_labels, proc, options) for proc in processes]
     else:  # what _labels gives, inlined: this runs for every process of every snapshot
-        unknown = (cat.UNKNOWN_VALUE,) * 3
+        unknown = (metrics.UNKNOWN_VALUE,) * 3
         keys = [
             (*gpu_labels, str(proc.pid),
              *(unknown if (owner := proc.owner) is None
@@ -264,10 +263,10 @@ def _workload_totals(gpus: Iterable[GpuReading], options: ExpositionOptions
                      ) -> tuple[FamilyData, FamilyData]:
     """Memory and summed utilisation per (GPU, workload); processes of no workload are left
     out (they are in the per-user totals)."""
-    names = (*cat.GPU_LABELS, *process_label_names(options)[len(process_label_names(
+    names = (*metrics.GPU_LABELS, *process_label_names(options)[len(process_label_names(
         ExpositionOptions(pid_label=options.pid_label))):])
-    memory = family(cat.WORKLOAD_MEMORY, names)
-    utilization = family(cat.WORKLOAD_UTILIZATION, names)
+    memory = family(metrics.WORKLOAD_MEMORY, names)
+    utilization = family(metrics.WORKLOAD_UTILIZATION, names)
     if not _attributed(options):
         return memory, utilization
     for gpu in gpus:
@@ -289,7 +288,7 @@ def _workload_totals(gpus: Iterable[GpuReading], options: ExpositionOptions
 
 def _allocations(snapshot: Snapshot) -> FamilyData:
     """``gpu_allocation_info``: one series per kubelet allocation (already unique)."""
-    allocations = family(cat.ALLOCATION_INFO)
+    allocations = family(metrics.ALLOCATION_INFO)
     for row in snapshot.allocations:
         allocations.add((row.gpu, row.uuid, row.device_id, row.gpu_instance, row.resource,
                          row.namespace, row.pod, row.container, row.sharing), 1.0)
@@ -310,9 +309,9 @@ def process_families(snapshot: Snapshot, options: ExpositionOptions) -> Iterator
         return
     healthy = [gpu for gpu in snapshot.gpus if gpu.up]
     names = process_label_names(options)
-    count = family(cat.PROCESSES)
+    count = family(metrics.PROCESSES)
     per_process = [family(row, names) for row in PROCESS_ROWS]
-    overflow = family(cat.PROCESS_SERIES_OVERFLOW)
+    overflow = family(metrics.PROCESS_SERIES_OVERFLOW)
     for gpu in healthy:
         gpu_labels = gpu_label_values(gpu.identity)
         count.add(gpu_labels, len(gpu.processes))

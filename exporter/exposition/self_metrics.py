@@ -12,7 +12,7 @@ from functools import lru_cache
 from importlib import metadata
 
 import exporter
-from exporter import metrics as cat
+from exporter import metrics
 from exporter.exposition.families import FamilyData, family
 from exporter.snapshot import Snapshot
 from exporter.state import ExporterState
@@ -50,37 +50,37 @@ def collection_success(snapshot: Snapshot) -> bool:
 def self_families(state: ExporterState) -> Iterator[FamilyData]:
     """Build info, source health, collection outcome, data age and cumulative error counters."""
     snapshot = state.snapshot
-    build = family(cat.BUILD_INFO)
+    build = family(metrics.BUILD_INFO)
     build.add(
         (exporter.__version__, platform.python_version(), nvml_binding_version(), snapshot.source),
         1.0,
     )
     yield build
-    source_up = family(cat.SOURCE_UP)
+    source_up = family(metrics.SOURCE_UP)
     source_up.add((snapshot.source,), 1.0 if snapshot.source_up else 0.0)
     yield source_up
-    success = family(cat.COLLECTION_SUCCESS)
+    success = family(metrics.COLLECTION_SUCCESS)
     success.add((), 1.0 if collection_success(snapshot) else 0.0)
     yield success
-    duration = family(cat.COLLECTION_DURATION)
+    duration = family(metrics.COLLECTION_DURATION)
     duration.add((), snapshot.duration_seconds)
     yield duration
     if state.last_success_timestamp is not None:
-        last = family(cat.LAST_SUCCESS)
+        last = family(metrics.LAST_SUCCESS)
         last.add((), state.last_success_timestamp)
         yield last
-    age = family(cat.DATA_AGE)
+    age = family(metrics.DATA_AGE)
     age.add((), max(state.data_age_seconds, 0.0))
     yield age
     health = snapshot.pod_resources
     if health is not None:
-        pod_resources = family(cat.POD_RESOURCES_UP)
+        pod_resources = family(metrics.POD_RESOURCES_UP)
         pod_resources.add((), 1.0 if health.up else 0.0)
         yield pod_resources
-        status = family(cat.POD_RESOURCES_STATUS)
+        status = family(metrics.POD_RESOURCES_STATUS)
         status.add((health.status,), 1.0)
         yield status
-    errors = family(cat.ERRORS)
+    errors = family(metrics.ERRORS)
     for kind in sorted(state.errors_total):
         errors.add((kind,), state.errors_total[kind])
     if errors.rows:

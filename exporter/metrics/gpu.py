@@ -33,7 +33,6 @@ THERMAL_THROTTLE_REASONS: tuple[str, ...] = ("sw_thermal_slowdown", "hw_thermal_
 POWER_THROTTLE_REASONS: tuple[str, ...] = ("sw_power_cap", "hw_power_brake_slowdown", "hw_slowdown")
 
 _TEMPERATURE_GPU = Constant("NVML_TEMPERATURE_GPU", 0)
-_VOLATILE_ECC = Constant("NVML_VOLATILE_ECC", 0)
 
 GPU_INFO = Metric(
     "gpu_info", Kind.INFO, Group.INFO,
@@ -208,16 +207,28 @@ THROTTLE_ACTIVE = Metric(
     simulate=lambda gpu: gpu.throttle_reasons,
     json_field="throttle_reasons", json_type=bool,
 )
-ECC_ERRORS = Metric(
-    "gpu_ecc_errors_total", Kind.COUNTER, Group.ECC,
+
+
+def ecc_row(name: str, help_text: str, counter: Constant, json_field: str) -> Metric:
+    """ECC errors by type from ``nvmlDeviceGetTotalEccErrors`` with ``counter`` (volatile: since
+    the driver loaded; aggregate: the GPU's lifetime). A simulated GPU's whole life is the
+    scenario, so both counters simulate the same counts."""
+    return Metric(
+        name, Kind.COUNTER, Group.ECC, help_text,
+        labels=(*GPU_LABELS, "type"), label_values=("corrected", "uncorrected"),
+        nvml=nvml("nvmlDeviceGetTotalEccErrors", per_label={
+            "corrected": (Constant("NVML_MEMORY_ERROR_TYPE_CORRECTED", 0), counter),
+            "uncorrected": (Constant("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1), counter),
+        }),
+        simulate=lambda gpu: ({"corrected": gpu.ecc_corrected,
+                               "uncorrected": gpu.ecc_uncorrected} if gpu.model.ecc else None),
+        json_field=json_field, json_type=int,
+    )
+
+
+ECC_ERRORS = ecc_row(
+    "gpu_ecc_errors_total",
     "ECC memory errors since the driver loaded; type is corrected or uncorrected. Any "
     "uncorrected error means data loss: drain the GPU.",
-    labels=(*GPU_LABELS, "type"), label_values=("corrected", "uncorrected"),
-    nvml=nvml("nvmlDeviceGetTotalEccErrors", per_label={
-        "corrected": (Constant("NVML_MEMORY_ERROR_TYPE_CORRECTED", 0), _VOLATILE_ECC),
-        "uncorrected": (Constant("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1), _VOLATILE_ECC),
-    }),
-    simulate=lambda gpu: ({"corrected": gpu.ecc_corrected, "uncorrected": gpu.ecc_uncorrected}
-                          if gpu.model.ecc else None),
-    json_field="ecc", json_type=int,
+    Constant("NVML_VOLATILE_ECC", 0), "ecc",
 )

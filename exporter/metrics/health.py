@@ -8,16 +8,8 @@ compute instance ID and ``mig_uuid`` the MIG device's UUID.
 
 from __future__ import annotations
 
-from exporter.metrics.core import (
-    GPU_LABELS,
-    Constant,
-    Group,
-    Kind,
-    Metric,
-    NvmlSpecial,
-    Scope,
-    nvml,
-)
+from exporter.metrics.core import GPU_LABELS, Constant, Group, Kind, Metric, NvmlSpecial, Scope
+from exporter.metrics.gpu import ecc_row
 
 #: NVML health event types counted besides XIDs (``event`` label values), in exposition order.
 HEALTH_EVENTS: tuple[str, ...] = (
@@ -35,7 +27,27 @@ MIG_INSTANCE_LABELS: tuple[str, ...] = (*GPU_LABELS, "gpu_instance", "gpu_profil
 MIG_DEVICE_LABELS: tuple[str, ...] = (*GPU_LABELS, "gpu_instance", "compute_instance",
                                       "gpu_profile")
 
-_AGGREGATE_ECC = Constant("NVML_AGGREGATE_ECC", 1)
+
+
+def _xid_row(name: str, kind: Kind, help_text: str, labels: tuple[str, ...]) -> Metric:
+    """A row filled from the background XID counts (``exporter.exposition.health``)."""
+    return Metric(name, kind, Group.XID, help_text, labels=labels, scope=Scope.XID)
+
+
+def _mig_row(name: str, kind: Kind, help_text: str, labels: tuple[str, ...]) -> Metric:
+    """A row per MIG instance or device, filled from the GPU's MIG list."""
+    return Metric(name, kind, Group.MIG, help_text, labels=labels, scope=Scope.MIG)
+
+def _remap_flag(flag: str, help_text: str) -> Metric:
+    """``gpu_remapped_rows_<flag>``: one 0/1 field of NVML's row-remapping state."""
+    return Metric(
+        f"gpu_remapped_rows_{flag}", Kind.GAUGE, Group.REMAPPING, help_text,
+        nvml=NvmlSpecial("remapped_rows"),
+        simulate=lambda gpu: (None if gpu.remapped_rows is None
+                              else float(getattr(gpu.remapped_rows, flag))),
+        json_field=f"remapped_rows_{flag}", json_type=bool,
+    )
+
 
 # --- memory repair (Ampere+: row remapping; older: page retirement) -----------------------------
 REMAPPED_ROWS = Metric(
@@ -50,23 +62,15 @@ REMAPPED_ROWS = Metric(
                            "uncorrected": gpu.remapped_rows.uncorrected}),
     json_field="remapped_rows_{}", json_type=int,
 )
-REMAP_PENDING = Metric(
-    "gpu_remapped_rows_pending", Kind.GAUGE, Group.REMAPPING,
+REMAP_PENDING = _remap_flag(
+    "pending",
     "1 while remapped rows wait for a GPU reset to take effect (jobs keep running; reset the "
     "GPU when convenient), else 0.",
-    nvml=NvmlSpecial("remapped_rows"),
-    simulate=lambda gpu: (None if gpu.remapped_rows is None
-                          else float(gpu.remapped_rows.pending)),
-    json_field="remapped_rows_pending", json_type=bool,
 )
-REMAP_FAILURE = Metric(
-    "gpu_remapped_rows_failure", Kind.GAUGE, Group.REMAPPING,
+REMAP_FAILURE = _remap_flag(
+    "failure",
     "1 if a row remap ever failed on this GPU (a memory bank ran out of spare rows: replace "
     "the GPU), else 0.",
-    nvml=NvmlSpecial("remapped_rows"),
-    simulate=lambda gpu: (None if gpu.remapped_rows is None
-                          else float(gpu.remapped_rows.failure)),
-    json_field="remapped_rows_failure", json_type=bool,
 )
 RETIRED_PAGES = Metric(
     "gpu_retired_pages_total", Kind.COUNTER, Group.REMAPPING,
@@ -88,33 +92,25 @@ RETIRED_PENDING = Metric(
                           else float(gpu.retired_pages.pending)),
     json_field="retired_pages_pending", json_type=bool,
 )
-ECC_AGGREGATE = Metric(
-    "gpu_ecc_aggregate_errors_total", Kind.COUNTER, Group.ECC,
+ECC_AGGREGATE = ecc_row(
+    "gpu_ecc_aggregate_errors_total",
     "ECC memory errors over the lifetime of the GPU (NVML's aggregate counters, kept across "
     "driver reloads and reboots); type is corrected or uncorrected.",
-    labels=(*GPU_LABELS, "type"), label_values=("corrected", "uncorrected"),
-    nvml=nvml("nvmlDeviceGetTotalEccErrors", per_label={
-        "corrected": (Constant("NVML_MEMORY_ERROR_TYPE_CORRECTED", 0), _AGGREGATE_ECC),
-        "uncorrected": (Constant("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1), _AGGREGATE_ECC),
-    }),
-    # A simulated GPU's whole life is the scenario: lifetime counts equal the volatile ones.
-    simulate=lambda gpu: ({"corrected": gpu.ecc_corrected, "uncorrected": gpu.ecc_uncorrected}
-                          if gpu.model.ecc else None),
-    json_field="ecc_aggregate", json_type=int,
+    Constant("NVML_AGGREGATE_ECC", 1), "ecc_aggregate",
 )
 
 # --- XID errors and health events (NVML events, counted in the background) ----------------------
-XID_ERRORS = Metric(
-    "gpu_xid_errors_total", Kind.COUNTER, Group.XID,
+XID_ERRORS = _xid_row(
+    "gpu_xid_errors_total", Kind.COUNTER,
     "XID errors the driver reported for this GPU since the exporter started, by XID code "
     "(13, 31, 43: the application's fault; 48, 94, 95: uncorrectable memory errors; 79: fell "
     "off the bus; see the runbook). Counted from NVML events, not on the scrape path.",
-    labels=(*GPU_LABELS, "xid"), scope=Scope.XID,
+    (*GPU_LABELS, "xid"),
 )
-LAST_XID = Metric(
-    "gpu_last_xid_timestamp_seconds", Kind.GAUGE, Group.XID,
+LAST_XID = _xid_row(
+    "gpu_last_xid_timestamp_seconds", Kind.GAUGE,
     "Unix time the exporter received the last XID of this code for this GPU, in seconds.",
-    labels=(*GPU_LABELS, "xid"), scope=Scope.XID,
+    (*GPU_LABELS, "xid"),
 )
 XID_EVENTS_REGISTERED = Metric(
     "gpu_xid_events_registered", Kind.GAUGE, Group.XID,
@@ -144,36 +140,34 @@ MIG_ENABLED = Metric(
     simulate=lambda gpu: None if not gpu.model.mig else float(gpu.mig_enabled),
     json_field="mig_enabled", json_type=bool,
 )
-MIG_INFO = Metric(
-    "gpu_mig_instance_info", Kind.INFO, Group.MIG,
+MIG_INFO = _mig_row(
+    "gpu_mig_instance_info", Kind.INFO,
     "One MIG device (a compute instance inside a GPU instance) of this GPU; value is always 1. "
     "gpu_instance and gpu_profile are dcgm-exporter's GPU_I_ID and GPU_I_PROFILE.",
-    labels=(*MIG_DEVICE_LABELS, "mig_uuid"), scope=Scope.MIG,
+    (*MIG_DEVICE_LABELS, "mig_uuid"),
 )
-MIG_MEMORY_USED = Metric(
-    "gpu_mig_memory_used_bytes", Kind.GAUGE, Group.MIG,
+MIG_MEMORY_USED = _mig_row(
+    "gpu_mig_memory_used_bytes", Kind.GAUGE,
     "Memory used in one MIG GPU instance, in bytes (its compute instances share it).",
-    labels=MIG_INSTANCE_LABELS, scope=Scope.MIG,
+    MIG_INSTANCE_LABELS,
 )
-MIG_MEMORY_TOTAL = Metric(
-    "gpu_mig_memory_total_bytes", Kind.GAUGE, Group.MIG,
-    "Memory of one MIG GPU instance, in bytes.",
-    labels=MIG_INSTANCE_LABELS, scope=Scope.MIG,
+MIG_MEMORY_TOTAL = _mig_row(
+    "gpu_mig_memory_total_bytes", Kind.GAUGE, "Memory of one MIG GPU instance, in bytes.",
+    MIG_INSTANCE_LABELS,
 )
-MIG_PROCESSES = Metric(
-    "gpu_mig_processes", Kind.GAUGE, Group.MIG,
-    "Number of processes running in one MIG device (compute instance).",
-    labels=MIG_DEVICE_LABELS, scope=Scope.MIG,
+MIG_PROCESSES = _mig_row(
+    "gpu_mig_processes", Kind.GAUGE,
+    "Number of processes running in one MIG device (compute instance).", MIG_DEVICE_LABELS,
 )
-MIG_USER_MEMORY = Metric(
-    "gpu_mig_user_memory_used_bytes", Kind.GAUGE, Group.MIG,
+MIG_USER_MEMORY = _mig_row(
+    "gpu_mig_user_memory_used_bytes", Kind.GAUGE,
     "GPU memory held by one user's processes in one MIG device, in bytes ('unknown' where the "
     "owner could not be read).",
-    labels=(*MIG_DEVICE_LABELS, "user"), scope=Scope.MIG,
+    (*MIG_DEVICE_LABELS, "user"),
 )
-MIG_XID_ERRORS = Metric(
-    "gpu_mig_xid_errors_total", Kind.COUNTER, Group.XID,
+MIG_XID_ERRORS = _xid_row(
+    "gpu_mig_xid_errors_total", Kind.COUNTER,
     "XID errors NVML attributed to one MIG device since the exporter started, by XID code (a "
     "subset of gpu_xid_errors_total).",
-    labels=(*GPU_LABELS, "gpu_instance", "compute_instance", "xid"), scope=Scope.XID,
+    (*GPU_LABELS, "gpu_instance", "compute_instance", "xid"),
 )

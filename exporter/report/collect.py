@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from exporter.report import records as r
+from exporter.report import records
 from exporter.report.client import PrometheusClient, ReportError, Sample
 from exporter.report.model import Day, ProcessRow, Report, Row, Usage
 from exporter.report.timerange import TimeRange, chunks, iso
@@ -23,12 +23,12 @@ __all__ = ["Progress", "build_report"]
 Progress = Callable[[int, int], None]
 #: Record quantity -> the ``Usage`` field its range total goes to.
 FIELDS = {
-    r.IDLE_GPUS: "idle_gpu_seconds",
-    r.IDLE_MEMORY: "idle_byte_seconds",
-    r.HELD_GPUS: "held_gpu_seconds",
-    r.HELD_MEMORY: "held_byte_seconds",
-    r.USED_GPUS: "used_gpu_seconds",
-    r.POWER: "energy_joules",
+    records.IDLE_GPUS: "idle_gpu_seconds",
+    records.IDLE_MEMORY: "idle_byte_seconds",
+    records.HELD_GPUS: "held_gpu_seconds",
+    records.HELD_MEMORY: "held_byte_seconds",
+    records.USED_GPUS: "used_gpu_seconds",
+    records.POWER: "energy_joules",
 }
 _TAG = "__report_field"
 START_TIME = "gpu_process_start_time_seconds"
@@ -49,13 +49,13 @@ def _tagged(expr: str, tag: str) -> str:
     return f'label_replace({expr}, "{_TAG}", "{tag}", "", "")'
 
 
-def level_query(level: r.Level, span: TimeRange, matchers: str) -> str:
+def level_query(level: records.Level, span: TimeRange, matchers: str) -> str:
     """One query for every quantity of ``level`` summed over ``span``."""
     by = ", ".join(level.keeps)
     parts = [
         _tagged(f"sum by ({by}) (sum_over_time({_sel(level.record(q), matchers)}"
                 f"{_window(span)}))", q)
-        for q in r.level_quantities(level)
+        for q in records.level_quantities(level)
     ]
     return "\nor ".join(parts)
 
@@ -63,7 +63,7 @@ def level_query(level: r.Level, span: TimeRange, matchers: str) -> str:
 def process_query(span: TimeRange, matchers: str, top: int) -> str:
     """Details of the ``top`` processes by idle byte-seconds over the whole range."""
     window = _window(span)
-    idle = _sel(r.PROCESS_IDLE_MEMORY, matchers)
+    idle = _sel(records.PROCESS_IDLE_MEMORY, matchers)
     best = f"topk({top}, sum_over_time({idle}{window}))"
     parts = {
         "sum": best,
@@ -86,25 +86,26 @@ def _split(sample: Sample) -> tuple[str, tuple[tuple[str, str], ...]]:
 def rule_interval(client: PrometheusClient) -> float | None:
     """The accounting group's interval as loaded in Prometheus (None if it is not loaded)."""
     for group in client.rule_groups():
-        if group.get("name") == r.GROUP:
-            return float(group.get("interval") or r.INTERVAL_SECONDS)
+        if group.get("name") == records.GROUP:
+            return float(group.get("interval") or records.INTERVAL_SECONDS)
     return None
 
 
 def _explain_empty(client: PrometheusClient, span: TimeRange, matchers: str,
                    loaded: bool) -> ReportError:
-    probe = _sel(r.USER.record(r.HELD_MEMORY), matchers)
+    probe = _sel(records.USER.record(records.HELD_MEMORY), matchers)
     if client.series_exist(probe):
         return ReportError(
             f"empty range: no idle-accounting data between {iso(span.start)} and "
             f"{iso(span.end)} (this Prometheus has {probe} at other times)")
     if loaded:
         return ReportError(
-            f"empty range: the {r.GROUP} rules are loaded but recorded nothing before "
+            f"empty range: the {records.GROUP} rules are loaded but recorded nothing before "
             f"{iso(span.end)}; they need GPU processes scraped (and a minute) to record")
     return ReportError(
-        f"missing recording rules: no series named {r.USER.record(r.HELD_MEMORY)} and no "
-        f"{r.GROUP} rule group on this Prometheus; load dashboards/rules/{r.RULE_FILE} "
+        "missing recording rules: no series named "
+        f"{records.USER.record(records.HELD_MEMORY)} and no {records.GROUP} rule group on this "
+        f"Prometheus; load dashboards/rules/{records.RULE_FILE} "
         "(docs: README, 'Idle accounting')")
 
 
@@ -118,43 +119,44 @@ def build_report(client: PrometheusClient, span: TimeRange, *, matchers: str = "
             recording rules missing.
     """
     loaded_interval = rule_interval(client)
-    interval = loaded_interval or float(r.INTERVAL_SECONDS)
+    interval = loaded_interval or float(records.INTERVAL_SECONDS)
     report = Report(prometheus_url=client.base, start=span.start, end=span.end,
                     interval_seconds=interval, generated_at=time.time() if now is None else now,
                     matchers=matchers)
     pieces = chunks(span)
-    total = len(pieces) * len(r.LEVELS) + 1
+    total = len(pieces) * len(records.LEVELS) + 1
     done = 0
     tables: dict[str, dict[tuple[tuple[str, str], ...], Usage]] = {
-        lv.name: {} for lv in r.LEVELS
+        lv.name: {} for lv in records.LEVELS
     }
     for piece in pieces:
         day = Day(piece.start, piece.end)
-        for level in r.LEVELS:
+        for level in records.LEVELS:
             for sample in client.query(level_query(level, piece, matchers), piece.end):
                 quantity, key = _split(sample)
                 if quantity not in FIELDS:
                     continue
                 value = sample.value * interval
                 tables[level.name].setdefault(key, Usage()).add(FIELDS[quantity], value)
-                if level is r.USER and quantity in (r.IDLE_GPUS, r.IDLE_MEMORY, r.HELD_GPUS,
-                                                    r.USED_GPUS):
+                if level is records.USER and quantity in (
+                        records.IDLE_GPUS, records.IDLE_MEMORY, records.HELD_GPUS,
+                        records.USED_GPUS):
                     name = FIELDS[quantity]
                     setattr(day, name, getattr(day, name) + value)
             done += 1
             if progress is not None:
                 progress(done, total)
         report.days.append(day)
-    if not tables[r.USER.name]:
+    if not tables[records.USER.name]:
         raise _explain_empty(client, span, matchers, loaded_interval is not None)
 
-    def ranked(level: r.Level) -> list[Row]:
+    def ranked(level: records.Level) -> list[Row]:
         rows = [Row(dict(key), usage) for key, usage in tables[level.name].items()]
         rows.sort(key=lambda row: (-row.usage.idle_gpu_seconds, -row.usage.idle_byte_seconds,
                                    tuple(row.labels.values())))
         return rows
 
-    report.users, report.pods, report.jobs = (ranked(lv) for lv in r.LEVELS)
+    report.users, report.pods, report.jobs = (ranked(lv) for lv in records.LEVELS)
     for row in report.users:
         for name in FIELDS.values():
             value = getattr(row.usage, name)

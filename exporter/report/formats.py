@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from exporter.report import records as r
+from exporter.report import records
 from exporter.report.model import GIB, HOUR, ProcessRow, Report, Row, Usage
 from exporter.report.timerange import format_duration, iso
 
@@ -80,7 +80,7 @@ def sections(report: Report) -> list[tuple[str, list[str], list[list[str]]]]:
 
     usage_table("Idle GPU time by user", ["user"], report.users, energy=True)
     usage_table("Idle GPU time by namespace/pod", ["namespace", "pod"], report.pods, False)
-    usage_table("Idle GPU time by job", [r.JOB_LABEL, "user"], report.jobs, False)
+    usage_table("Idle GPU time by job", [records.JOB_LABEL, "user"], report.jobs, False)
     if report.processes:
         out.append((
             "Top forgotten processes (memory held while idle)", ["#", *PROCESS_HEADER],
@@ -146,7 +146,7 @@ def markdown(report: Report) -> str:
     return "\n".join(lines) + "\n"
 
 
-CSV_COLUMNS = ["section", "user", "namespace", "pod", r.JOB_LABEL, "instance", "gpu", "pid",
+CSV_COLUMNS = ["section", "user", "namespace", "pod", records.JOB_LABEL, "instance", "gpu", "pid",
                "process", "idle_gpu_hours", "idle_gib_hours", "held_gpu_hours",
                "held_gib_hours", "used_gpu_hours", "energy_kwh", "idle_hours",
                "peak_idle_gib", "started_unix", "last_active_unix", "running_at_end"]

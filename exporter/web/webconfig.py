@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from exporter.config import parse_duration
+
 __all__ = [
     "OPENABLE_PATHS",
     "RateLimit",
@@ -92,8 +94,6 @@ _HEADERS = ("Content-Security-Policy", "X-Frame-Options", "X-Content-Type-Option
             "X-XSS-Protection", "Strict-Transport-Security")
 #: $2a$/$2b$/$2y$, two-digit cost, 53 characters of salt and hash.
 _BCRYPT = re.compile(r"\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}")
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,14 +305,11 @@ def _rate_limit(raw: Any) -> RateLimit | None:
         return None
     text = limit.get("interval", "0")
     text = text if isinstance(text, str) else str(text)
-    pos, seconds = 0, 0.0
-    for match in _DURATION.finditer(text):
-        if match.start() != pos:
-            break
-        seconds += float(match.group(1)) * _UNITS[match.group(2)]
-        pos = match.end()
-    if text != "0" and (pos == 0 or pos != len(text)):
-        raise WebConfigError(f"rate_limit.interval: {text!r} is not a duration (e.g. 100ms)")
+    try:
+        seconds = parse_duration(text)
+    except ValueError:
+        raise WebConfigError(
+            f"rate_limit.interval: {text!r} is not a duration (e.g. 100ms)") from None
     burst = limit.get("burst", 1)
     if isinstance(burst, bool) or not isinstance(burst, int) or not 0 < burst <= 1_000_000:
         raise WebConfigError("rate_limit.burst: expected an integer from 1 to 1000000")

@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from exporter.attribution.cgroup import CgroupIdentity, parse_cgroup  # noqa: E402
+from scripts.gpu.results import RESULTS, check  # noqa: E402
 
 POD_UID = "3f1e2d4c-5b6a-4798-8a9b-0c1d2e3f4a5b"
 K8S_CID = "c0ffee" + "1" * 58
@@ -53,7 +54,6 @@ NAMESPACE, POD, CONTAINER = "ml", "trainer-0", "trainer"
 DOCKER_NAME = "gpu-docker-check"
 SLURM_JOB = "4242"
 FAKE_UUID = "GPU-00000000-fake-4000-8000-000000000000"  # tests/sources h200(0)
-RESULTS: list[tuple[str, bool, str]] = []
 
 #: Exporter flags for this check (cgroup attribution, log tree, PodResources, Docker root).
 def exporter_flags(work: Path, socket_path: str) -> list[str]:
@@ -67,12 +67,6 @@ def exporter_flags(work: Path, socket_path: str) -> list[str]:
         "--kubernetes.pod-resources-interval=1s",
         f"--containers.docker-root={work / 'docker'}",
     ]
-
-
-def check(name: str, ok: bool, detail: str = "") -> bool:
-    RESULTS.append((name, ok, detail))
-    print(f"[{'PASS' if ok else 'FAIL'}] {name}  {detail}", flush=True)
-    return ok
 
 
 @dataclass

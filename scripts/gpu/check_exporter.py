@@ -37,15 +37,9 @@ sys.path.insert(0, str(ROOT))
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from exporter import metrics as cat  # noqa: E402
+from scripts.gpu.results import RESULTS, check  # noqa: E402
 
 MIB = 1 << 20
-RESULTS: list[tuple[str, bool, str]] = []
-
-
-def check(name: str, ok: bool, detail: str = "") -> bool:
-    RESULTS.append((name, ok, detail))
-    print(f"[{'PASS' if ok else 'FAIL'}] {name}  {detail}", flush=True)
-    return ok
 
 
 @dataclass

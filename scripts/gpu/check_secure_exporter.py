@@ -32,15 +32,12 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULTS: list[tuple[str, bool, str]] = []
+sys.path.insert(0, str(ROOT))
+
+from scripts.gpu.results import RESULTS, check  # noqa: E402
+
 MARKER = "cmdlineMARKERx9q"
 PASSWORD = "gpu-check-password"
-
-
-def check(name: str, ok: bool, detail: str = "") -> bool:
-    RESULTS.append((name, ok, detail))
-    print(f"[{'PASS' if ok else 'FAIL'}] {name}  {detail}", flush=True)
-    return ok
 
 
 def request(url: str, context: ssl.SSLContext | None, auth: bool,

@@ -10,14 +10,7 @@ import pytest
 
 from exporter.attribution.container_names import ContainerNames
 from tests.fixtures.cgroups import CID_A, CID_B, CID_C
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.scheduler_fakes import FakeClock
 
 
 def write_docker(root: Path, container_id: str, name: str) -> Path:

@@ -17,14 +17,7 @@ from exporter.attribution.kubernetes import (
 from exporter.snapshot import PodRef
 from tests.fixtures.cgroups import CID_A, CID_B, CID_C, UID_A, UID_B, UID_C, V1_HOST
 from tests.fixtures.fakeproc import write_boot, write_kubelet_logs, write_process
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.scheduler_fakes import FakeClock
 
 
 def test_parse_container_log_name() -> None:

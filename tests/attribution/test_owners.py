@@ -21,17 +21,10 @@ from exporter.attribution.owners import (
     parse_stat,
 )
 from tests.fixtures.fakeproc import BOOT_TIME, stat_line, write_boot, write_process
+from tests.scheduler_fakes import FakeClock
 
 PASSWD = Path(__file__).parent.parent / "fixtures" / "host_passwd"
 TICKS = os.sysconf("SC_CLK_TCK")
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

@@ -10,16 +10,9 @@ import pytest
 
 from exporter.attribution import passwd
 from exporter.attribution.passwd import PasswdFile, PasswdFileError, check_passwd_file, parse_passwd
+from tests.scheduler_fakes import FakeClock
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "host_passwd"
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_parse_fixture_skips_malformed_lines_and_keeps_first_duplicate() -> None:
@@ -83,7 +76,7 @@ def test_name_falls_back_to_uid(tmp_path: Path) -> None:
 def test_reread_only_when_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "passwd"
     shutil.copy(FIXTURE, path)
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     reads: list[str] = []
     real_read = passwd._read_passwd
 
@@ -112,7 +105,7 @@ def test_reread_only_when_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def test_same_size_rewrite_is_detected_by_mtime(tmp_path: Path) -> None:
     path = tmp_path / "passwd"
     path.write_text("alice:x:1001:1001::/:/bin/sh\n")
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     db = PasswdFile(str(path), clock=clock)
     assert db.name(1001) == "alice"
     path.write_text("alicf:x:1001:1001::/:/bin/sh\n")
@@ -125,7 +118,7 @@ def test_same_size_rewrite_is_detected_by_mtime(tmp_path: Path) -> None:
 def test_missing_at_runtime_gives_numeric_names_and_counts(tmp_path: Path) -> None:
     path = tmp_path / "passwd"
     shutil.copy(FIXTURE, path)
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     db = PasswdFile(str(path), clock=clock)
     assert db.name(1001) == "alice"
     path.unlink()

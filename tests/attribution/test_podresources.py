@@ -28,6 +28,7 @@ from exporter.attribution.podresources.client import (
 )
 from exporter.attribution.podresources.join import AllocationRow, MigDeviceRef, join_allocations
 from tests.fixtures.kubelet import GPU, FakeKubelet, filler, pod
+from tests.scheduler_fakes import FakeClock
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_A = "GPU-8f2c1e52-5a3b-4c2d-9e1f-0a1b2c3d4e5f"
@@ -42,14 +43,6 @@ PODS = [
     pod("net", "sriov-0", {"main": [("intel.com/sriov", ["0000:3b:02.0"])]}),
     pod("idle", "no-devices", {"main": []}),
 ]
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -140,7 +133,7 @@ def poller_for(socket_path: str, clock: FakeClock | None = None, **client: objec
     options: dict[str, object] = {"timeout_seconds": 0.5, **client}
     return PodResourcesPoller(
         PodResourcesClient(socket_path, **options),  # type: ignore[arg-type]
-        interval_seconds=5.0, stale_after_seconds=30.0, clock=clock or FakeClock(),
+        interval_seconds=5.0, stale_after_seconds=30.0, clock=clock or FakeClock(1000.0),
     )
 
 
@@ -272,7 +265,7 @@ def test_poller_thread_polls_in_the_background_and_stops_promptly(
 
 
 def test_table_is_dropped_once_stale(kubelet: FakeKubelet, socket_path: str) -> None:
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     poller = poller_for(socket_path, clock)
     assert poller.poll_once().table is not None
     kubelet.stop()

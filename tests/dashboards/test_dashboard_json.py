@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.cog.plugins import register_default_plugins
-from grafana_foundation_sdk.models import dashboard as dm
+from grafana_foundation_sdk.models import dashboard as dashboard_model
 
 from dashboards import accounting, alerts, generate, recording
 from dashboards.panels import UNITS
 from exporter import metrics as catalogue
-from exporter import thresholds as t
+from exporter import thresholds
 from tests.dashboards.grafana import (
     BUILTIN_VARIABLES,
     DASHBOARD_FILES,
@@ -58,8 +58,8 @@ def test_loads_into_the_sdk_model_and_round_trips(name: str) -> None:
     register_default_plugins()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        model = dm.Dashboard.from_json(BOARDS[name])
-    assert isinstance(model, dm.Dashboard)
+        model = dashboard_model.Dashboard.from_json(BOARDS[name])
+    assert isinstance(model, dashboard_model.Dashboard)
     assert model.uid == BOARDS[name]["uid"]
     again = JSONEncoder(sort_keys=True, indent=2).encode(model) + "\n"
     assert again == (GRAFANA_DIR / name).read_text(encoding="utf-8")
@@ -169,18 +169,20 @@ def test_colour_thresholds_equal_the_alert_thresholds() -> None:
             unit = panel["fieldConfig"]["defaults"].get("unit")
             exprs = " ".join(target["expr"] for target in panel["targets"])
             if unit == "celsius":
-                assert _steps(panel)[-2:] == [t.TEMPERATURE_WARNING_CELSIUS,
-                                              t.TEMPERATURE_CRITICAL_CELSIUS], panel["title"]
+                assert _steps(panel)[-2:] == [
+                    thresholds.TEMPERATURE_WARNING_CELSIUS,
+                    thresholds.TEMPERATURE_CRITICAL_CELSIUS,
+                ], panel["title"]
                 checked += 1
             elif unit == "percentunit" and re.search(
                 r"^\(?(sum\()?gpu_memory_used_bytes[^/]* / (sum\()?gpu_memory_total_bytes"
                 r"|^\(?(sum\()?instance:gpu_memory_used_bytes:sum[^/]* / "
                 r"|gpu_memory_used:ratio", exprs
             ):
-                assert _steps(panel)[-1] == t.MEMORY_USED_RATIO, panel["title"]
+                assert _steps(panel)[-1] == thresholds.MEMORY_USED_RATIO, panel["title"]
                 checked += 1
             elif unit == "s" and "data_age" in exprs:
-                assert _steps(panel)[-1] == t.DATA_STALE_SECONDS, panel["title"]
+                assert _steps(panel)[-1] == thresholds.DATA_STALE_SECONDS, panel["title"]
                 checked += 1
     assert checked >= 7
 

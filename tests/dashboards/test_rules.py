@@ -11,7 +11,7 @@ import yaml
 
 from dashboards import alerts, recording, rules
 from dashboards.promql import num
-from exporter import thresholds as t
+from exporter import thresholds
 from tests.dashboards import promtool
 from tests.dashboards.promtool import RULES_DIR, TESTS_DIR
 
@@ -74,7 +74,7 @@ def test_unit_tests_catch_a_shifted_threshold(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, constant: str, value: float
 ) -> None:
     """The edge cases are real: moving one threshold a little makes promtool fail."""
-    monkeypatch.setattr(t, constant, value)
+    monkeypatch.setattr(thresholds, constant, value)
     shifted = rules.render(alerts.groups(), "alerts.py", annotations=False)
     staged = [p for p in promtool.stage_tests(tmp_path, shifted)
               if p.name != promtool.ANNOTATIONS_TEST]
@@ -153,20 +153,22 @@ def test_recording_rules_are_named_level_metric_operations() -> None:
 
 
 def test_yaml_thresholds_equal_the_python_constants() -> None:
-    assert _alert("GpuMemoryAlmostFull")["expr"].endswith(f"> {num(t.MEMORY_USED_RATIO)}")
-    assert _alert("GpuMemoryAlmostFull")["for"] == t.MEMORY_USED_FOR
+    assert _alert("GpuMemoryAlmostFull")["expr"].endswith(f"> {num(thresholds.MEMORY_USED_RATIO)}")
+    assert _alert("GpuMemoryAlmostFull")["for"] == thresholds.MEMORY_USED_FOR
     high, crit = _alert("GpuTemperatureHigh"), _alert("GpuTemperatureCritical")
-    assert high["expr"].endswith(f"> {num(t.TEMPERATURE_WARNING_CELSIUS)}")
-    assert crit["expr"].endswith(f"> {num(t.TEMPERATURE_CRITICAL_CELSIUS)}")
-    assert (high["for"], crit["for"]) == (t.TEMPERATURE_WARNING_FOR, t.TEMPERATURE_CRITICAL_FOR)
+    assert high["expr"].endswith(f"> {num(thresholds.TEMPERATURE_WARNING_CELSIUS)}")
+    assert crit["expr"].endswith(f"> {num(thresholds.TEMPERATURE_CRITICAL_CELSIUS)}")
+    assert (high["for"], crit["for"]) == (thresholds.TEMPERATURE_WARNING_FOR,
+                                          thresholds.TEMPERATURE_CRITICAL_FOR)
     forecast = _alert("GpuMemoryExhaustionForecast")["expr"]
     assert alerts.MEMORY_FORECAST in forecast
     memory_records = {r.record: r.expr for r in alerts.all_records()}
-    assert f"[{t.LEAK_WINDOW}], {t.LEAK_HORIZON_SECONDS})" in memory_records[alerts.MEMORY_FORECAST]
-    assert f"> {num(t.LEAK_MIN_GROWTH_RATIO)} *" in forecast
-    assert f"< {num(t.IDLE_UTILIZATION_RATIO)}" in _alert("GpuMemoryHeldIdle")["expr"]
-    assert _alert("GpuMemoryHeldIdle")["for"] == t.IDLE_FOR
+    window = f"[{thresholds.LEAK_WINDOW}], {thresholds.LEAK_HORIZON_SECONDS})"
+    assert window in memory_records[alerts.MEMORY_FORECAST]
+    assert f"> {num(thresholds.LEAK_MIN_GROWTH_RATIO)} *" in forecast
+    assert f"< {num(thresholds.IDLE_UTILIZATION_RATIO)}" in _alert("GpuMemoryHeldIdle")["expr"]
+    assert _alert("GpuMemoryHeldIdle")["for"] == thresholds.IDLE_FOR
     # The per-process floor and ratio are applied by the exporter (gpu_user_idle_memory_bytes).
-    assert f"< {num(t.IDLE_UTILIZATION_RATIO)}" in _alert("GpuUserMemoryIdle")["expr"]
-    assert f"> {num(t.DATA_STALE_SECONDS)}" in _alert("GpuExporterDataStale")["expr"]
-    assert t.EXPORTER_JOB_REGEX in _alert("GpuExporterDown")["expr"]
+    assert f"< {num(thresholds.IDLE_UTILIZATION_RATIO)}" in _alert("GpuUserMemoryIdle")["expr"]
+    assert f"> {num(thresholds.DATA_STALE_SECONDS)}" in _alert("GpuExporterDataStale")["expr"]
+    assert thresholds.EXPORTER_JOB_REGEX in _alert("GpuExporterDown")["expr"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from collections.abc import Iterator
 
@@ -16,3 +17,11 @@ def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
     procs: list[subprocess.Popen[bytes]] = []
     yield procs
     stop_all(procs, timeout=10)
+
+
+@pytest.fixture
+def prometheus_bin() -> str:
+    """The ``prometheus`` binary (Debian's package; scripts/test installs it)."""
+    path = shutil.which("prometheus")
+    assert path, "prometheus not found: install Debian's prometheus (scripts/test does)"
+    return path

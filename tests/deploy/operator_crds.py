@@ -132,29 +132,24 @@ _RULE = {
     },
 }
 
+def _monitor(kind: str, endpoints: str) -> dict[str, Any]:
+    """ServiceMonitor and PodMonitor differ only in the name of their endpoint list."""
+    return _object(kind, {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["selector", endpoints],
+        "properties": {
+            "jobLabel": {"type": "string"},
+            "selector": _SELECTOR,
+            "namespaceSelector": _NAMESPACE_SELECTOR,
+            endpoints: {"type": "array", "minItems": 1, "items": _ENDPOINT},
+        },
+    })
+
+
 SCHEMAS: dict[str, dict[str, Any]] = {
-    "ServiceMonitor": _object("ServiceMonitor", {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["selector", "endpoints"],
-        "properties": {
-            "jobLabel": {"type": "string"},
-            "selector": _SELECTOR,
-            "namespaceSelector": _NAMESPACE_SELECTOR,
-            "endpoints": {"type": "array", "minItems": 1, "items": _ENDPOINT},
-        },
-    }),
-    "PodMonitor": _object("PodMonitor", {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["selector", "podMetricsEndpoints"],
-        "properties": {
-            "jobLabel": {"type": "string"},
-            "selector": _SELECTOR,
-            "namespaceSelector": _NAMESPACE_SELECTOR,
-            "podMetricsEndpoints": {"type": "array", "minItems": 1, "items": _ENDPOINT},
-        },
-    }),
+    "ServiceMonitor": _monitor("ServiceMonitor", "endpoints"),
+    "PodMonitor": _monitor("PodMonitor", "podMetricsEndpoints"),
     "PrometheusRule": _object("PrometheusRule", {
         "type": "object",
         "additionalProperties": False,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -36,7 +35,6 @@ from tests.processes import free_port
 DEADLINE_S = 40
 
 
-
 def _get(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=5) as response:
         return json.loads(response.read().decode())
@@ -56,13 +54,10 @@ def _wait(what: str, check: Any, procs: list[subprocess.Popen[bytes]], deadline:
         time.sleep(0.3)
 
 
-
 @pytest.mark.slow
 def test_demo_stack_loads_rules_scrapes_and_records(
-    tmp_path: Path, processes: list[subprocess.Popen[bytes]]
+    tmp_path: Path, processes: list[subprocess.Popen[bytes]], prometheus_bin: str
 ) -> None:
-    prometheus_bin = shutil.which("prometheus")
-    assert prometheus_bin, "prometheus not found: install Debian's prometheus (scripts/test does)"
     deadline = time.monotonic() + DEADLINE_S
     exporter_port, prometheus_port = free_port(), free_port()
 

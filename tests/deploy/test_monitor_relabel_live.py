@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -33,7 +32,6 @@ EXPORTER_POD = {"namespace": "gpu-monitoring", "pod": "gpu-exporter-x7k2p",
 NODE = "k8s-gpu-worker-3"
 _KEYS = {"sourceLabels": "source_labels", "targetLabel": "target_label", "action": "action",
          "regex": "regex", "replacement": "replacement", "separator": "separator"}
-
 
 
 def _query(port: int, expr: str) -> list[dict[str, Any]]:
@@ -60,13 +58,10 @@ def _relabel_configs(relabelings: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return configs
 
 
-
 @pytest.mark.slow
 def test_workload_labels_survive_and_host_processes_get_no_exporter_pod(
-    tmp_path: Path, processes: list[subprocess.Popen[bytes]]
+    tmp_path: Path, processes: list[subprocess.Popen[bytes]], prometheus_bin: str
 ) -> None:
-    prometheus_bin = shutil.which("prometheus")
-    assert prometheus_bin, "prometheus not found: install Debian's prometheus (scripts/test does)"
     endpoint = _endpoint()
     exporter_port, prometheus_port = free_port(), free_port()
     processes.append(subprocess.Popen(

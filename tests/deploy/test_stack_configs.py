@@ -25,73 +25,59 @@ from tests.deploy.stack import (
 PROVISIONING = DOCKER / "grafana" / "provisioning"
 PROMETHEUS_HOME = "/etc/prometheus"
 
+def _provisioning(items: str, item: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A Grafana provisioning file: ``apiVersion: 1`` and a non-empty list ``items``."""
+    return {
+        "type": "object",
+        "required": ["apiVersion", items],
+        "additionalProperties": False,
+        "properties": {
+            "apiVersion": {"const": 1},
+            items: {"type": "array", "minItems": 1, "items": {"type": "object", **item}},
+            **extra,
+        },
+    }
+
+
 #: Grafana's file provisioning formats (administration/provisioning): required keys and types.
-DATASOURCES_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["apiVersion", "datasources"],
+DATASOURCES_SCHEMA = _provisioning("datasources", {
+    "required": ["name", "type", "access", "url", "uid"],
+    "properties": {
+        "name": {"type": "string", "minLength": 1},
+        "type": {"type": "string"},
+        "access": {"enum": ["proxy", "direct"]},
+        "url": {"type": "string", "pattern": "^https?://"},
+        "uid": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,40}$"},
+        "orgId": {"type": "integer"},
+        "isDefault": {"type": "boolean"},
+        "editable": {"type": "boolean"},
+        "jsonData": {"type": "object"},
+        "secureJsonData": {"type": "object"},
+    },
+}, deleteDatasources={"type": "array"}, prune={"type": "boolean"})
+DASHBOARD_PROVIDERS_SCHEMA = _provisioning("providers", {
+    "required": ["name", "type", "options"],
     "additionalProperties": False,
     "properties": {
-        "apiVersion": {"const": 1},
-        "deleteDatasources": {"type": "array"},
-        "prune": {"type": "boolean"},
-        "datasources": {
-            "type": "array",
-            "minItems": 1,
-            "items": {
-                "type": "object",
-                "required": ["name", "type", "access", "url", "uid"],
-                "properties": {
-                    "name": {"type": "string", "minLength": 1},
-                    "type": {"type": "string"},
-                    "access": {"enum": ["proxy", "direct"]},
-                    "url": {"type": "string", "pattern": "^https?://"},
-                    "uid": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,40}$"},
-                    "orgId": {"type": "integer"},
-                    "isDefault": {"type": "boolean"},
-                    "editable": {"type": "boolean"},
-                    "jsonData": {"type": "object"},
-                    "secureJsonData": {"type": "object"},
-                },
+        "name": {"type": "string", "minLength": 1},
+        "orgId": {"type": "integer"},
+        "folder": {"type": "string"},
+        "folderUid": {"type": "string"},
+        "type": {"const": "file"},
+        "disableDeletion": {"type": "boolean"},
+        "updateIntervalSeconds": {"type": "integer", "minimum": 1},
+        "allowUiUpdates": {"type": "boolean"},
+        "options": {
+            "type": "object",
+            "required": ["path"],
+            "additionalProperties": False,
+            "properties": {
+                "path": {"type": "string", "pattern": "^/"},
+                "foldersFromFilesStructure": {"type": "boolean"},
             },
         },
     },
-}
-DASHBOARD_PROVIDERS_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["apiVersion", "providers"],
-    "additionalProperties": False,
-    "properties": {
-        "apiVersion": {"const": 1},
-        "providers": {
-            "type": "array",
-            "minItems": 1,
-            "items": {
-                "type": "object",
-                "required": ["name", "type", "options"],
-                "additionalProperties": False,
-                "properties": {
-                    "name": {"type": "string", "minLength": 1},
-                    "orgId": {"type": "integer"},
-                    "folder": {"type": "string"},
-                    "folderUid": {"type": "string"},
-                    "type": {"const": "file"},
-                    "disableDeletion": {"type": "boolean"},
-                    "updateIntervalSeconds": {"type": "integer", "minimum": 1},
-                    "allowUiUpdates": {"type": "boolean"},
-                    "options": {
-                        "type": "object",
-                        "required": ["path"],
-                        "additionalProperties": False,
-                        "properties": {
-                            "path": {"type": "string", "pattern": "^/"},
-                            "foldersFromFilesStructure": {"type": "boolean"},
-                        },
-                    },
-                },
-            },
-        },
-    },
-}
+})
 
 
 def _load(path: Path) -> dict[str, Any]:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.processes import stop
+
 ROOT = Path(__file__).resolve().parents[2]
 _PORT = re.compile(r"\(port (\d+)\)")
 
@@ -107,15 +109,9 @@ class ExporterProcess:
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> int:
         """Send ``sig`` and wait; kills after ``timeout`` (then the test fails on the code)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        code = stop(self.proc, timeout, sig)
         self._reader.join(5)
-        return self.proc.returncode
+        return code
 
     def __enter__(self) -> ExporterProcess:
         return self

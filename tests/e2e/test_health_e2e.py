@@ -14,7 +14,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import metrics as m
+from exporter import metrics
 from tests.e2e.server import ExporterProcess
 
 pytestmark = pytest.mark.slow
@@ -38,62 +38,67 @@ def _scrape_until(proc: ExporterProcess, name: str, wanted: int, timeout: float 
     return text
 
 
+def _scrape_once(*flags: str, env: dict[str, str] | None = None) -> tuple[str, ExporterProcess]:
+    """One scrape of an exporter on the health fake, then a clean SIGTERM; the text and the
+    stopped process (its log, its pid)."""
+    with ExporterProcess("--source", "nvml", *flags, module=MODULE, env=env) as proc:
+        text = httpx.get(proc.url("/metrics")).text
+        assert proc.stop(signal.SIGTERM) == 0
+    return text, proc
+
+
+def _by_gpu(text: str, name: str) -> dict[str, float]:
+    return {labels["gpu"]: value for labels, value in _samples(text, name)}
+
+
 def test_xids_from_nvml_events_reach_metrics_and_sigterm_is_clean() -> None:
     env = {"GPU_EXPORTER_TEST_XIDS": "0:79,1:31x5"}
     with ExporterProcess("--source", "nvml", "--collector.min-interval", "0", module=MODULE,
                          env=env) as proc:
-        text = _scrape_until(proc, m.XID_ERRORS.name, 6)
+        text = _scrape_until(proc, metrics.XID_ERRORS.name, 6)
         began = time.monotonic()
         assert proc.stop(signal.SIGTERM) == 0
         took = time.monotonic() - began
     errors = {(labels["gpu"], labels["xid"]): value
-              for labels, value in _samples(text, m.XID_ERRORS.name)}
+              for labels, value in _samples(text, metrics.XID_ERRORS.name)}
     assert errors == {("0", "79"): 1.0, ("1", "31"): 5.0}
-    last = _samples(text, m.LAST_XID.name)
+    last = _samples(text, metrics.LAST_XID.name)
     assert len(last) == 2
     assert all(abs(value - time.time()) < 120 for _, value in last)
-    assert [v for _, v in _samples(text, m.XID_EVENTS_REGISTERED.name)] == [1.0, 1.0]
-    events = _samples(text, m.HEALTH_EVENT_COUNT.name)
-    assert {labels["event"] for labels, _ in events} == set(m.HEALTH_EVENTS)
+    assert [v for _, v in _samples(text, metrics.XID_EVENTS_REGISTERED.name)] == [1.0, 1.0]
+    events = _samples(text, metrics.HEALTH_EVENT_COUNT.name)
+    assert {labels["event"] for labels, _ in events} == set(metrics.HEALTH_EVENTS)
     assert all(value == 0.0 for _, value in events)
     assert took < 5.0, proc.log
     assert "XID event waiter stopped" in proc.log
 
 
 def test_unsupported_events_and_switched_off_group() -> None:
-    with ExporterProcess("--source", "nvml", module=MODULE,
-                         env={"GPU_EXPORTER_TEST_NO_EVENTS": "1"}) as proc:
-        text = httpx.get(proc.url("/metrics")).text
-        assert proc.stop(signal.SIGTERM) == 0
-    registered = {labels["gpu"]: v for labels, v in _samples(text, m.XID_EVENTS_REGISTERED.name)}
-    assert registered == {"0": 1.0, "1": 0.0}
+    text, proc = _scrape_once(env={"GPU_EXPORTER_TEST_NO_EVENTS": "1"})
+    assert _by_gpu(text, metrics.XID_EVENTS_REGISTERED.name) == {"0": 1.0, "1": 0.0}
     assert "not watched" in proc.log
-    with ExporterProcess("--source", "nvml", "--no-collector.xid", module=MODULE) as proc:
-        text = httpx.get(proc.url("/metrics")).text
-        assert proc.stop(signal.SIGTERM) == 0
-    assert not _samples(text, m.XID_EVENTS_REGISTERED.name)
+    text, proc = _scrape_once("--no-collector.xid")
+    assert not _samples(text, metrics.XID_EVENTS_REGISTERED.name)
     assert "XID event waiter" not in proc.log
 
 
 def test_mig_gpu_instances_with_their_users() -> None:
-    with ExporterProcess("--source", "nvml", module=MODULE,
-                         env={"GPU_EXPORTER_TEST_MIG": "1"}) as proc:
-        text = httpx.get(proc.url("/metrics")).text
-        assert proc.stop(signal.SIGTERM) == 0
-    enabled = {labels["gpu"]: v for labels, v in _samples(text, m.MIG_ENABLED.name)}
-    assert enabled == {"0": 1.0, "1": 0.0}
+    text, proc = _scrape_once(env={"GPU_EXPORTER_TEST_MIG": "1"})
+    assert _by_gpu(text, metrics.MIG_ENABLED.name) == {"0": 1.0, "1": 0.0}
     info = sorted((labels["gpu_instance"], labels["compute_instance"], labels["gpu_profile"])
-                  for labels, _ in _samples(text, m.MIG_INFO.name))
+                  for labels, _ in _samples(text, metrics.MIG_INFO.name))
     assert info == [("2", "0", "3g.71gb"), ("7", "0", "1g.18gb")]
-    total = {labels["gpu_instance"]: v for labels, v in _samples(text, m.MIG_MEMORY_TOTAL.name)}
+    total = {labels["gpu_instance"]: value
+             for labels, value in _samples(text, metrics.MIG_MEMORY_TOTAL.name)}
     assert total == {"2": float(70 << 30), "7": float(17 << 30)}
-    users = _samples(text, m.MIG_USER_MEMORY.name)
+    users = _samples(text, metrics.MIG_USER_MEMORY.name)
     assert len(users) == 1
     labels, value = users[0]
     assert labels["gpu_instance"] == "7"
-    assert labels["user"] not in ("", m.UNKNOWN_VALUE)  # the exporter's own process, via /proc
+    # The exporter's own process, its owner read from /proc.
+    assert labels["user"] not in ("", metrics.UNKNOWN_VALUE)
     assert value == float(6 << 30)
     # The same process in the parent GPU's per-process series, so per-user views work.
-    processes = _samples(text, m.PROCESS_MEMORY.name)
+    processes = _samples(text, metrics.PROCESS_MEMORY.name)
     assert [(p["gpu"], p["pid"]) for p, _ in processes] == [("0", str(proc.proc.pid))]
-    assert not [s for s in _samples(text, m.UTILIZATION.name) if s[0]["gpu"] == "0"]
+    assert not [s for s in _samples(text, metrics.UTILIZATION.name) if s[0]["gpu"] == "0"]

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import metrics as cat
+from exporter import metrics
 from tests.e2e.server import ExporterProcess
 
 pytestmark = pytest.mark.slow
@@ -32,14 +32,14 @@ def test_nvml_source_with_owner_enrichment() -> None:
         text = httpx.get(proc.url("/metrics")).text
         snapshot = httpx.get(proc.url("/api/v1/snapshot")).json()
         assert proc.stop(signal.SIGTERM) == 0
-    assert _samples(text, cat.SOURCE_UP.name) == [({"source": "nvml"}, 1.0)]
-    assert len(_samples(text, cat.MEMORY_TOTAL.name)) == 2
-    processes = _samples(text, cat.PROCESS_MEMORY.name)
+    assert _samples(text, metrics.SOURCE_UP.name) == [({"source": "nvml"}, 1.0)]
+    assert len(_samples(text, metrics.MEMORY_TOTAL.name)) == 2
+    processes = _samples(text, metrics.PROCESS_MEMORY.name)
     assert len(processes) == 1
     labels, value = processes[0]
     assert value == float(6 << 30)
     assert labels["pid"] == str(proc.proc.pid)  # the exporter's own process, found in /proc
-    assert labels["user"] not in ("", cat.UNKNOWN_VALUE)
+    assert labels["user"] not in ("", metrics.UNKNOWN_VALUE)
     assert labels["process"].startswith("python")
     assert snapshot["source"] == "nvml"
     assert snapshot["driver_version"]
@@ -63,9 +63,9 @@ def test_hung_nvml_call_keeps_serving_and_shuts_down() -> None:
     assert timings[0] < 2.0  # bounded by half of --collector.timeout per GPU
     assert max(timings[1:]) < 0.5  # hung GPUs are not waited for again
     text = response.text
-    assert _samples(text, cat.SOURCE_UP.name)[0][1] == 1.0  # NVML itself answers
-    assert [v for _, v in _samples(text, cat.GPU_UP.name)] == [0.0, 0.0]
-    errors = {labels["kind"]: v for labels, v in _samples(text, cat.ERRORS.name)}
+    assert _samples(text, metrics.SOURCE_UP.name)[0][1] == 1.0  # NVML itself answers
+    assert [v for _, v in _samples(text, metrics.GPU_UP.name)] == [0.0, 0.0]
+    errors = {labels["kind"]: v for labels, v in _samples(text, metrics.ERRORS.name)}
     assert errors.get("gpu_timeout") == 2  # once per hung GPU, however many scrapes
     assert ready.status_code == 503
     assert "every GPU's NVML calls are hung" in ready.json()["reason"]
@@ -83,12 +83,12 @@ def test_one_hung_gpu_does_not_stale_the_others() -> None:
         texts = [httpx.get(proc.url("/metrics"), timeout=10).text for _ in range(4)]
         ready = httpx.get(proc.url("/readyz"), timeout=10)
     for text in texts:
-        up = {labels["gpu"]: v for labels, v in _samples(text, cat.GPU_UP.name)}
+        up = {labels["gpu"]: v for labels, v in _samples(text, metrics.GPU_UP.name)}
         assert up == {"0": 1.0, "1": 0.0}
-        used = {labels["gpu"]: v for labels, v in _samples(text, cat.MEMORY_USED.name)}
+        used = {labels["gpu"]: v for labels, v in _samples(text, metrics.MEMORY_USED.name)}
         assert used == {"0": float(7 << 30)}  # the hung GPU shows no stale reading
-        assert _samples(text, cat.DATA_AGE.name)[0][1] < 0.4  # the others stay fresh
-    errors = {labels["kind"]: v for labels, v in _samples(texts[-1], cat.ERRORS.name)}
+        assert _samples(text, metrics.DATA_AGE.name)[0][1] < 0.4  # the others stay fresh
+    errors = {labels["kind"]: v for labels, v in _samples(texts[-1], metrics.ERRORS.name)}
     assert errors.get("gpu_timeout") == 1
     assert "collection_timeout" not in errors
     assert ready.status_code == 200  # GPU 0 is served fresh
@@ -100,7 +100,7 @@ def test_kubernetes_without_log_mounts_warns_and_serves(tmp_path: Path) -> None:
     with ExporterProcess("--source", "nvml", "--kubernetes", "--kubernetes.pod-logs-dir",
                          str(missing), module=MODULE) as proc:
         text = httpx.get(proc.url("/metrics")).text
-    labels = _samples(text, cat.PROCESS_MEMORY.name)[0][0]
-    assert set(cat.KUBERNETES_LABELS) <= labels.keys()  # present, with no pod resolved
+    labels = _samples(text, metrics.PROCESS_MEMORY.name)[0][0]
+    assert set(metrics.KUBERNETES_LABELS) <= labels.keys()  # present, with no pod resolved
     assert any("--kubernetes.pod-logs-dir" in line and "not a directory" in line
                for line in proc.lines)

@@ -15,7 +15,7 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import metrics as cat
+from exporter import metrics
 from tests.e2e.server import ExporterProcess
 
 pytestmark = pytest.mark.slow
@@ -48,9 +48,9 @@ def test_metrics_text(server: ExporterProcess) -> None:
     assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
     assert response.headers["cache-control"] == "no-store"
     assert "server-timing" in response.headers
-    assert len(_values(response.text, cat.MEMORY_TOTAL.name)) == 3  # the preset's 3 GPUs
-    assert _values(response.text, cat.SOURCE_UP.name) == [1.0]
-    assert _values(response.text, cat.PROCESS_MEMORY.name)  # processes with owners
+    assert len(_values(response.text, metrics.MEMORY_TOTAL.name)) == 3  # the preset's 3 GPUs
+    assert _values(response.text, metrics.SOURCE_UP.name) == [1.0]
+    assert _values(response.text, metrics.PROCESS_MEMORY.name)  # processes with owners
 
 
 def test_metrics_openmetrics(server: ExporterProcess) -> None:
@@ -58,7 +58,7 @@ def test_metrics_openmetrics(server: ExporterProcess) -> None:
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("application/openmetrics-text")
     names = {f.name for f in openmetrics_families(response.text)}  # type: ignore[no-untyped-call]
-    assert cat.MEMORY_USED.name in names
+    assert metrics.MEMORY_USED.name in names
     assert response.text.endswith("# EOF\n")
 
 
@@ -69,7 +69,7 @@ def test_metrics_gzip(server: ExporterProcess) -> None:
         raw = b"".join(response.iter_raw())
         assert response.headers["content-encoding"] == "gzip"
     text = gzip.decompress(raw).decode()
-    assert len(_values(text, cat.MEMORY_USED.name)) == 3
+    assert len(_values(text, metrics.MEMORY_USED.name)) == 3
 
 
 def test_simulated_time_advances_between_scrapes() -> None:
@@ -163,8 +163,8 @@ def test_kubernetes_scenario_exposes_pod_labels() -> None:
         s.labels
         for family in text_string_to_metric_families(text)
         for s in family.samples
-        if s.name == cat.PROCESS_MEMORY.name
+        if s.name == metrics.PROCESS_MEMORY.name
     ]
     assert labels
-    assert all(set(cat.KUBERNETES_LABELS) <= label.keys() for label in labels)
-    assert any(label["namespace"] not in ("", cat.UNKNOWN_VALUE) for label in labels)
+    assert all(set(metrics.KUBERNETES_LABELS) <= label.keys() for label in labels)
+    assert any(label["namespace"] not in ("", metrics.UNKNOWN_VALUE) for label in labels)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
-from exporter import metrics as cat
+from exporter import metrics
 from exporter.exposition import ExporterCollector, build_registry
 from exporter.metrics import Group, Kind
 from exporter.state import ExporterState, ExpositionOptions
-from tests.exposition import factory as f
+from tests.exposition import factory
 from tests.exposition.parse import families, openmetrics_families
 
 EVERYTHING = ExpositionOptions(groups=frozenset(Group), kubernetes_labels=True)
@@ -20,7 +20,7 @@ def test_registration_does_not_collect() -> None:
 
     def get_state() -> ExporterState:
         calls.append(1)
-        return f.state(f.fleet(1, 1))
+        return factory.state(factory.fleet(1, 1))
 
     collector = ExporterCollector(get_state, EVERYTHING)
     assert collector.describe() == []
@@ -32,13 +32,13 @@ def test_registration_does_not_collect() -> None:
 
 
 def test_every_family_is_in_the_catalogue_with_its_help_and_type() -> None:
-    state = f.state(f.fleet(2, 3))
+    state = factory.state(factory.fleet(2, 3))
     text = generate_latest(build_registry(lambda: state, EVERYTHING)).decode()
     found = families(text)
-    ours = {name: fam for name, fam in found.items() if name.startswith(cat.PREFIX)}
+    ours = {name: fam for name, fam in found.items() if name.startswith(metrics.PREFIX)}
     # the text parser strips _total from counters and keeps _info on gauges
     by_parsed_name = {
-        (m.family_name if m.kind is Kind.COUNTER else m.name): m for m in cat.CATALOGUE
+        (m.family_name if m.kind is Kind.COUNTER else m.name): m for m in metrics.CATALOGUE
     }
     assert set(ours) == set(by_parsed_name), set(ours) ^ set(by_parsed_name)
     for name, fam in ours.items():
@@ -52,23 +52,24 @@ def test_every_family_is_in_the_catalogue_with_its_help_and_type() -> None:
 
 
 def test_openmetrics_types_and_units_match_the_catalogue() -> None:
-    state = f.state(f.fleet(2, 3))
+    state = factory.state(factory.fleet(2, 3))
     registry = CollectorRegistry()
     registry.register(ExporterCollector(lambda: state, EVERYTHING))
     found = openmetrics_families(generate_openmetrics(registry).decode())
-    assert set(found) == {m.family_name for m in cat.CATALOGUE}
-    for metric in cat.CATALOGUE:
+    assert set(found) == {m.family_name for m in metrics.CATALOGUE}
+    for metric in metrics.CATALOGUE:
         fam = found[metric.family_name]
         assert fam.type == metric.kind.value
         assert fam.unit == metric.unit
         assert fam.documentation == metric.help
         for sample in fam.samples:
-            assert set(sample.labels) <= {*metric.labels, *cat.KUBERNETES_LABELS}
+            assert set(sample.labels) <= {*metric.labels, *metrics.KUBERNETES_LABELS}
 
 
 def test_fresh_families_every_collect() -> None:
-    current = [f.state(f.snapshot(f.reading(0, (f.process(1, 10), f.process(2, 20)))))]
+    processes = (factory.process(1, 10), factory.process(2, 20))
+    current = [factory.state(factory.snapshot(factory.reading(0, processes)))]
     registry = build_registry(lambda: current[0], EVERYTHING, process_metrics=False)
     assert b'pid="2"' in generate_latest(registry)
-    current[0] = f.state(f.snapshot(f.reading(0, (f.process(1, 10),))))
+    current[0] = factory.state(factory.snapshot(factory.reading(0, (factory.process(1, 10),))))
     assert b'pid="2"' not in generate_latest(registry)

@@ -15,7 +15,7 @@ from dataclasses import replace
 import pytest
 from prometheus_client.utils import floatToGoString
 
-from exporter import metrics as cat
+from exporter import metrics
 from exporter.exposition import snapshot_families
 from exporter.exposition.encode import EOF, Encoder, encode, escaping_of, format_value
 from exporter.exposition.families import FamilyData, family
@@ -23,7 +23,7 @@ from exporter.exposition.render import negotiate
 from exporter.metrics import Group
 from exporter.snapshot import PodRef
 from exporter.state import ExpositionOptions
-from tests.exposition import factory as f
+from tests.exposition import factory
 
 ACCEPTS = (
     None,
@@ -52,9 +52,9 @@ def _reference(encoder: object, content_type: str, data: list[FamilyData]) -> st
     return out.removesuffix(EOF) if content_type.startswith("application/openmetrics") else out
 
 
-def _odd_snapshot() -> f.Snapshot:
+def _odd_snapshot() -> factory.Snapshot:
     procs = tuple(
-        f.process(
+        factory.process(
             100 + i,
             (i + 1) * 2**40 + 1,
             user="alice",
@@ -64,7 +64,7 @@ def _odd_snapshot() -> f.Snapshot:
         )
         for i, name in enumerate(ODD_VALUES)
     )
-    odd_gpu = f.reading(
+    odd_gpu = factory.reading(
         1,
         procs,
         temperature_celsius=math.inf,
@@ -73,7 +73,7 @@ def _odd_snapshot() -> f.Snapshot:
         memory_used_bytes=2**62 + 1,
         sm_clock_hertz=1e21,
     )
-    return f.snapshot(f.reading(0), odd_gpu, hostname='h"o\\st\n', driver_version="ü")
+    return factory.snapshot(factory.reading(0), odd_gpu, hostname='h"o\\st\n', driver_version="ü")
 
 
 @pytest.mark.parametrize("accept", ACCEPTS)
@@ -81,7 +81,7 @@ def _odd_snapshot() -> f.Snapshot:
 def test_byte_identical_to_prometheus_client(accept: str | None, kube: bool) -> None:
     encoder, content_type = negotiate(accept)
     options = ExpositionOptions(groups=frozenset(Group), kubernetes_labels=kube)
-    for snap in (_odd_snapshot(), f.fleet(3, 5), f.snapshot()):
+    for snap in (_odd_snapshot(), factory.fleet(3, 5), factory.snapshot()):
         data = snapshot_families(snap, options)
         openmetrics = content_type.startswith("application/openmetrics")
         cached = Encoder(content_type)
@@ -96,8 +96,8 @@ ODD_HELP = 'help with "quotes", a back\\slash and a\nnewline'
 
 
 @pytest.mark.parametrize("accept", ACCEPTS)
-@pytest.mark.parametrize("metric", cat.CATALOGUE, ids=lambda m: m.name)
-def test_every_row_and_escaping_case(accept: str | None, metric: cat.Metric) -> None:
+@pytest.mark.parametrize("metric", metrics.CATALOGUE, ids=lambda m: m.name)
+def test_every_row_and_escaping_case(accept: str | None, metric: metrics.Metric) -> None:
     encoder, content_type = negotiate(accept)
     openmetrics = content_type.startswith("application/openmetrics")
     odd = replace(metric, help=ODD_HELP)
@@ -127,15 +127,16 @@ def test_reused_texts_follow_changing_snapshots(accept: str | None) -> None:
     encoder, content_type = negotiate(accept)
     cached = Encoder(content_type)
     options = ExpositionOptions(groups=frozenset(Group))
-    base = f.fleet(2, 3)
+    base = factory.fleet(2, 3)
     gpu0, gpu1 = base.gpus
     changes = [
         base,
         base,  # identical: every family text reused
-        replace(base, gpus=(f.with_values(gpu0, temperature_celsius=-0.0), gpu1)),
-        replace(base, gpus=(f.with_values(gpu0, temperature_celsius=0.0), gpu1)),
-        replace(base, gpus=(f.with_values(gpu0, temperature_celsius=-0.0), gpu1)),  # equal rows
-        replace(base, gpus=(replace(f.with_values(gpu0, temperature_celsius=math.nan),
+        replace(base, gpus=(factory.with_values(gpu0, temperature_celsius=-0.0), gpu1)),
+        replace(base, gpus=(factory.with_values(gpu0, temperature_celsius=0.0), gpu1)),
+        # equal rows
+        replace(base, gpus=(factory.with_values(gpu0, temperature_celsius=-0.0), gpu1)),
+        replace(base, gpus=(replace(factory.with_values(gpu0, temperature_celsius=math.nan),
                                     processes=()), gpu1)),
         replace(base, gpus=(gpu1,)),
         base,

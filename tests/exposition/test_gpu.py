@@ -4,57 +4,57 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from exporter import metrics as cat
+from exporter import metrics
 from exporter.metrics import Group
 from exporter.state import ExpositionOptions, default_groups
-from tests.exposition import factory as f
+from tests.exposition import factory
 from tests.exposition.parse import collect_text, samples, series, value
 
 ALL_GROUPS = frozenset(Group)
 
 
 def test_every_reading_is_exposed_with_gpu_and_uuid_labels() -> None:
-    snap = f.snapshot(f.reading(0), f.reading(3))
-    text = collect_text(f.state(snap), ExpositionOptions(groups=ALL_GROUPS))
-    uuid3 = f.identity(3).uuid
-    assert value(text, cat.MEMORY_TOTAL.name, gpu="3", uuid=uuid3) == 141 * f.GIB
-    assert value(text, cat.MEMORY_USED.name, gpu="3") == 40 * f.GIB
-    assert value(text, cat.UTILIZATION.name, gpu="0") == 0.75
-    assert value(text, cat.TEMPERATURE.name, gpu="0") == 61.0
-    assert value(text, cat.POWER_USAGE.name, gpu="0") == 450.5
-    assert value(text, cat.ENERGY.name, gpu="0") == 1.5e9
-    assert value(text, cat.PCIE_THROUGHPUT.name, gpu="0", direction="tx") == 2.0e8
-    assert value(text, cat.SM_CLOCK.name, gpu="0") == 1.98e9
-    assert value(text, cat.PERFORMANCE_STATE.name, gpu="0") == 0
-    assert value(text, cat.THROTTLE_ACTIVE.name, gpu="0", reason="sw_power_cap") == 1
-    assert value(text, cat.THROTTLE_ACTIVE.name, gpu="0", reason="gpu_idle") == 0
-    assert value(text, cat.ECC_ERRORS.name, gpu="0", type="corrected") == 3
+    snap = factory.snapshot(factory.reading(0), factory.reading(3))
+    text = collect_text(factory.state(snap), ExpositionOptions(groups=ALL_GROUPS))
+    uuid3 = factory.identity(3).uuid
+    assert value(text, metrics.MEMORY_TOTAL.name, gpu="3", uuid=uuid3) == 141 * factory.GIB
+    assert value(text, metrics.MEMORY_USED.name, gpu="3") == 40 * factory.GIB
+    assert value(text, metrics.UTILIZATION.name, gpu="0") == 0.75
+    assert value(text, metrics.TEMPERATURE.name, gpu="0") == 61.0
+    assert value(text, metrics.POWER_USAGE.name, gpu="0") == 450.5
+    assert value(text, metrics.ENERGY.name, gpu="0") == 1.5e9
+    assert value(text, metrics.PCIE_THROUGHPUT.name, gpu="0", direction="tx") == 2.0e8
+    assert value(text, metrics.SM_CLOCK.name, gpu="0") == 1.98e9
+    assert value(text, metrics.PERFORMANCE_STATE.name, gpu="0") == 0
+    assert value(text, metrics.THROTTLE_ACTIVE.name, gpu="0", reason="sw_power_cap") == 1
+    assert value(text, metrics.THROTTLE_ACTIVE.name, gpu="0", reason="gpu_idle") == 0
+    assert value(text, metrics.ECC_ERRORS.name, gpu="0", type="corrected") == 3
     gpu_series = [
         labels
         for (name, labels) in samples(text)
-        if name.startswith(cat.PREFIX) and not name.startswith(cat.SELF_PREFIX)
+        if name.startswith(metrics.PREFIX) and not name.startswith(metrics.SELF_PREFIX)
     ]
     assert gpu_series
     for labels in gpu_series:
         names = dict(labels)
         assert names["gpu"] in {"0", "3"}
-        assert names["uuid"] == f.identity(int(names["gpu"])).uuid
+        assert names["uuid"] == factory.identity(int(names["gpu"])).uuid
 
 
 def test_gpu_info_carries_identity_and_driver() -> None:
-    snap = f.snapshot(f.reading(0), cuda_driver_version=None)
-    text = collect_text(f.state(snap), ExpositionOptions())
-    (info,) = series(text, cat.GPU_INFO.name)
+    snap = factory.snapshot(factory.reading(0), cuda_driver_version=None)
+    text = collect_text(factory.state(snap), ExpositionOptions())
+    (info,) = series(text, metrics.GPU_INFO.name)
     assert info["name"] == "NVIDIA H200"
-    assert info["pci_bus_id"] == f.identity(0).pci_bus_id
+    assert info["pci_bus_id"] == factory.identity(0).pci_bus_id
     assert info["driver_version"] == "560.35.03"
     assert info["cuda_driver_version"] == ""
     assert info["hostname"] == "node-1"
-    assert set(info) == set(cat.GPU_INFO.labels)
+    assert set(info) == set(metrics.GPU_INFO.labels)
 
 
 def test_none_readings_leave_their_series_out() -> None:
-    sparse = f.reading(
+    sparse = factory.reading(
         1,
         memory_reserved_bytes=None,
         fan_speed_ratio=None,
@@ -63,60 +63,65 @@ def test_none_readings_leave_their_series_out() -> None:
         ecc=None,
         power_usage_watts=None,
     )
-    text = collect_text(f.state(f.snapshot(f.reading(0), sparse)), ExpositionOptions())
-    for metric in (cat.MEMORY_RESERVED, cat.FAN_SPEED, cat.TEMPERATURE, cat.POWER_USAGE):
+    text = collect_text(factory.state(factory.snapshot(factory.reading(0), sparse)),
+                        ExpositionOptions())
+    for metric in (metrics.MEMORY_RESERVED, metrics.FAN_SPEED, metrics.TEMPERATURE,
+                   metrics.POWER_USAGE):
         assert value(text, metric.name, gpu="1") is None, metric.name
         assert value(text, metric.name, gpu="0") is not None, metric.name
-    assert [s for s in series(text, cat.THROTTLE_ACTIVE.name) if s["gpu"] == "1"] == []
-    assert value(text, cat.ECC_ERRORS.name, gpu="1", type="corrected") is None
+    assert [s for s in series(text, metrics.THROTTLE_ACTIVE.name) if s["gpu"] == "1"] == []
+    assert value(text, metrics.ECC_ERRORS.name, gpu="1", type="corrected") is None
     assert "NaN" not in text
 
 
 def test_family_without_any_sample_is_left_out() -> None:
-    snap = f.snapshot(f.reading(0, fan_speed_ratio=None))
-    text = collect_text(f.state(snap), ExpositionOptions())
-    assert cat.FAN_SPEED.name not in text
+    snap = factory.snapshot(factory.reading(0, fan_speed_ratio=None))
+    text = collect_text(factory.state(snap), ExpositionOptions())
+    assert metrics.FAN_SPEED.name not in text
 
 
 def test_lost_gpu_exposes_info_and_up_zero_only() -> None:
-    lost = f.reading(1, up=False, error="GPU is lost", processes=(f.process(7, 100),))
-    text = collect_text(f.state(f.snapshot(f.reading(0), lost)), ExpositionOptions())
-    assert value(text, cat.GPU_UP.name, gpu="1") == 0
-    assert value(text, cat.GPU_UP.name, gpu="0") == 1
+    lost = factory.reading(1, up=False, error="GPU is lost", processes=(factory.process(7, 100),))
+    text = collect_text(factory.state(factory.snapshot(factory.reading(0), lost)),
+                        ExpositionOptions())
+    assert value(text, metrics.GPU_UP.name, gpu="1") == 0
+    assert value(text, metrics.GPU_UP.name, gpu="0") == 1
     gpu1 = {
         name
         for (name, labels) in samples(text)
         if ("gpu", "1") in labels
     }
-    assert gpu1 == {cat.GPU_INFO.name, cat.GPU_UP.name}
-    assert value(text, cat.MEMORY_USED.name, gpu="0") == 40 * f.GIB
+    assert gpu1 == {metrics.GPU_INFO.name, metrics.GPU_UP.name}
+    assert value(text, metrics.MEMORY_USED.name, gpu="0") == 40 * factory.GIB
 
 
 def test_only_enabled_groups_are_exposed() -> None:
     groups = frozenset({Group.INFO, Group.TEMPERATURE, Group.EXPORTER})
-    text = collect_text(f.state(f.snapshot(f.reading(0))), ExpositionOptions(groups=groups))
+    text = collect_text(factory.state(factory.snapshot(factory.reading(0))),
+                        ExpositionOptions(groups=groups))
     names = {name for (name, _) in samples(text) if not name.startswith("gpu_exporter_")}
-    assert names == {cat.GPU_INFO.name, cat.GPU_UP.name, cat.TEMPERATURE.name}
+    assert names == {metrics.GPU_INFO.name, metrics.GPU_UP.name, metrics.TEMPERATURE.name}
 
 
 def test_opt_in_groups_are_off_by_default() -> None:
-    text = collect_text(f.state(f.snapshot(f.reading(0))), ExpositionOptions())
+    text = collect_text(factory.state(factory.snapshot(factory.reading(0))), ExpositionOptions())
     assert Group.ENERGY not in default_groups()
-    assert value(text, cat.ENERGY.name, gpu="0") is None
-    assert series(text, cat.PCIE_THROUGHPUT.name) == []
+    assert value(text, metrics.ENERGY.name, gpu="0") is None
+    assert series(text, metrics.PCIE_THROUGHPUT.name) == []
 
 
 def test_only_catalogue_throttle_reasons_are_exposed() -> None:
     odd = {"hw_slowdown": 1.0, "brand_new_reason": 1.0}
     text = collect_text(
-        f.state(f.snapshot(f.reading(0, throttle_reasons=odd))), ExpositionOptions()
+        factory.state(factory.snapshot(factory.reading(0, throttle_reasons=odd))),
+        ExpositionOptions(),
     )
-    reasons = {s["reason"] for s in series(text, cat.THROTTLE_ACTIVE.name)}
+    reasons = {s["reason"] for s in series(text, metrics.THROTTLE_ACTIVE.name)}
     assert reasons == {"hw_slowdown"}
 
 
 def test_snapshot_without_gpus_still_serves_self_metrics() -> None:
-    down = replace(f.snapshot(), source_up=False, source_error="libnvidia-ml.so.1 not found")
-    text = collect_text(f.state(down), ExpositionOptions())
-    assert value(text, cat.SOURCE_UP.name, source="simulated") == 0
-    assert series(text, cat.GPU_UP.name) == []
+    down = replace(factory.snapshot(), source_up=False, source_error="libnvidia-ml.so.1 not found")
+    text = collect_text(factory.state(down), ExpositionOptions())
+    assert value(text, metrics.SOURCE_UP.name, source="simulated") == 0
+    assert series(text, metrics.GPU_UP.name) == []

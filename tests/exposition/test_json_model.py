@@ -11,26 +11,26 @@ from exporter.exposition.json_model import SnapshotResponse
 from exporter.metrics import Group
 from exporter.snapshot import PodRef, ProcessOwner
 from exporter.state import ExpositionOptions, default_groups
-from tests.exposition import factory as f
+from tests.exposition import factory
 
 MIB = 1024**2
 
 
-def _state() -> f.ExporterState:
+def _state() -> factory.ExporterState:
     pod = PodRef(pod_uid="u1", container_id="c1", namespace="ml", pod="train", container="main")
     secret = replace(
-        f.process(8, 5 * MIB, user="bob"),
+        factory.process(8, 5 * MIB, user="bob"),
         owner=ProcessOwner(uid=1001, user="bob", name="python", start_time_seconds=5.0,
                            cmdline="python train.py"),
     )
-    procs = (f.process(7, 10 * MIB, pod=pod), secret, f.process(9, None, user=None))
-    snap = f.snapshot(
-        f.reading(1, fan_speed_ratio=None),
-        f.reading(0, procs),
-        f.reading(2, up=False, error="GPU is lost", memory_used_bytes=None),
+    procs = (factory.process(7, 10 * MIB, pod=pod), secret, factory.process(9, None, user=None))
+    snap = factory.snapshot(
+        factory.reading(1, fan_speed_ratio=None),
+        factory.reading(0, procs),
+        factory.reading(2, up=False, error="GPU is lost", memory_used_bytes=None),
         errors={"gpu_lost": 1},
     )
-    return f.state(snap, age=2.0, stale=True, errors_total={"gpu_lost": 3})
+    return factory.state(snap, age=2.0, stale=True, errors_total={"gpu_lost": 3})
 
 
 def test_mirrors_the_snapshot() -> None:
@@ -41,8 +41,8 @@ def test_mirrors_the_snapshot() -> None:
     assert model.errors_total == {"gpu_lost": 3}
     assert [g.index for g in model.gpus] == [0, 1, 2]
     gpu0, gpu1, gpu2 = model.gpus
-    assert gpu0.memory_used_bytes == 40 * f.GIB
-    assert gpu0.memory_total_bytes == 141 * f.GIB
+    assert gpu0.memory_used_bytes == 40 * factory.GIB
+    assert gpu0.memory_total_bytes == 141 * factory.GIB
     assert gpu0.throttle_reasons == {"gpu_idle": False, "sw_power_cap": True}
     assert gpu0.ecc is not None
     assert gpu0.ecc["corrected"] == 3
@@ -96,6 +96,6 @@ def test_json_round_trip_and_openapi() -> None:
 
 
 def test_nan_reading_becomes_null() -> None:
-    snap = f.snapshot(f.reading(0, temperature_celsius=float("nan")))
-    model = SnapshotResponse.from_state(f.state(snap), ExpositionOptions())
+    snap = factory.snapshot(factory.reading(0, temperature_celsius=float("nan")))
+    model = SnapshotResponse.from_state(factory.state(snap), ExpositionOptions())
     assert json.loads(model.model_dump_json())["gpus"][0]["temperature_celsius"] is None

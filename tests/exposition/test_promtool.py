@@ -10,7 +10,7 @@ import pytest
 from exporter.exposition import MetricsRenderer
 from exporter.metrics import Group
 from exporter.state import ExpositionOptions
-from tests.exposition import factory as f
+from tests.exposition import factory
 
 PROMTOOL = shutil.which("promtool")
 
@@ -25,9 +25,9 @@ PROMTOOL = shutil.which("promtool")
 )
 def test_promtool_check_metrics_is_clean(options: ExpositionOptions) -> None:
     assert PROMTOOL is not None
-    snap = f.fleet(2, 8)
-    lost = f.reading(2, up=False, error="lost")
-    state = f.state(f.snapshot(*snap.gpus, lost))
+    snap = factory.fleet(2, 8)
+    lost = factory.reading(2, up=False, error="lost")
+    state = factory.state(factory.snapshot(*snap.gpus, lost))
     body, _ = MetricsRenderer().render(state, options)
     result = subprocess.run(
         [PROMTOOL, "check", "metrics"],

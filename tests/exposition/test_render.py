@@ -12,11 +12,11 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST
 
-from exporter import metrics as cat
+from exporter import metrics
 from exporter.exposition import ExporterCollector, MetricsRenderer
 from exporter.exposition.render import MAX_CACHED_FORMATS
 from exporter.state import ExporterState, ExpositionOptions
-from tests.exposition import factory as f
+from tests.exposition import factory
 from tests.exposition.parse import openmetrics_families, samples, series, value
 
 OM = "application/openmetrics-text; version=1.0.0"
@@ -33,7 +33,7 @@ def _uncached(state: ExporterState, accept: str | None) -> bytes:
 @pytest.mark.parametrize("accept", [None, "*/*", OM, "text/plain; version=1.0.0"])
 def test_body_equals_one_registry_encoding(accept: str | None) -> None:
     renderer = MetricsRenderer(process_metrics=False)
-    state = f.state(f.fleet(2, 4))
+    state = factory.state(factory.fleet(2, 4))
     for _ in range(2):  # cold, then cached
         body, headers = renderer.render(state, OPTIONS, accept, None)
         assert body == _uncached(state, accept)
@@ -42,19 +42,19 @@ def test_body_equals_one_registry_encoding(accept: str | None) -> None:
 
 
 def test_openmetrics_body_has_one_eof_at_the_end_and_parses() -> None:
-    body, headers = MetricsRenderer().render(f.state(f.fleet(2, 3)), OPTIONS, OM, "")
+    body, headers = MetricsRenderer().render(factory.state(factory.fleet(2, 3)), OPTIONS, OM, "")
     assert headers["Content-Type"].startswith(CONTENT_TYPE_LATEST)
     text = body.decode()
     assert text.endswith("# EOF\n")
     assert text.count("# EOF") == 1
     found = openmetrics_families(text)  # raises on anything after EOF or duplicates
-    assert cat.GPU_INFO.family_name in found
-    assert cat.DATA_AGE.name in found
+    assert metrics.GPU_INFO.family_name in found
+    assert metrics.DATA_AGE.name in found
     assert "process_cpu_seconds" in found
 
 
 def test_text_is_default_and_includes_process_metrics() -> None:
-    body, headers = MetricsRenderer().render(f.state(f.fleet(1, 1)), OPTIONS)
+    body, headers = MetricsRenderer().render(factory.state(factory.fleet(1, 1)), OPTIONS)
     assert headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
     text = body.decode()
     assert value(text, "process_resident_memory_bytes") is not None
@@ -73,7 +73,7 @@ def test_process_metrics_are_read_at_most_once_a_second() -> None:
         return collect()
 
     renderer._process.collect = counted  # type: ignore[union-attr,method-assign]
-    state = f.state(f.fleet(1, 1))
+    state = factory.state(factory.fleet(1, 1))
     first = renderer.render(state, OPTIONS)[0]
     now[0] += 0.5
     assert renderer.render(state, OPTIONS)[0] == first
@@ -87,7 +87,7 @@ def test_process_metrics_are_read_at_most_once_a_second() -> None:
 @pytest.mark.parametrize("accept", [None, OM])
 def test_gzip_round_trip(accept: str | None) -> None:
     renderer = MetricsRenderer(process_metrics=False)
-    state = f.state(f.fleet(2, 4))
+    state = factory.state(factory.fleet(2, 4))
     plain, _ = renderer.render(state, OPTIONS, accept, None)
     for encoding in ("gzip", "br;q=1.0, gzip;q=0.8", "GZIP"):
         body, headers = renderer.render(state, OPTIONS, accept, encoding)
@@ -101,50 +101,50 @@ def test_gzip_round_trip(accept: str | None) -> None:
 
 def test_data_age_is_fresh_while_the_snapshot_part_is_cached() -> None:
     renderer = MetricsRenderer(process_metrics=False)
-    snap = f.fleet(2, 2)
+    snap = factory.fleet(2, 2)
     for gz in (None, "gzip"):
         for age in (1.0, 7.25, 30.5):
-            body, _ = renderer.render(f.state(snap, age=age), OPTIONS, None, gz)
+            body, _ = renderer.render(factory.state(snap, age=age), OPTIONS, None, gz)
             text = (gzip.decompress(body) if gz else body).decode()
-            assert value(text, cat.DATA_AGE.name) == age
-            assert value(text, cat.GPU_UP.name, gpu="1") == 1
+            assert value(text, metrics.DATA_AGE.name) == age
+            assert value(text, metrics.GPU_UP.name, gpu="1") == 1
         # errors_total is read from each state too
         errors = {"gpu_lost": 5}
-        body, _ = renderer.render(f.state(snap, errors_total=errors), OPTIONS, None, gz)
+        body, _ = renderer.render(factory.state(snap, errors_total=errors), OPTIONS, None, gz)
         text = (gzip.decompress(body) if gz else body).decode()
-        assert value(text, cat.ERRORS.name, kind="gpu_lost") == 5
+        assert value(text, metrics.ERRORS.name, kind="gpu_lost") == 5
 
 
 def test_new_snapshot_invalidates_cache_and_exited_processes_vanish() -> None:
     renderer = MetricsRenderer(process_metrics=False)
-    both = f.snapshot(f.reading(0, (f.process(1, 10), f.process(2, 20))))
-    first, _ = renderer.render(f.state(both), OPTIONS)
-    assert {s["pid"] for s in series(first.decode(), cat.PROCESS_MEMORY.name)} == {"1", "2"}
+    both = factory.snapshot(factory.reading(0, (factory.process(1, 10), factory.process(2, 20))))
+    first, _ = renderer.render(factory.state(both), OPTIONS)
+    assert {s["pid"] for s in series(first.decode(), metrics.PROCESS_MEMORY.name)} == {"1", "2"}
     # Process 2 exited; an equal-looking but new snapshot object must not hit the cache.
-    one = replace(both, gpus=(f.reading(0, (f.process(1, 10),)),))
+    one = replace(both, gpus=(factory.reading(0, (factory.process(1, 10),)),))
     for gz in (None, "gzip"):
-        body, _ = renderer.render(f.state(one), OPTIONS, None, gz)
+        body, _ = renderer.render(factory.state(one), OPTIONS, None, gz)
         text = (gzip.decompress(body) if gz else body).decode()
-        assert {s["pid"] for s in series(text, cat.PROCESS_MEMORY.name)} == {"1"}
-        assert value(text, cat.PROCESSES.name) == 1
+        assert {s["pid"] for s in series(text, metrics.PROCESS_MEMORY.name)} == {"1"}
+        assert value(text, metrics.PROCESSES.name) == 1
     # A different value in an otherwise identical snapshot is seen at once.
-    hotter = replace(one, gpus=(f.reading(0, temperature_celsius=90.0),))
-    body, _ = renderer.render(f.state(hotter), OPTIONS)
-    assert value(body.decode(), cat.TEMPERATURE.name) == 90.0
+    hotter = replace(one, gpus=(factory.reading(0, temperature_celsius=90.0),))
+    body, _ = renderer.render(factory.state(hotter), OPTIONS)
+    assert value(body.decode(), metrics.TEMPERATURE.name) == 90.0
 
 
 def test_changed_options_invalidate_the_cache() -> None:
     renderer = MetricsRenderer(process_metrics=False)
-    state = f.state(f.snapshot(f.reading(0, (f.process(1, 10),))))
+    state = factory.state(factory.snapshot(factory.reading(0, (factory.process(1, 10),))))
     with_pid, _ = renderer.render(state, OPTIONS)
     without, _ = renderer.render(state, replace(OPTIONS, pid_label=False))
-    assert "pid" in series(with_pid.decode(), cat.PROCESS_MEMORY.name)[0]
-    assert "pid" not in series(without.decode(), cat.PROCESS_MEMORY.name)[0]
+    assert "pid" in series(with_pid.decode(), metrics.PROCESS_MEMORY.name)[0]
+    assert "pid" not in series(without.decode(), metrics.PROCESS_MEMORY.name)[0]
 
 
 def test_odd_accept_headers_fall_back_to_text() -> None:
     renderer = MetricsRenderer(process_metrics=False)
-    state = f.state(f.fleet(1, 2))
+    state = factory.state(factory.fleet(1, 2))
     expected, _ = renderer.render(state, OPTIONS)
     for accept in ("application/openmetrics-text; version=abc", "garbage;;;", "", "\x00"):
         body, headers = renderer.render(state, OPTIONS, accept, None)
@@ -154,7 +154,7 @@ def test_odd_accept_headers_fall_back_to_text() -> None:
 
 def test_many_distinct_formats_stay_bounded_and_correct() -> None:
     renderer = MetricsRenderer(process_metrics=False)
-    state = f.state(f.fleet(1, 2))
+    state = factory.state(factory.fleet(1, 2))
     for minor in range(MAX_CACHED_FORMATS * 3):
         accept = f"application/openmetrics-text; version=1.{minor}.0"
         body, _ = renderer.render(state, OPTIONS, accept, None)
@@ -167,7 +167,7 @@ def test_many_distinct_formats_stay_bounded_and_correct() -> None:
 
 def test_concurrent_scrapes_of_changing_snapshots_are_consistent() -> None:
     renderer = MetricsRenderer(process_metrics=False)
-    states = [f.state(f.fleet(2, n), age=float(n)) for n in range(1, 5)]
+    states = [factory.state(factory.fleet(2, n), age=float(n)) for n in range(1, 5)]
     expected = {n: _uncached(s, None) for n, s in enumerate(states)}
     failures: list[str] = []
 
@@ -194,7 +194,7 @@ def test_invalid_gzip_level_is_rejected() -> None:
 
 
 def test_rendered_series_are_unique() -> None:
-    body, _ = MetricsRenderer().render(f.state(f.fleet(2, 8)), OPTIONS)
+    body, _ = MetricsRenderer().render(factory.state(factory.fleet(2, 8)), OPTIONS)
     assert samples(body.decode())  # the parser helper asserts uniqueness
 
 
@@ -212,14 +212,14 @@ def test_gzip_chunks_of_unchanged_families_are_reused_across_snapshots(
     accept: str | None,
 ) -> None:
     renderer = MetricsRenderer(process_metrics=False, gzip_level=1)  # process_* move
-    base = f.fleet(2, 3)
+    base = factory.fleet(2, 3)
     gpu0, gpu1 = base.gpus
-    hotter = replace(base, gpus=(f.with_values(gpu0, temperature_celsius=91.0), gpu1))
-    signed = replace(base, gpus=(f.with_values(gpu0, temperature_celsius=-0.0), gpu1))
-    zero = replace(base, gpus=(f.with_values(gpu0, temperature_celsius=0.0), gpu1))
+    hotter = replace(base, gpus=(factory.with_values(gpu0, temperature_celsius=91.0), gpu1))
+    signed = replace(base, gpus=(factory.with_values(gpu0, temperature_celsius=-0.0), gpu1))
+    zero = replace(base, gpus=(factory.with_values(gpu0, temperature_celsius=0.0), gpu1))
     reused = []
     for snap in (base, replace(base), hotter, signed, zero, base):
-        state = f.state(snap)
+        state = factory.state(snap)
         before = dict(renderer._chunks)
         body, headers = renderer.render(state, OPTIONS, accept, "gzip")
         assert headers["Content-Encoding"] == "gzip"

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from exporter import metrics as m
+from exporter import metrics
 from exporter.metrics import Group
 from exporter.sources.nvml.events import EventWaiter
 from exporter.sources.nvml.mig import MigReader
@@ -61,11 +61,11 @@ def test_remapped_rows_and_lifetime_ecc_read(nvml: ModuleType) -> None:
         print(gpu.identity.index, dict(gpu.values))
         handle = nvml.nvmlDeviceGetHandleByIndex(gpu.identity.index)
         corrected, uncorrected, pending, failure = nvml.nvmlDeviceGetRemappedRows(handle)
-        assert gpu.labelled(m.REMAPPED_ROWS.name) == {"corrected": corrected,
+        assert gpu.labelled(metrics.REMAPPED_ROWS.name) == {"corrected": corrected,
                                                       "uncorrected": uncorrected}
-        assert gpu.value(m.REMAP_PENDING.name) == float(bool(pending))
-        assert gpu.value(m.REMAP_FAILURE.name) == float(bool(failure))
-        lifetime = gpu.labelled(m.ECC_AGGREGATE.name)
+        assert gpu.value(metrics.REMAP_PENDING.name) == float(bool(pending))
+        assert gpu.value(metrics.REMAP_FAILURE.name) == float(bool(failure))
+        lifetime = gpu.labelled(metrics.ECC_AGGREGATE.name)
         assert lifetime is not None
         assert lifetime["corrected"] == nvml.nvmlDeviceGetTotalEccErrors(
             handle, nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_AGGREGATE_ECC)
@@ -82,7 +82,7 @@ def test_source_with_the_waiter_exposes_registered_events(nvml: ModuleType) -> N
         source.close()
         took = time.monotonic() - began
     print({g.identity.index: dict(g.values) for g in snapshot.gpus}, alive, f"close {took:.3f}s")
-    assert all(g.value(m.XID_EVENTS_REGISTERED.name) == 1.0 for g in snapshot.gpus)
+    assert all(g.value(metrics.XID_EVENTS_REGISTERED.name) == 1.0 for g in snapshot.gpus)
     assert len(alive) == len(snapshot.gpus)
     assert took < WAIT_MS / 1000 + 0.5
     assert not any(t.name.startswith("xid-waiter-") for t in threading.enumerate())

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from dashboards import accounting, rules
-from exporter import thresholds as t
+from exporter import thresholds
 from exporter.metrics import SLURM_LABELS
 from exporter.report import records
 from tests.dashboards import promtool
@@ -62,7 +62,7 @@ def test_every_record_is_unit_tested_and_named_in_records() -> None:
 
 
 def test_idle_threshold_comes_from_the_thresholds_module() -> None:
-    assert f"< {t.IDLE_UTILIZATION_RATIO}" in RULE_FILE.read_text()
+    assert f"< {thresholds.IDLE_UTILIZATION_RATIO}" in RULE_FILE.read_text()
 
 
 def test_job_label_is_the_exporters_slurm_label() -> None:

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter import thresholds as t
+from exporter import thresholds
 from exporter.report import records
 from exporter.report.client import Connection, PrometheusClient
 from exporter.report.collect import build_report
@@ -72,7 +72,7 @@ def report_cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def week(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Week]:
-    assert t.IDLE_UTILIZATION_RATIO == scenario.IDLE_RATIO
+    assert thresholds.IDLE_UTILIZATION_RATIO == scenario.IDLE_RATIO
     tmp = tmp_path_factory.mktemp("week")
     timings: dict[str, float] = {}
     clock = time.monotonic()

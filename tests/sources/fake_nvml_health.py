@@ -295,19 +295,19 @@ class FakeHealthNvml(FakeNvml):
         self._gpu("nvmlDeviceIsMigDeviceHandle", h)
         return types.SimpleNamespace(value=int(isinstance(h, FakeMigHandle)))
 
-    def nvmlDeviceGetGpuInstanceId(self, h: FakeHandle) -> int:
-        device = self._mig("nvmlDeviceGetGpuInstanceId", h)
+    def _mig_only(self, symbol: str, h: FakeHandle) -> FakeMigDevice:
+        """The MIG device behind ``h``; NOT_SUPPORTED for a parent handle."""
+        device = self._mig(symbol, h)
         if device is None:
             self._raise(3)
         assert device is not None
-        return device.gpu_instance
+        return device
+
+    def nvmlDeviceGetGpuInstanceId(self, h: FakeHandle) -> int:
+        return self._mig_only("nvmlDeviceGetGpuInstanceId", h).gpu_instance
 
     def nvmlDeviceGetComputeInstanceId(self, h: FakeHandle) -> int:
-        device = self._mig("nvmlDeviceGetComputeInstanceId", h)
-        if device is None:
-            self._raise(3)
-        assert device is not None
-        return device.compute_instance
+        return self._mig_only("nvmlDeviceGetComputeInstanceId", h).compute_instance
 
     def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, h: FakeHandle) -> FakeHandle:
         if self._mig("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", h) is None:

@@ -19,6 +19,7 @@ from exporter.sources.simulated.scenario import (
     synthetic_fleet,
 )
 from exporter.sources.simulated.source import LOADED_AFTER, SimulatedSource
+from tests.scheduler_fakes import FakeClock
 
 T0 = 1_750_000_000.0  # wall-clock origin of the fake clock
 ALL = frozenset(SWITCHABLE_GROUPS)
@@ -26,19 +27,9 @@ GROUPS = ("memory", "utilization", "temperature", "power", "clocks", "throttle",
           "processes", "process_utilization")
 
 
-class FakeClock:
-    """A clock the test moves by hand."""
-
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def make_source(name: str | Scenario, seed: int = 0, speed: float = 1.0) -> tuple[SimulatedSource,
                                                                              FakeClock]:
-    clock = FakeClock()
+    clock = FakeClock(T0)
     scenario = load_scenario(name) if isinstance(name, str) else name
     source = SimulatedSource(scenario, seed=seed, clock=clock, speed=speed)
     source.start()
@@ -82,7 +73,7 @@ def test_implements_the_source_protocol() -> None:
     assert snap.cuda_driver_version
     source.close()
     source.close()  # idempotent
-    named = SimulatedSource(load_scenario("calm"), clock=FakeClock(), hostname="box")
+    named = SimulatedSource(load_scenario("calm"), clock=FakeClock(T0), hostname="box")
     assert named.collect(default_groups()).hostname == "box"
 
 

@@ -17,13 +17,13 @@ from exporter.metrics import PROCESS_MEMORY, Group, default_groups
 from exporter.metrics import allocator as a
 from exporter.snapshot import Snapshot
 from exporter.state import ExpositionOptions
-from tests.exposition import factory as f
+from tests.exposition import factory
 from tests.exposition.parse import collect_text, series, value
 from tests.fixtures.fakeproc import write_boot
 from tests.torch_stats.test_reader import HOST_NS, host_process, write_file
 
 GIB = 1 << 30
-UUID = [f.identity(i).uuid for i in range(2)]
+UUID = [factory.identity(i).uuid for i in range(2)]
 
 
 @pytest.fixture
@@ -41,9 +41,9 @@ def _device(uuid: str, allocated: int, reserved: int, **more: int) -> dict[str, 
 
 def _nvml_snapshot() -> Snapshot:
     """pid 77 on GPUs 0 and 1 (publishes for both), pid 88 on GPU 0 (publishes nothing)."""
-    gpu0 = f.reading(0, (f.process(77, 10 * GIB), f.process(88, 3 * GIB)))
-    gpu1 = f.reading(1, (f.process(77, 5 * GIB),))
-    return replace(f.snapshot(gpu0, gpu1), source="nvml")
+    gpu0 = factory.reading(0, (factory.process(77, 10 * GIB), factory.process(88, 3 * GIB)))
+    gpu1 = factory.reading(1, (factory.process(77, 5 * GIB),))
+    return replace(factory.snapshot(gpu0, gpu1), source="nvml")
 
 
 def _enricher(directory: Path, procfs: Path) -> TorchEnricher:
@@ -79,7 +79,7 @@ def test_rows_read_the_values_and_derive_the_driver_overhead(
     host_process(procfs, 77, uid=os.getuid(), start_ticks=5000)
     snap = _enricher(tmp_path, procfs).enrich(_nvml_snapshot())
     groups = default_groups() | {Group.TORCH, Group.EXPORTER}
-    text = collect_text(f.state(snap), ExpositionOptions(groups=groups))
+    text = collect_text(factory.state(snap), ExpositionOptions(groups=groups))
     assert value(text, a.TORCH_ALLOCATED.name, gpu="0", pid="77") == 8 * GIB
     assert value(text, a.TORCH_DRIVER_OVERHEAD.name, gpu="0", pid="77") == 1 * GIB  # 10 - 9
     # GPU 1: NVML 5 GiB but 6 GiB reserved (sampled at another moment): no overhead series.
@@ -89,7 +89,7 @@ def test_rows_read_the_values_and_derive_the_driver_overhead(
     assert value(text, PROCESS_MEMORY.name, pid="88") == 3 * GIB
     assert not [s for row in a.ROWS for s in series(text, row.name) if s["pid"] == "88"]
     # Without the group: no allocator series at all.
-    plain = collect_text(f.state(snap), ExpositionOptions(groups=default_groups()))
+    plain = collect_text(factory.state(snap), ExpositionOptions(groups=default_groups()))
     assert not [row.name for row in a.ROWS if series(plain, row.name)]
     # The JSON model carries the figures on the process.
     process = process_model(snap.gpus[0].processes[0], groups)
@@ -100,14 +100,14 @@ def test_rows_read_the_values_and_derive_the_driver_overhead(
 def test_merged_series_sum_the_figures(tmp_path: Path, procfs: Path) -> None:
     """Without the pid label, processes sharing the other labels are one series: the allocator
     figures add up like the memory does."""
-    gpu0 = f.reading(0, (f.process(77, 10 * GIB), f.process(78, 4 * GIB)))
-    snap = replace(f.snapshot(gpu0), source="nvml")
+    gpu0 = factory.reading(0, (factory.process(77, 10 * GIB), factory.process(78, 4 * GIB)))
+    snap = replace(factory.snapshot(gpu0), source="nvml")
     for pid, allocated in ((77, 8 * GIB), (78, 2 * GIB)):
         write_file(tmp_path, pid, 5000, devices=[_device(UUID[0], allocated, allocated)])
         host_process(procfs, pid, uid=os.getuid(), start_ticks=5000)
     snap = _enricher(tmp_path, procfs).enrich(snap)
     options = ExpositionOptions(groups=default_groups() | {Group.TORCH}, pid_label=False)
-    text = collect_text(f.state(snap), options)
+    text = collect_text(factory.state(snap), options)
     assert value(text, a.TORCH_ALLOCATED.name, gpu="0") == 10 * GIB
     assert value(text, a.TORCH_DRIVER_OVERHEAD.name, gpu="0") == 4 * GIB
 

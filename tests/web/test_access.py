@@ -22,20 +22,9 @@ from exporter.web import access
 from exporter.web.server import ServerLimits
 from exporter.web.webconfig import WebConfig
 from tests.web.serving import serving, small_app
-from tests.web.tlsfiles import Authority
+from tests.web.tlsfiles import Authority, write_web_config
 
 HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode()
-
-
-@pytest.fixture(scope="module")
-def ca(tmp_path_factory: pytest.TempPathFactory) -> Authority:
-    return Authority(tmp_path_factory.mktemp("pki"))
-
-
-def _config(tmp_path: Path, text: str) -> str:
-    path = tmp_path / "web.yml"
-    path.write_text(text, encoding="utf-8")
-    return str(path)
 
 
 def _client(ca: Authority, cert: tuple[str, str] | None = None) -> httpx.Client:
@@ -46,7 +35,7 @@ def _client(ca: Authority, cert: tuple[str, str] | None = None) -> httpx.Client:
 
 
 def test_basic_auth_on_every_endpoint(tmp_path: Path) -> None:
-    web = _config(tmp_path, f"basic_auth_users:\n  prom: '{HASH}'\n")
+    web = write_web_config(tmp_path, f"basic_auth_users:\n  prom: '{HASH}'\n")
     with serving(web_config=web) as server:
         for path in ("/metrics", "/healthz", "/readyz", "/api/v1/snapshot", "/", "/docs",
                      "/nope"):
@@ -67,7 +56,7 @@ def test_basic_auth_on_every_endpoint(tmp_path: Path) -> None:
 
 
 def test_long_and_odd_passwords_are_refused_not_crashing(tmp_path: Path) -> None:
-    web = _config(tmp_path, f"basic_auth_users:\n  prom: '{HASH}'\n")
+    web = write_web_config(tmp_path, f"basic_auth_users:\n  prom: '{HASH}'\n")
     with serving(web_config=web) as server:
         for password in ("x" * 100, "a\0b", "s3cret" + "x" * 70):
             response = httpx.get(server.url("/metrics"), auth=("prom", password))
@@ -75,7 +64,7 @@ def test_long_and_odd_passwords_are_refused_not_crashing(tmp_path: Path) -> None
 
 
 def test_probes_open_only_when_the_file_says_so(tmp_path: Path) -> None:
-    web = _config(tmp_path, f"basic_auth_users:\n  prom: '{HASH}'\n"
+    web = write_web_config(tmp_path, f"basic_auth_users:\n  prom: '{HASH}'\n"
                             "unauthenticated_paths: [/healthz]\n")
     with serving(web_config=web) as server:
         assert httpx.get(server.url("/healthz")).status_code == 200
@@ -84,7 +73,7 @@ def test_probes_open_only_when_the_file_says_so(tmp_path: Path) -> None:
 
 
 def test_configured_headers_on_every_response(tmp_path: Path) -> None:
-    web = _config(tmp_path, f"basic_auth_users:\n  prom: '{HASH}'\n"
+    web = write_web_config(tmp_path, f"basic_auth_users:\n  prom: '{HASH}'\n"
                             "http_server_config:\n  headers:\n    X-Frame-Options: deny\n"
                             "    Strict-Transport-Security: max-age=60\n")
     with serving(web_config=web) as server:
@@ -104,7 +93,7 @@ def test_head_works_like_get_without_a_body() -> None:
 
 def test_tls_serves_and_refuses_plain_http(tmp_path: Path, ca: Authority) -> None:
     pair = ca.issue("server", "exporter")
-    web = _config(tmp_path, f"tls_server_config:\n  cert_file: {pair.cert}\n"
+    web = write_web_config(tmp_path, f"tls_server_config:\n  cert_file: {pair.cert}\n"
                             f"  key_file: {pair.key}\n")
     with serving(web_config=web) as server:
         with _client(ca) as client:
@@ -132,7 +121,7 @@ def test_mtls_requires_a_certificate_from_the_ca(tmp_path: Path, ca: Authority) 
     client = ca.issue("client", "prometheus", server=False, sans=("prometheus",))
     stranger_ca = Authority(tmp_path, "stranger CA")
     stranger = stranger_ca.issue("stranger", "prometheus", server=False, sans=("prometheus",))
-    web = _config(tmp_path, f"tls_server_config:\n  cert_file: {pair.cert}\n"
+    web = write_web_config(tmp_path, f"tls_server_config:\n  cert_file: {pair.cert}\n"
                             f"  key_file: {pair.key}\n  client_ca_file: {ca.files.cert}\n"
                             "  client_allowed_sans: [prometheus]\n")
     other = ca.issue("other", "other", server=False, sans=("someone-else",))
@@ -151,7 +140,7 @@ def test_rotated_certificate_is_served_without_restart(tmp_path: Path, ca: Autho
     live_cert, live_key = tmp_path / "live.crt", tmp_path / "live.key"
     shutil.copy(first.cert, live_cert)
     shutil.copy(first.key, live_key)
-    web = _config(tmp_path, f"tls_server_config:\n  cert_file: {live_cert}\n"
+    web = write_web_config(tmp_path, f"tls_server_config:\n  cert_file: {live_cert}\n"
                             f"  key_file: {live_key}\n")
 
     def served_name() -> str:
@@ -197,7 +186,7 @@ def test_every_class_has_its_own_gate_and_503_is_at_once() -> None:
 
 
 def test_rate_limit(tmp_path: Path) -> None:
-    web = _config(tmp_path, "rate_limit:\n  interval: 10s\n  burst: 2\n")
+    web = write_web_config(tmp_path, "rate_limit:\n  interval: 10s\n  burst: 2\n")
     with serving(web_config=web) as server:
         codes = [httpx.get(server.url("/metrics")).status_code for _ in range(4)]
         assert codes == [200, 200, 429, 429]

@@ -14,20 +14,9 @@ from exporter.web.webconfig import (
     WebConfigWatcher,
     load_web_config,
 )
-from tests.web.tlsfiles import Authority
+from tests.web.tlsfiles import Authority, write_web_config
 
 HASH = bcrypt.hashpw(b"secret", bcrypt.gensalt(4)).decode()
-
-
-@pytest.fixture(scope="module")
-def ca(tmp_path_factory: pytest.TempPathFactory) -> Authority:
-    return Authority(tmp_path_factory.mktemp("pki"))
-
-
-def _write(tmp_path: Path, text: str) -> str:
-    path = tmp_path / "web.yml"
-    path.write_text(text, encoding="utf-8")
-    return str(path)
 
 
 def _tls(ca: Authority, extra: str = "") -> str:
@@ -44,7 +33,7 @@ def test_full_file_parses(tmp_path: Path, ca: Authority) -> None:
         f"basic_auth_users:\n  prom: '{HASH}'\n"
         "rate_limit:\n  interval: 10ms\n  burst: 50\n"
         "unauthenticated_paths: [/healthz]\n")
-    config = load_web_config(_write(tmp_path, text))
+    config = load_web_config(write_web_config(tmp_path, text))
     assert config.tls is not None
     assert config.tls.verify_mode is ssl.CERT_REQUIRED  # a CA alone means verify and require
     assert config.tls.min_version is ssl.TLSVersion.TLSv1_3
@@ -58,7 +47,7 @@ def test_full_file_parses(tmp_path: Path, ca: Authority) -> None:
 
 def test_relative_files_are_relative_to_the_config(tmp_path: Path) -> None:
     Authority(tmp_path).issue("srv", "exporter")
-    config = load_web_config(_write(tmp_path, "tls_server_config:\n  cert_file: srv.crt\n"
+    config = load_web_config(write_web_config(tmp_path, "tls_server_config:\n  cert_file: srv.crt\n"
                                               "  key_file: srv.key\n"))
     assert config.tls is not None
     assert config.tls.cert_file == str(tmp_path / "srv.crt")
@@ -87,7 +76,7 @@ def test_relative_files_are_relative_to_the_config(tmp_path: Path) -> None:
 )
 def test_bad_files_fail_with_one_line(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(WebConfigError, match=None) as info:
-        load_web_config(_write(tmp_path, text))
+        load_web_config(write_web_config(tmp_path, text))
     assert message in str(info.value)
     assert "\n" not in str(info.value)
 
@@ -107,19 +96,19 @@ def test_bad_files_fail_with_one_line(tmp_path: Path, text: str, message: str) -
 )
 def test_bad_tls_settings(tmp_path: Path, ca: Authority, extra: str, message: str) -> None:
     with pytest.raises(WebConfigError) as info:
-        load_web_config(_write(tmp_path, _tls(ca, extra)))
+        load_web_config(write_web_config(tmp_path, _tls(ca, extra)))
     assert message in str(info.value)
 
 
 def test_mismatched_key_and_unreadable_certificate(tmp_path: Path, ca: Authority) -> None:
     one, other = ca.issue("one", "one"), ca.issue("other", "other")
     with pytest.raises(WebConfigError, match="cannot load the certificate and key"):
-        load_web_config(_write(tmp_path, f"tls_server_config:\n  cert_file: {one.cert}\n"
+        load_web_config(write_web_config(tmp_path, f"tls_server_config:\n  cert_file: {one.cert}\n"
                                          f"  key_file: {other.key}\n"))
     garbage = tmp_path / "garbage.crt"
     garbage.write_text("not a certificate\n", encoding="utf-8")
     with pytest.raises(WebConfigError, match="cannot load the certificate and key"):
-        load_web_config(_write(tmp_path, f"tls_server_config:\n  cert_file: {garbage}\n"
+        load_web_config(write_web_config(tmp_path, f"tls_server_config:\n  cert_file: {garbage}\n"
                                          f"  key_file: {one.key}\n"))
 
 
@@ -128,7 +117,7 @@ def test_unreadable_key(tmp_path: Path, ca: Authority) -> None:
     pair = ca.issue("locked", "locked")
     pair.key.chmod(0)
     with pytest.raises(WebConfigError, match="key_file: cannot read"):
-        load_web_config(_write(tmp_path, f"tls_server_config:\n  cert_file: {pair.cert}\n"
+        load_web_config(write_web_config(tmp_path, f"tls_server_config:\n  cert_file: {pair.cert}\n"
                                          f"  key_file: {pair.key}\n"))
 
 
@@ -136,14 +125,14 @@ def test_inline_certificate_and_key(tmp_path: Path, ca: Authority) -> None:
     pair = ca.issue("inline", "inline")
     cert = pair.cert.read_text(encoding="utf-8").replace("\n", "\n    ")
     key = pair.key.read_text(encoding="utf-8").replace("\n", "\n    ")
-    config = load_web_config(_write(
+    config = load_web_config(write_web_config(
         tmp_path, f"tls_server_config:\n  cert: |\n    {cert}\n  key: |\n    {key}\n"))
     assert config.tls is not None
     assert config.tls.cert_pem is not None
 
 
 def test_watcher_reloads_users_and_keeps_last_good(tmp_path: Path) -> None:
-    path = _write(tmp_path, f"basic_auth_users:\n  prom: '{HASH}'\n")
+    path = write_web_config(tmp_path, f"basic_auth_users:\n  prom: '{HASH}'\n")
     now = [0.0]
     watcher = WebConfigWatcher(path, check_interval=1.0, clock=lambda: now[0])
     Path(path).write_text(f"basic_auth_users:\n  other: '{HASH}'\n", encoding="utf-8")
@@ -159,7 +148,7 @@ def test_watcher_reloads_users_and_keeps_last_good(tmp_path: Path) -> None:
 
 
 def test_watcher_refuses_turning_tls_on(tmp_path: Path, ca: Authority) -> None:
-    path = _write(tmp_path, f"basic_auth_users:\n  prom: '{HASH}'\n")
+    path = write_web_config(tmp_path, f"basic_auth_users:\n  prom: '{HASH}'\n")
     now = [0.0]
     watcher = WebConfigWatcher(path, clock=lambda: now[0])
     Path(path).write_text(_tls(ca), encoding="utf-8")

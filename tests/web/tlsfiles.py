@@ -82,3 +82,10 @@ class Authority:
         if names:
             builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
         return _write(self.directory, stem, builder.sign(self.key, hashes.SHA256()), key)
+
+
+def write_web_config(directory: Path, text: str) -> str:
+    """``text`` as ``web.yml`` in ``directory``; its path, for ``--web.config.file``."""
+    path = directory / "web.yml"
+    path.write_text(text, encoding="utf-8")
+    return str(path)

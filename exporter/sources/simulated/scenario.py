@@ -88,8 +88,8 @@ from exporter.sources.simulated.scenario_fields import Reader, ScenarioError, it
 __all__ = [
     "GPU_MODELS",
     "AllocationSpec",
+    "Burst",
     "ContainerSpec",
-    "EccInjection",
     "GpuModel",
     "GpuSpec",
     "PodSpec",
@@ -108,8 +108,11 @@ CONTEXT_BYTES = 512 * MiB  # what a CUDA context alone costs (research: ~520-590
 
 
 @dataclass(frozen=True, slots=True)
-class EccInjection:
-    at: float  # simulated seconds
+class Burst:
+    """``count`` events (injected uncorrected ECC errors, caught OOMs) at simulated second
+    ``at``."""
+
+    at: float
     count: int
 
 
@@ -122,7 +125,7 @@ class GpuSpec:
     thermal_time_constant: float = 60.0
     power_limit_watts: float | None = None  # None: the model's default limit
     ecc_corrected_per_hour: float = 0.0
-    ecc_uncorrected: tuple[EccInjection, ...] = ()
+    ecc_uncorrected: tuple[Burst, ...] = ()
     lost_at: float | None = None
     health: HealthSpec = field(default_factory=HealthSpec)
 
@@ -135,12 +138,6 @@ class PodSpec:
 
 
 @dataclass(frozen=True, slots=True)
-class OomEvent:
-    at: float  # simulated seconds
-    count: int
-
-
-@dataclass(frozen=True, slots=True)
 class TorchSpec:
     """PyTorch allocator figures a process publishes: its memory minus the CUDA context is the
     allocator's reserve, of which ``cache`` is freed blocks kept for reuse."""
@@ -148,7 +145,7 @@ class TorchSpec:
     cache: float = 0.1
     fragmentation: float = 0.02
     retries_per_hour: float = 0.0
-    ooms: tuple[OomEvent, ...] = ()  # out-of-memory errors the program caught
+    ooms: tuple[Burst, ...] = ()  # out-of-memory errors the program caught
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,11 +279,6 @@ def _parse_gpu(r: Reader, first_index: int) -> list[GpuSpec]:
     if first_index + count > 64:
         r.fail("a scenario holds at most 64 GPUs", "count")
     idle = r.number("idle_celsius", 32.0, low=-20.0, high=110.0)
-    injections = []
-    for j, item in enumerate(items(r.raw("ecc_uncorrected"), r, "ecc_uncorrected")):
-        sub = Reader(item, r.origin, f"{r.path}.ecc_uncorrected[{j}]", ("at", "count"))
-        injections.append(EccInjection(at=sub.seconds("at", 0.0) or 0.0,
-                                       count=sub.integer("count", 1, low=1)))
     spec = GpuSpec(
         index=first_index, model=model, idle_celsius=idle,
         full_load_celsius=r.number("full_load_celsius", 72.0, low=idle, high=130.0),
@@ -295,7 +287,7 @@ def _parse_gpu(r: Reader, first_index: int) -> list[GpuSpec]:
                                     high=model.power_limit_watts)
                            if r.has("power_limit_watts") else None),
         ecc_corrected_per_hour=r.number("ecc_corrected_per_hour", 0.0),
-        ecc_uncorrected=tuple(sorted(injections, key=lambda e: e.at)),
+        ecc_uncorrected=_bursts(r, "ecc_uncorrected"),
         lost_at=r.seconds("lost_at", None),
         health=parse_health(r, model.memory_bytes, model.row_remapping, model.mig),
     )
@@ -377,17 +369,22 @@ def _parse_process(r: Reader, position: int, gpus: list[GpuSpec]) -> list[Proces
                         **common) for rank, g in enumerate(targets)]
 
 
+def _bursts(r: Reader, key: str, *, negative: bool = False) -> tuple[Burst, ...]:
+    """The ``[{at, count}, ...]`` list under ``key``, in time order."""
+    bursts = []
+    for j, item in enumerate(items(r.raw(key), r, key)):
+        sub = Reader(item, r.origin, f"{r.path}.{key}[{j}]", ("at", "count"))
+        bursts.append(Burst(at=sub.seconds("at", 0.0, negative=negative) or 0.0,
+                            count=sub.integer("count", 1, low=1)))
+    return tuple(sorted(bursts, key=lambda burst: burst.at))
+
+
 def _parse_torch(r: Reader) -> TorchSpec:
-    ooms = []
-    for j, item in enumerate(items(r.raw("ooms"), r, "ooms")):
-        sub = Reader(item, r.origin, f"{r.path}.ooms[{j}]", ("at", "count"))
-        ooms.append(OomEvent(at=sub.seconds("at", 0.0, negative=True) or 0.0,
-                             count=sub.integer("count", 1, low=1)))
     return TorchSpec(
         cache=r.number("cache", 0.1, high=1.0),
         fragmentation=r.number("fragmentation", 0.02, high=1.0),
         retries_per_hour=r.number("retries_per_hour", 0.0),
-        ooms=tuple(sorted(ooms, key=lambda e: e.at)),
+        ooms=_bursts(r, "ooms", negative=True),
     )
 
 

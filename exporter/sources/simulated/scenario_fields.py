@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from typing import Any, NoReturn
 
 MiB = 1 << 20
@@ -91,19 +92,26 @@ class Reader:
             self.fail(f"must be {low}..{high}, got {str(value)[:30]}", key)
         return int(value)
 
+    def _quantity(self, key: str, value: object, pattern: re.Pattern[str],
+                  units: Mapping[str, float], *, unit: str, example: str) -> float:
+        """A plain number, or a number followed by one of ``units`` (``unit`` when none)."""
+        if isinstance(value, bool):
+            self.fail(f"expected {example}, got a boolean", key)
+        if isinstance(value, (int, float)):
+            return float(value)
+        match = pattern.match(str(value))
+        if not match:
+            if str(value).strip().startswith("-"):
+                self.fail(f"must not be negative, got {value!r}", key)
+            self.fail(f"expected {example}, got {value!r}", key)
+        return float(match.group(1)) * units[match.group(2) or unit]
+
     def seconds(self, key: str, default: float | None, negative: bool = False) -> float | None:
         value = self.raw(key)
         if value is None:
             return default
-        if isinstance(value, bool):
-            self.fail("expected a duration such as 90, 30s, 15m, 2h or 3d, got a boolean", key)
-        if isinstance(value, (int, float)):
-            result = float(value)
-        else:
-            match = _TIME_RE.match(str(value))
-            if not match:
-                self.fail(f"expected a duration such as 90, 30s, 15m, 2h or 3d, got {value!r}", key)
-            result = float(match.group(1)) * _TIME_UNITS[match.group(2) or "s"]
+        result = self._quantity(key, value, _TIME_RE, _TIME_UNITS, unit="s",
+                                example="a duration such as 90, 30s, 15m, 2h or 3d")
         if not math.isfinite(result) or abs(result) > MAX_SECONDS:
             self.fail(f"must be finite and within 100 years, got {str(value)[:30]}", key)
         if result < 0 and not negative:
@@ -114,20 +122,10 @@ class Reader:
         value = self.raw(key)
         if value is None:
             return default
-        if isinstance(value, bool):
-            self.fail("expected a size such as 1073741824, 512MiB or 1.5GiB, got a boolean", key)
-        if isinstance(value, (int, float)):
-            if value < 0:
-                self.fail(f"must not be negative, got {value}", key)
-            number = float(value)
-        else:
-            match = _SIZE_RE.match(str(value))
-            if not match:
-                if str(value).strip().startswith("-"):
-                    self.fail(f"must not be negative, got {value!r}", key)
-                self.fail(f"expected a size such as 1073741824, 512MiB or 1.5GiB, got {value!r}",
-                          key)
-            number = float(match.group(1)) * _SIZE_UNITS[match.group(2) or "B"]
+        number = self._quantity(key, value, _SIZE_RE, _SIZE_UNITS, unit="B",
+                                example="a size such as 1073741824, 512MiB or 1.5GiB")
+        if number < 0:
+            self.fail(f"must not be negative, got {value!r}", key)
         if not math.isfinite(number) or number > MAX_BYTES:
             self.fail(f"must be finite and at most 1 PiB, got {str(value)[:30]}", key)
         return int(number)
