@@ -51,10 +51,10 @@ from bench.harness import (  # noqa: E402
     Scraper,
     Server,
     cpu_seconds,
-    free_port,
     percentile,
     rss_mb,
 )
+from tests.processes import free_port  # noqa: E402
 
 LOAD = ROOT / "scripts" / "gpu" / "cuda_load.py"
 NVITOP_WHEELS = ("nvitop-1.7.2-py3-none-any.whl", "nvitop_exporter-1.7.2-py3-none-any.whl")
