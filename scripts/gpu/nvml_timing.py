@@ -44,9 +44,8 @@ class Raw:
         self.ecc = _supported(pynvml.nvmlDeviceGetTotalEccErrors, h, 0, 0)
         self.fan = _supported(pynvml.nvmlDeviceGetFanSpeed, h)
         self.remapped = _supported(pynvml.nvmlDeviceGetRemappedRows, h)
-        # MIG mode is asked once per GPU (as the source does); XID counts come from the
-        # event waiter's thread, not from a call on the collection path.
-        self.mig = [_supported(pynvml.nvmlDeviceGetMigMode, x) for x in self.handles]
+        # Not timed: MIG mode (the source asks it once per GPU) and XID counts (the event
+        # waiter's thread counts them off the collection path).
 
     def collect(self) -> list[Any]:
         out = []

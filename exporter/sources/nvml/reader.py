@@ -106,7 +106,6 @@ class NvmlCalls:
         self.mismatch: type[BaseException] | tuple[()] = (
             getattr(nvml, "NVMLLibraryMismatchError", None) or ())
         self._functions: dict[str, Callable[..., Any] | None] = {}
-        self._arguments: dict[tuple[int | Constant, ...], tuple[int, ...]] = {}
         self._plans: dict[frozenset[Group], _Plan] = {}
         self.compute = ProcessLister(nvml, "Compute")
         self.graphics = ProcessLister(nvml, "Graphics")
@@ -124,20 +123,13 @@ class NvmlCalls:
             return int(getattr(self.nvml, argument.name, argument.value))
         return argument
 
-    def arguments(self, arguments: tuple[int | Constant, ...]) -> tuple[int, ...]:
-        """``argument`` of each, resolved once per ``start`` (this runs for every row read)."""
-        found = self._arguments.get(arguments)
-        if found is None:
-            found = self._arguments[arguments] = tuple(self.argument(a) for a in arguments)
-        return found
-
     def plan(self, groups: frozenset[Group]) -> _Plan:
         """The reads of ``groups`` a GPU read goes through, worked out once per set of groups:
         rows, resolved functions and arguments, and which calls two rows share."""
         found = self._plans.get(groups)
         if found is None:
             rows = tuple(row for row in GPU_ROWS if row.nvml is not None and row.group in groups)
-            sites = [(row.name, label, row.nvml, self.arguments(args))
+            sites = [(row.name, label, row.nvml, tuple(self.argument(a) for a in args))
                      for row in rows if isinstance(row.nvml, NvmlRead)
                      for label, args in (row.nvml.per_label.items() if row.nvml.per_label
                                          else ((None, row.nvml.args),))]
