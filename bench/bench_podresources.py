@@ -2,11 +2,11 @@
 
 Run from the repository root: ``.venv/bin/python bench/bench_podresources.py [--rounds 9]``.
 
-A fake kubelet (``tests/fixtures/kubelet.py``, the generated v1 servicer) runs in a separate
+A fake kubelet (``tests/fixtures/kubelet.py``, serving the v1 ``List``) runs in a separate
 process and answers ``List`` with one GPU pod plus N GPU-less pods (8 exclusive CPUs and one
 memory assignment each, like a busy node); the client side runs here. Prints, per N: the
 answer's size, wall time and this process's CPU time per ``list_allocations()`` (p50), and
-the resident memory added by importing gRPC/protobuf and the generated modules (the cost of
+the resident memory added by importing gRPC/protobuf and the generated messages (the cost of
 switching the feature on; it is imported lazily).
 """
 
@@ -57,9 +57,9 @@ def main() -> int:
     before = rss_mib()
     import grpc  # noqa: F401, PLC0415
 
-    from exporter.attribution.podresources.v1 import api_pb2, api_pb2_grpc  # noqa: F401, PLC0415
+    from exporter.attribution.podresources.v1 import api_pb2  # noqa: F401, PLC0415
 
-    print(f"import grpc + protobuf + generated modules: +{rss_mib() - before:.1f} MiB RSS")
+    print(f"import grpc + protobuf + generated messages: +{rss_mib() - before:.1f} MiB RSS")
     print("pods    answer     wall p50   client CPU p50")
     for count in args.pods:
         directory = tempfile.mkdtemp(prefix="kb", dir="/tmp")

@@ -3,8 +3,8 @@
     python scripts/gen-podresources.py [--check]
 
 Runs grpcio-tools' protoc on ``exporter/attribution/podresources/v1/api.proto`` with the
-repository root as include path, so the generated gRPC module imports its messages as
-``exporter.attribution.podresources.v1.api_pb2``. ``--check`` generates into a temporary
+repository root as include path. Only the messages are generated: the client calls the one
+method it uses, ``List``, on the channel itself (no generated gRPC stub). ``--check`` generates into a temporary
 directory and exits 1 when the committed files differ (the test suite runs it). The generated
 code pins its runtimes: keep ``grpcio``/``protobuf`` in pyproject.toml at least at the
 versions it names.
@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PROTO = Path("exporter/attribution/podresources/v1/api.proto")
-OUTPUTS = ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py")
+OUTPUTS = ("api_pb2.py", "api_pb2.pyi")
 
 
 def generate(out_dir: Path) -> None:
@@ -34,7 +34,6 @@ def generate(out_dir: Path) -> None:
         f"-I{include}",
         f"--python_out={out_dir}",
         f"--pyi_out={out_dir}",
-        f"--grpc_python_out={out_dir}",
         str(ROOT / PROTO),
     ])
     if status != 0:

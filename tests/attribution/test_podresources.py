@@ -21,7 +21,9 @@ from exporter.attribution.podresources.allocations import (
     parse_device_id,
 )
 from exporter.attribution.podresources.client import (
+    LIST_METHOD,
     MAX_MESSAGE_BYTES_LIMIT,
+    SERVICE,
     PodResourcesClient,
     PodResourcesPoller,
     PollStatus,
@@ -309,8 +311,11 @@ def test_wire_path_is_the_kubelets() -> None:
     from exporter.attribution.podresources.v1 import api_pb2  # noqa: PLC0415
 
     service = api_pb2.DESCRIPTOR.services_by_name["PodResourcesLister"]
-    assert service.full_name == "v1.PodResourcesLister"
+    assert service.full_name == "v1.PodResourcesLister" == SERVICE
     assert [m.name for m in service.methods] == ["List", "GetAllocatableResources", "Get"]
+    list_method = service.methods_by_name[LIST_METHOD]
+    assert list_method.input_type.name == "ListPodResourcesRequest"
+    assert list_method.output_type.name == "ListPodResourcesResponse"
     fields = api_pb2.ContainerDevices.DESCRIPTOR.fields_by_name
     assert (fields["resource_name"].number, fields["device_ids"].number) == (1, 2)
 

@@ -15,7 +15,7 @@ bounded memory and is reported as ``too_large``.
 The last good table is kept through failures for ``stale_after`` seconds (a kubelet restart
 takes a few seconds), then dropped: allocations are never served from an old answer forever.
 
-``grpc`` and the generated modules are imported on the first poll only, so an exporter with
+``grpc`` and the generated messages are imported on the first poll only, so an exporter with
 the feature off never loads them (resident memory).
 """
 
@@ -44,6 +44,9 @@ MAX_MESSAGE_BYTES_LIMIT = 256 * 1024 * 1024
 MIN_INTERVAL_SECONDS = 1.0
 #: Kind counted in ``Snapshot.errors`` for each failed poll.
 ERROR_KIND = "pod_resources"
+#: The gRPC service and the one method called (gRPC's path is ``/<package>.<service>/<method>``).
+SERVICE = "v1.PodResourcesLister"
+LIST_METHOD = "List"
 
 
 class PollStatus(str, Enum):
@@ -98,11 +101,10 @@ class _Grpc:
     def __init__(self) -> None:
         import grpc  # noqa: PLC0415 (lazy: only when the feature is on)
 
-        from exporter.attribution.podresources.v1 import api_pb2, api_pb2_grpc  # noqa: PLC0415
+        from exporter.attribution.podresources.v1 import api_pb2  # noqa: PLC0415
 
         self.grpc: Any = grpc
         self.api_pb2: Any = api_pb2
-        self.api_pb2_grpc: Any = api_pb2_grpc
 
 
 class PodResourcesClient:
@@ -140,8 +142,12 @@ class PodResourcesClient:
         ]
         try:
             with grpc.insecure_channel(f"unix:{self.socket_path}", options=options) as channel:
-                stub = pieces.api_pb2_grpc.PodResourcesListerStub(channel)
-                response = stub.List(pieces.api_pb2.ListPodResourcesRequest(),
+                list_pods = channel.unary_unary(
+                    f"/{SERVICE}/{LIST_METHOD}",
+                    request_serializer=pieces.api_pb2.ListPodResourcesRequest.SerializeToString,
+                    response_deserializer=pieces.api_pb2.ListPodResourcesResponse.FromString,
+                )
+                response = list_pods(pieces.api_pb2.ListPodResourcesRequest(),
                                      timeout=self.timeout_seconds)
         except grpc.RpcError as err:
             raise self._rpc_error(err) from None
