@@ -4,10 +4,10 @@
 
 Runs grpcio-tools' protoc on ``exporter/attribution/podresources/v1/api.proto`` with the
 repository root as include path. Only the messages are generated: the client calls the one
-method it uses, ``List``, on the channel itself (no generated gRPC stub). ``--check`` generates into a temporary
-directory and exits 1 when the committed files differ (the test suite runs it). The generated
-code pins its runtimes: keep ``grpcio``/``protobuf`` in pyproject.toml at least at the
-versions it names.
+method it uses, ``List``, on the channel itself (no generated gRPC stub). ``--check``
+generates into a temporary directory and exits 1 when the committed files differ (the test
+suite runs it). The generated code pins its runtime: keep ``protobuf`` in pyproject.toml at
+least at the version it names.
 """
 
 from __future__ import annotations
