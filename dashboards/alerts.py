@@ -18,8 +18,7 @@ from dashboards.promql import (
     sel,
 )
 from dashboards.rules import AlertRule, RecordingRule, RuleGroup
-from exporter import metrics as c
-from exporter import thresholds as t
+from exporter import metrics, thresholds
 from exporter.metrics import allocator
 
 UNCORRECTED = 'type="uncorrected"'
@@ -27,19 +26,19 @@ UNCORRECTED = 'type="uncorrected"'
 _NODE = "{{ with $labels.node }} (node {{ . }}){{ end }}"
 _HOST = "{{ $labels.instance }}" + _NODE
 _WHERE = "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on " + _HOST
-_HW_POWER_REASONS = tuple(r for r in c.POWER_THROTTLE_REASONS if r.startswith("hw_"))
-_SW_POWER_REASONS = tuple(r for r in c.POWER_THROTTLE_REASONS if not r.startswith("hw_"))
+_HW_POWER_REASONS = tuple(r for r in metrics.POWER_THROTTLE_REASONS if r.startswith("hw_"))
+_SW_POWER_REASONS = tuple(r for r in metrics.POWER_THROTTLE_REASONS if not r.startswith("hw_"))
 
-used, total = c.MEMORY_USED.name, c.MEMORY_TOTAL.name
-util = c.UTILIZATION.name
+used, total = metrics.MEMORY_USED.name, metrics.MEMORY_TOTAL.name
+util = metrics.UTILIZATION.name
 
 
 #: Per GPU, the leak trend the forecast alert and the users dashboard's forecast panels share:
 #: seconds until the total at the trend of the last LEAK_WINDOW, and the memory expected in
 #: LEAK_HORIZON_SECONDS as a share of the total.
-TIME_TO_FULL = f"instance_gpu:gpu_memory_seconds_until_full:deriv{t.LEAK_WINDOW}"
+TIME_TO_FULL = f"instance_gpu:gpu_memory_seconds_until_full:deriv{thresholds.LEAK_WINDOW}"
 MEMORY_FORECAST = (
-    f"instance_gpu:gpu_memory_used:predict_linear{t.LEAK_WINDOW}_{t.LEAK_HORIZON_SECONDS}s_ratio"
+    f"instance_gpu:gpu_memory_used:predict_linear{thresholds.LEAK_WINDOW}_{thresholds.LEAK_HORIZON_SECONDS}s_ratio"
 )
 
 
@@ -48,47 +47,50 @@ def memory_group() -> RuleGroup:
     a forecast panel then reads one sample per GPU and step instead of a window)."""
     almost_full = AlertRule(
         alert="GpuMemoryAlmostFull",
-        expr=f"{used} / {total} > {num(t.MEMORY_USED_RATIO)}",
-        for_=t.MEMORY_USED_FOR,
+        expr=f"{used} / {total} > {num(thresholds.MEMORY_USED_RATIO)}",
+        for_=thresholds.MEMORY_USED_FOR,
         severity="warning",
         summary="GPU memory is almost full.",
         description=(
             f"{_WHERE} has {{{{ $value | humanizePercentage }}}} of its memory in use (over "
-            f"{t.MEMORY_USED_RATIO:.0%} for {t.MEMORY_USED_FOR}). New allocations will fail "
-            "with CUDA out-of-memory errors; see which processes and users hold it."
+            f"{thresholds.MEMORY_USED_RATIO:.0%} for {thresholds.MEMORY_USED_FOR}). New "
+            "allocations will fail with CUDA out-of-memory errors; see which processes and users "
+            "hold it."
         ),
     )
-    horizon = t.LEAK_HORIZON_SECONDS
+    horizon = thresholds.LEAK_HORIZON_SECONDS
     time_to_full = RecordingRule(
-        TIME_TO_FULL, f"({total} - {used}) / deriv({used}[{t.LEAK_WINDOW}])"
+        TIME_TO_FULL, f"({total} - {used}) / deriv({used}[{thresholds.LEAK_WINDOW}])"
     )
     forecast_ratio = RecordingRule(
-        MEMORY_FORECAST, f"predict_linear({used}[{t.LEAK_WINDOW}], {horizon}) / {total}"
+        MEMORY_FORECAST, f"predict_linear({used}[{thresholds.LEAK_WINDOW}], {horizon}) / {total}"
     )
     forecast = AlertRule(
         alert="GpuMemoryExhaustionForecast",
         expr=(
-            f"{TIME_TO_FULL}\n"
-            f"and {MEMORY_FORECAST} > 1\n"
-            f"and predict_linear({used}[{t.LEAK_RECENT_WINDOW}], {horizon}) > {total}\n"
-            f"and delta({used}[{t.LEAK_WINDOW}]) > {num(t.LEAK_MIN_GROWTH_RATIO)} * {total}\n"
+            f"{TIME_TO_FULL}\nand {MEMORY_FORECAST} > 1\nand "
+            f"predict_linear({used}[{thresholds.LEAK_RECENT_WINDOW}], {horizon}) > {total}\nand "
+            f"delta({used}[{thresholds.LEAK_WINDOW}]) > {num(thresholds.LEAK_MIN_GROWTH_RATIO)} * "
+            f"{total}\n"
         ),
-        for_=t.LEAK_FOR,
+        for_=thresholds.LEAK_FOR,
         severity="warning",
         summary="GPU memory keeps growing and will run out.",
         description=(
-            f"Used memory of {_WHERE} has grown steadily over the last {t.LEAK_WINDOW} and, "
-            "at that rate, reaches the total in about {{ $value | humanizeDuration }}. "
-            "A process is probably leaking (tensors kept alive, a growing cache)."
+            f"Used memory of {_WHERE} has grown steadily over the last {thresholds.LEAK_WINDOW} "
+            "and, at that rate, reaches the total in about {{ $value | humanizeDuration }}. A "
+            "process is probably leaking (tensors kept alive, a growing cache)."
         ),
     )
     return RuleGroup("gpu-memory", (time_to_full, forecast_ratio, almost_full, forecast))
 
 
-IDLE_MEMORY_NOW = f"instance_user:{c.USER_IDLE_MEMORY.name}:sum"
-IDLE_MEMORY = f"instance_user:{c.USER_IDLE_MEMORY.name}:min_over_time{t.IDLE_AVG_WINDOW}"
-USER_UTILIZATION_MAX = f"instance_user:{c.USER_UTILIZATION_MAX.name}:max"
-GPU_UTILIZATION_AVG = f"instance_gpu:{util}:avg_over_time{t.IDLE_AVG_WINDOW}"
+IDLE_MEMORY_NOW = f"instance_user:{metrics.USER_IDLE_MEMORY.name}:sum"
+IDLE_MEMORY = (
+    f"instance_user:{metrics.USER_IDLE_MEMORY.name}:min_over_time{thresholds.IDLE_AVG_WINDOW}"
+)
+USER_UTILIZATION_MAX = f"instance_user:{metrics.USER_UTILIZATION_MAX.name}:max"
+GPU_UTILIZATION_AVG = f"instance_gpu:{util}:avg_over_time{thresholds.IDLE_AVG_WINDOW}"
 
 
 #: Alerts on idle memory fire once per user across the fleet, never per host or process: a
@@ -124,20 +126,21 @@ def user_idle_records() -> tuple[RecordingRule, ...]:
     is memory that stayed idle for the whole window; a user whose processes are busy has a 0
     there, so the minimum sees the busy moments too.
     """
-    window = t.IDLE_AVG_WINDOW
-    gpus = ", ".join(c.GPU_LABELS)
+    window = thresholds.IDLE_AVG_WINDOW
+    gpus = ", ".join(metrics.GPU_LABELS)
     return (
-        RecordingRule(IDLE_MEMORY_NOW, f"sum without ({gpus}) ({c.USER_IDLE_MEMORY.name})"),
+        RecordingRule(IDLE_MEMORY_NOW, f"sum without ({gpus}) ({metrics.USER_IDLE_MEMORY.name})"),
         RecordingRule(IDLE_MEMORY, f"min_over_time({IDLE_MEMORY_NOW}[{window}])"),
         RecordingRule(
-            USER_UTILIZATION_MAX, f"max without ({gpus}) ({c.USER_UTILIZATION_MAX.name})"
+            USER_UTILIZATION_MAX, f"max without ({gpus}) ({metrics.USER_UTILIZATION_MAX.name})"
         ),
     )
 
 
 def gpu_idle_record() -> RecordingRule:
     """Per GPU, the window's average utilisation the per-GPU idle alerts share."""
-    return RecordingRule(GPU_UTILIZATION_AVG, f"avg_over_time({util}[{t.IDLE_AVG_WINDOW}])")
+    return RecordingRule(GPU_UTILIZATION_AVG,
+                         f"avg_over_time({util}[{thresholds.IDLE_AVG_WINDOW}])")
 
 
 def idle_group() -> RuleGroup:
@@ -150,52 +153,56 @@ def idle_group() -> RuleGroup:
         alert="GpuMemoryHeldIdle",
         expr=(
             f"{used}\n"
-            f"and {used} / {total} > {num(t.IDLE_GPU_MEMORY_RATIO)}\n"
-            f"and {GPU_UTILIZATION_AVG} < {num(t.IDLE_UTILIZATION_RATIO)}\n"
+            f"and {used} / {total} > {num(thresholds.IDLE_GPU_MEMORY_RATIO)}\n"
+            f"and {GPU_UTILIZATION_AVG} < {num(thresholds.IDLE_UTILIZATION_RATIO)}\n"
         ),
-        for_=t.IDLE_FOR,
+        for_=thresholds.IDLE_FOR,
         severity="warning",
         summary="A GPU holds memory but runs nothing.",
         description=(
             f"{_WHERE} holds {{{{ $value | humanize1024 }}}}B of memory while its utilisation "
-            f"stayed under {t.IDLE_UTILIZATION_RATIO:.0%} for {t.IDLE_FOR}: a forgotten "
-            "notebook or a hung job is blocking it for everyone else."
+            f"stayed under {thresholds.IDLE_UTILIZATION_RATIO:.0%} for {thresholds.IDLE_FOR}: a "
+            "forgotten notebook or a hung job is blocking it for everyone else."
         ),
     )
     # The idle alert's per-GPU average, recorded above, when the windows agree (one window
     # read per GPU instead of three).
-    starved_util = (GPU_UTILIZATION_AVG if t.STARVED_AVG_WINDOW == t.IDLE_AVG_WINDOW
-                    else f"avg_over_time({util}[{t.STARVED_AVG_WINDOW}])")
+    starved_util = (GPU_UTILIZATION_AVG
+                    if thresholds.STARVED_AVG_WINDOW == thresholds.IDLE_AVG_WINDOW
+                    else f"avg_over_time({util}[{thresholds.STARVED_AVG_WINDOW}])")
     starved = AlertRule(
         alert="GpuStarved",
         expr=(
-            f"{starved_util} < {num(t.STARVED_UTILIZATION_RATIO)}\n"
-            f"and {starved_util} >= {num(t.IDLE_UTILIZATION_RATIO)}\n"
-            f"and avg_over_time({c.POWER_USAGE.name}[{t.STARVED_AVG_WINDOW}]) "
-            f"/ {c.POWER_LIMIT.name} < {num(t.STARVED_POWER_RATIO)}\n"
-            f"and {c.PROCESSES.name} > 0\n"
+            f"{starved_util} < {num(thresholds.STARVED_UTILIZATION_RATIO)}\n"
+            f"and {starved_util} >= {num(thresholds.IDLE_UTILIZATION_RATIO)}\n"
+            f"and avg_over_time({metrics.POWER_USAGE.name}[{thresholds.STARVED_AVG_WINDOW}]) "
+            f"/ {metrics.POWER_LIMIT.name} < {num(thresholds.STARVED_POWER_RATIO)}\n"
+            f"and {metrics.PROCESSES.name} > 0\n"
         ),
-        for_=t.STARVED_FOR,
+        for_=thresholds.STARVED_FOR,
         severity="info",
         summary="A GPU in use is starved: low utilisation and power for a long time.",
         description=(
             f"{_WHERE} has processes but averaged only {{{{ $value | humanizePercentage }}}} "
-            f"utilisation and under {t.STARVED_POWER_RATIO:.0%} of its power limit for "
-            f"{t.STARVED_FOR}: the job waits on the CPU, data loading or I/O, not on the GPU."
+            f"utilisation and under {thresholds.STARVED_POWER_RATIO:.0%} of its power limit for "
+            f"{thresholds.STARVED_FOR}: the job waits on the CPU, data loading or I/O, not on the "
+            "GPU."
         ),
     )
     allocated = AlertRule(
         alert="GpuAllocatedIdle",
-        expr=allocated_idle("", ratio=t.IDLE_UTILIZATION_RATIO, window=t.IDLE_AVG_WINDOW,
+        expr=allocated_idle("", ratio=thresholds.IDLE_UTILIZATION_RATIO,
+                            window=thresholds.IDLE_AVG_WINDOW,
                             average=GPU_UTILIZATION_AVG) + "\n",
-        for_=t.IDLE_FOR,
+        for_=thresholds.IDLE_FOR,
         severity="warning",
         summary="A pod holds an allocated GPU and does nothing with it.",
         description=(
-            "Pod {{ $labels.namespace }}/{{ $labels.pod }} (container {{ $labels.container }}) "
-            f"was given {_WHERE} by the kubelet, and for {t.IDLE_FOR} either none of its "
+            "Pod {{ $labels.namespace }}/{{ $labels.pod }} (container {{ $labels.container }}) was "
+            f"given {_WHERE} by the kubelet, and for {thresholds.IDLE_FOR} either none of its "
             "processes was on that GPU or the GPU, its alone, stayed under "
-            f"{t.IDLE_UTILIZATION_RATIO:.0%} utilisation. Nobody else can be scheduled on it."
+            f"{thresholds.IDLE_UTILIZATION_RATIO:.0%} utilisation. Nobody else can be scheduled on "
+            "it."
         ),
     )
     return RuleGroup("gpu-idle", (gpu_idle_record(), gpu_idle, starved, allocated))
@@ -210,39 +217,39 @@ def idle_users_group() -> RuleGroup:
     process_idle = AlertRule(
         alert="GpuProcessIdle",
         expr=f"{FLEET_USER} ({IDLE_MEMORY} > 0)",
-        for_=t.IDLE_FOR,
+        for_=thresholds.IDLE_FOR,
         severity="warning",
         summary="A user's GPU processes hold memory without using the GPU.",
         description=(
             "Processes of user {{ $labels.user }} hold {{ $value | humanize1024 }}B of GPU "
             "memory without using it, on "
             + _hosts(IDLE_MEMORY) + ": each holds over "
-            f"{num(t.IDLE_PROCESS_MEMORY_BYTES / t.GIB)} GiB and stayed under "
-            f"{t.IDLE_UTILIZATION_RATIO:.0%} utilisation for {t.IDLE_AVG_WINDOW}, for "
-            f"{t.IDLE_FOR}. The users dashboard (user {{{{ $labels.user }}}}) lists the hosts, "
-            "the node dashboard's Idle processes table (or gpu-exporter report) the processes; "
-            "ask the user to stop them or free the memory."
+            f"{num(thresholds.IDLE_PROCESS_MEMORY_BYTES / thresholds.GIB)} GiB and stayed under "
+            f"{thresholds.IDLE_UTILIZATION_RATIO:.0%} utilisation for "
+            f"{thresholds.IDLE_AVG_WINDOW}, for {thresholds.IDLE_FOR}. The users dashboard (user "
+            "{{ $labels.user }}) lists the hosts, the node dashboard's Idle processes table (or "
+            "gpu-exporter report) the processes; ask the user to stop them or free the memory."
         ),
     )
     user_idle = AlertRule(
         alert="GpuUserMemoryIdle",
         expr=(
             f"{FLEET_USER} (\n"
-            f"  sum without ({', '.join(c.GPU_LABELS)}) ({c.USER_MEMORY.name}) "
-            f"> {num(t.IDLE_USER_MEMORY_BYTES)}\n"
-            f"  and max_over_time({USER_UTILIZATION_MAX}[{t.IDLE_AVG_WINDOW}]) "
-            f"< {num(t.IDLE_UTILIZATION_RATIO)}\n"
+            f"  sum without ({', '.join(metrics.GPU_LABELS)}) ({metrics.USER_MEMORY.name}) "
+            f"> {num(thresholds.IDLE_USER_MEMORY_BYTES)}\n"
+            f"  and max_over_time({USER_UTILIZATION_MAX}[{thresholds.IDLE_AVG_WINDOW}]) "
+            f"< {num(thresholds.IDLE_UTILIZATION_RATIO)}\n"
             ")\n"
         ),
-        for_=t.IDLE_FOR,
+        for_=thresholds.IDLE_FOR,
         severity="info",
         summary="A user holds GPU memory on hosts where none of their processes compute.",
         description=(
             "User {{ $labels.user }} holds {{ $value | humanize1024 }}B of GPU memory on hosts "
-            "where they hold over "
-            f"{num(t.IDLE_USER_MEMORY_BYTES / t.GIB)} GiB and none of their GPU processes "
-            f"exceeded {t.IDLE_UTILIZATION_RATIO:.0%} utilisation for {t.IDLE_FOR}. The users "
-            "dashboard (user {{ $labels.user }}) lists the hosts."
+            f"where they hold over {num(thresholds.IDLE_USER_MEMORY_BYTES / thresholds.GIB)} GiB "
+            f"and none of their GPU processes exceeded {thresholds.IDLE_UTILIZATION_RATIO:.0%} "
+            f"utilisation for {thresholds.IDLE_FOR}. The users dashboard (user {{{{ $labels.user "
+            "}}) lists the hosts."
         ),
     )
     return RuleGroup("gpu-idle-users", (*user_idle_records(), process_idle, user_idle))
@@ -250,49 +257,51 @@ def idle_users_group() -> RuleGroup:
 
 def thermal_group() -> RuleGroup:
     """Temperature and clock slowdowns."""
-    temp = c.TEMPERATURE.name
+    temp = metrics.TEMPERATURE.name
     high = AlertRule(
         alert="GpuTemperatureHigh",
-        expr=f"{temp} > {num(t.TEMPERATURE_WARNING_CELSIUS)}",
-        for_=t.TEMPERATURE_WARNING_FOR,
+        expr=f"{temp} > {num(thresholds.TEMPERATURE_WARNING_CELSIUS)}",
+        for_=thresholds.TEMPERATURE_WARNING_FOR,
         severity="warning",
         summary="A GPU is running hot.",
         description=(
-            f"{_WHERE} is at {{{{ $value }}}} °C (over {num(t.TEMPERATURE_WARNING_CELSIUS)} °C "
-            f"for {t.TEMPERATURE_WARNING_FOR}). Check fans, airflow and the room's cooling."
+            f"{_WHERE} is at {{{{ $value }}}} °C (over "
+            f"{num(thresholds.TEMPERATURE_WARNING_CELSIUS)} °C for "
+            f"{thresholds.TEMPERATURE_WARNING_FOR}). Check fans, airflow and the room's cooling."
         ),
     )
     critical = AlertRule(
         alert="GpuTemperatureCritical",
-        expr=f"{temp} > {num(t.TEMPERATURE_CRITICAL_CELSIUS)}",
-        for_=t.TEMPERATURE_CRITICAL_FOR,
+        expr=f"{temp} > {num(thresholds.TEMPERATURE_CRITICAL_CELSIUS)}",
+        for_=thresholds.TEMPERATURE_CRITICAL_FOR,
         severity="critical",
         summary="A GPU is dangerously hot.",
         description=(
-            f"{_WHERE} is at {{{{ $value }}}} °C (over {num(t.TEMPERATURE_CRITICAL_CELSIUS)} °C "
-            f"for {t.TEMPERATURE_CRITICAL_FOR}); it is throttling hard and may shut down."
+            f"{_WHERE} is at {{{{ $value }}}} °C (over "
+            f"{num(thresholds.TEMPERATURE_CRITICAL_CELSIUS)} °C for "
+            f"{thresholds.TEMPERATURE_CRITICAL_FOR}); it is throttling hard and may shut down."
         ),
     )
-    throttle = c.THROTTLE_ACTIVE
+    throttle = metrics.THROTTLE_ACTIVE
     thermal = AlertRule(
         alert="GpuThermalThrottling",
-        expr=f"{sel(throttle, reason_in(c.THERMAL_THROTTLE_REASONS))} > 0",
-        for_=t.THROTTLE_FOR,
+        expr=f"{sel(throttle, reason_in(metrics.THERMAL_THROTTLE_REASONS))} > 0",
+        for_=thresholds.THROTTLE_FOR,
         severity="warning",
         summary="A GPU slows its clocks because it is too hot.",
         description=(
             f"{_WHERE} reports clock event reason {{{{ $labels.reason }}}} for "
-            f"{t.THROTTLE_FOR}: it runs slower than it could until it cools down."
+            f"{thresholds.THROTTLE_FOR}: it runs slower than it could until it cools down."
         ),
     )
     hardware = AlertRule(
         alert="GpuHardwareSlowdown",
         expr=f"{sel(throttle, reason_in(_HW_POWER_REASONS))} > 0",
-        for_=t.THROTTLE_FOR,
+        for_=thresholds.THROTTLE_FOR,
         severity="warning",
         summary="A GPU's hardware slowdown or power brake is active.",
         description=(
-            f"{_WHERE} reports {{{{ $labels.reason }}}} for {t.THROTTLE_FOR}: the board "
+            f"{_WHERE} reports {{{{ $labels.reason }}}} for {thresholds.THROTTLE_FOR}: the board "
             "halves its clocks because of an external power brake, a power-supply problem "
             "or overheating."
         ),
@@ -300,12 +309,13 @@ def thermal_group() -> RuleGroup:
     power_cap = AlertRule(
         alert="GpuPowerCapped",
         expr=f"{sel(throttle, reason_in(_SW_POWER_REASONS))} > 0",
-        for_=t.POWER_CAP_FOR,
+        for_=thresholds.POWER_CAP_FOR,
         severity="info",
         summary="A GPU runs at its power limit.",
         description=(
             f"{_WHERE} has been held at its power limit ({{{{ $labels.reason }}}}) for "
-            f"{t.POWER_CAP_FOR}. Normal for heavy jobs; if the limit was lowered, raise it."
+            f"{thresholds.POWER_CAP_FOR}. Normal for heavy jobs; if the limit was lowered, raise "
+            "it."
         ),
     )
     return RuleGroup("gpu-thermal", (high, critical, thermal, hardware, power_cap))
@@ -313,42 +323,43 @@ def thermal_group() -> RuleGroup:
 
 def health_group() -> RuleGroup:
     """GPUs that broke, vanished or lost data."""
-    up = c.GPU_UP.name
+    up = metrics.GPU_UP.name
     down = AlertRule(
         alert="GpuDown",
         expr=f"{up} == 0",
-        for_=t.GPU_DOWN_FOR,
+        for_=thresholds.GPU_DOWN_FOR,
         severity="critical",
         summary="A GPU stopped answering.",
         description=(
             f"{_WHERE} does not answer NVML (lost, needs a reset, or hung) for "
-            f"{t.GPU_DOWN_FOR}. The other GPUs of the host still report."
+            f"{thresholds.GPU_DOWN_FOR}. The other GPUs of the host still report."
         ),
     )
     missing = AlertRule(
         alert="GpuMissing",
         expr=(
-            f"(max_over_time({up}[{t.GPU_MISSING_LOOKBACK}]) unless {up})\n"
+            f"(max_over_time({up}[{thresholds.GPU_MISSING_LOOKBACK}]) unless {up})\n"
             "and on (job, instance) (up == 1)\n"
         ),
-        for_=t.GPU_MISSING_FOR,
+        for_=thresholds.GPU_MISSING_FOR,
         severity="critical",
         summary="A GPU disappeared from its host.",
         description=(
-            f"{_WHERE} was reported during the last {t.GPU_MISSING_LOOKBACK} but no longer is, "
-            "while the exporter answers: it fell off the bus or the driver no longer sees it. "
-            f"Resolves by itself {t.GPU_MISSING_LOOKBACK} after a deliberate removal."
+            f"{_WHERE} was reported during the last {thresholds.GPU_MISSING_LOOKBACK} but no "
+            "longer is, while the exporter answers: it fell off the bus or the driver no longer "
+            f"sees it. Resolves by itself {thresholds.GPU_MISSING_LOOKBACK} after a deliberate "
+            "removal."
         ),
     )
     ecc = AlertRule(
         alert="GpuEccUncorrectedErrors",
-        expr=f"increase({sel(c.ECC_ERRORS, UNCORRECTED)}[{t.ECC_WINDOW}]) > 0",
+        expr=f"increase({sel(metrics.ECC_ERRORS, UNCORRECTED)}[{thresholds.ECC_WINDOW}]) > 0",
         for_="0s",
         severity="critical",
         summary="A GPU reported uncorrectable memory errors.",
         description=(
             f"{_WHERE} counted {{{{ $value | humanize }}}} uncorrected ECC errors in the last "
-            f"{t.ECC_WINDOW}: data was lost. Drain the GPU and reset it."
+            f"{thresholds.ECC_WINDOW}: data was lost. Drain the GPU and reset it."
         ),
     )
     return RuleGroup("gpu-health", (down, missing, ecc))
@@ -358,41 +369,41 @@ def exporter_group() -> RuleGroup:
     """The exporter and its data source."""
     exporter_down = AlertRule(
         alert="GpuExporterDown",
-        expr=f'up{{job=~"{t.EXPORTER_JOB_REGEX}"}} == 0',
-        for_=t.EXPORTER_DOWN_FOR,
+        expr=f'up{{job=~"{thresholds.EXPORTER_JOB_REGEX}"}} == 0',
+        for_=thresholds.EXPORTER_DOWN_FOR,
         severity="warning",
         summary="Prometheus cannot scrape a gpu-exporter.",
         description=(
             "Target " + _HOST + " of job {{ $labels.job }} has been down for "
-            f"{t.EXPORTER_DOWN_FOR}: no GPU data or GPU alerts for that host."
+            f"{thresholds.EXPORTER_DOWN_FOR}: no GPU data or GPU alerts for that host."
         ),
     )
     source_down = AlertRule(
         alert="GpuExporterSourceDown",
-        expr=f"{c.SOURCE_UP.name} == 0",
-        for_=t.SOURCE_DOWN_FOR,
+        expr=f"{metrics.SOURCE_UP.name} == 0",
+        for_=thresholds.SOURCE_DOWN_FOR,
         severity="critical",
         summary="The exporter cannot read the GPUs at all.",
         description=(
             "The {{ $labels.source }} source of " + _HOST + " is down (NVML missing "
-            f"or failing) for {t.SOURCE_DOWN_FOR}; the exporter keeps retrying."
+            f"or failing) for {thresholds.SOURCE_DOWN_FOR}; the exporter keeps retrying."
         ),
     )
     failing = AlertRule(
         alert="GpuExporterCollectionFailing",
-        expr=f"{c.COLLECTION_SUCCESS.name} == 0",
-        for_=t.COLLECTION_FAILING_FOR,
+        expr=f"{metrics.COLLECTION_SUCCESS.name} == 0",
+        for_=thresholds.COLLECTION_FAILING_FOR,
         severity="warning",
         summary="The exporter's collections keep failing.",
         description=(
             "Collections on " + _HOST + " have not read every GPU without error for "
-            f"{t.COLLECTION_FAILING_FOR}; see gpu_exporter_errors_total by kind."
+            f"{thresholds.COLLECTION_FAILING_FOR}; see gpu_exporter_errors_total by kind."
         ),
     )
     stale = AlertRule(
         alert="GpuExporterDataStale",
-        expr=f"{c.DATA_AGE.name} > {num(t.DATA_STALE_SECONDS)}",
-        for_=t.DATA_STALE_FOR,
+        expr=f"{metrics.DATA_AGE.name} > {num(thresholds.DATA_STALE_SECONDS)}",
+        for_=thresholds.DATA_STALE_FOR,
         severity="warning",
         summary="The exporter serves old data.",
         description=(
@@ -403,25 +414,26 @@ def exporter_group() -> RuleGroup:
     errors = AlertRule(
         alert="GpuExporterErrors",
         expr=(
-            f"increase({c.ERRORS.name}[{t.ERRORS_WINDOW}]) > {num(t.ERRORS_THRESHOLD)}"
+            f"increase({metrics.ERRORS.name}[{thresholds.ERRORS_WINDOW}]) > "
+            f"{num(thresholds.ERRORS_THRESHOLD)}"
         ),
         for_="0s",
         severity="info",
         summary="The exporter meets many errors while collecting.",
         description=(
             _HOST + " counted {{ $value | humanize }} errors of kind "
-            f"{{{{ $labels.kind }}}} in the last {t.ERRORS_WINDOW}."
+            f"{{{{ $labels.kind }}}} in the last {thresholds.ERRORS_WINDOW}."
         ),
     )
     pod_resources = AlertRule(
         alert="GpuExporterPodResourcesFailing",
-        expr=f"{c.POD_RESOURCES_UP.name} == 0",
-        for_=t.POD_RESOURCES_FAILING_FOR,
+        expr=f"{metrics.POD_RESOURCES_UP.name} == 0",
+        for_=thresholds.POD_RESOURCES_FAILING_FOR,
         severity="warning",
         summary="The exporter cannot read the kubelet's GPU allocations.",
         description=(
             "The kubelet's PodResources API has not answered " + _HOST + " for "
-            f"{t.POD_RESOURCES_FAILING_FOR} (see gpu_exporter_pod_resources_status): "
+            f"{thresholds.POD_RESOURCES_FAILING_FOR} (see gpu_exporter_pod_resources_status): "
             "gpu_allocation_info is missing and GpuAllocatedIdle cannot fire there."
         ),
     )
@@ -430,14 +442,14 @@ def exporter_group() -> RuleGroup:
 
 
 TORCH_NEW_OOMS = (f"instance_user:{allocator.USER_TORCH_OOMS.name.removesuffix('_total')}"
-                  f":increase{t.TORCH_OOM_WINDOW}")
+                  f":increase{thresholds.TORCH_OOM_WINDOW}")
 TORCH_NEW_RETRIES = (
     f"instance_user:{allocator.USER_TORCH_ALLOC_RETRIES.name.removesuffix('_total')}"
-    f":increase{t.TORCH_RETRIES_WINDOW}"
+    f":increase{thresholds.TORCH_RETRIES_WINDOW}"
 )
 
 
-def _new_per_user(metric: c.Metric, window: str) -> str:
+def _new_per_user(metric: metrics.Metric, window: str) -> str:
     """How much a per-(GPU, user) counter grew in ``window``, summed per user and host.
 
     The exporter keeps these counters across process exits (``gpu_user_torch_*_total``), so
@@ -467,30 +479,31 @@ def torch_group() -> RuleGroup:
         description=(
             "Processes of user {{ $labels.user }} on " + _HOST + " raised "
             "{{ $value | humanize }} PyTorch out-of-memory error(s) in the last "
-            f"{t.TORCH_OOM_WINDOW} (counted whether or not the program caught them). The node "
-            "dashboard's row Inside the processes shows which one, with its tensors, cache and "
-            "context."
+            f"{thresholds.TORCH_OOM_WINDOW} (counted whether or not the program caught them). The "
+            "node dashboard's row Inside the processes shows which one, with its tensors, cache "
+            "and context."
         ),
     )
     retries = AlertRule(
         alert="GpuProcessTorchAllocRetries",
-        expr=f"{TORCH_NEW_RETRIES} > {num(t.TORCH_RETRIES_THRESHOLD)}",
-        for_=t.TORCH_RETRIES_FOR,
+        expr=f"{TORCH_NEW_RETRIES} > {num(thresholds.TORCH_RETRIES_THRESHOLD)}",
+        for_=thresholds.TORCH_RETRIES_FOR,
         severity="warning",
         summary="PyTorch keeps flushing its cache to satisfy allocations (fragmentation).",
         description=(
             "Processes of user {{ $labels.user }} on " + _HOST + " retried "
-            f"{{{{ $value | humanize }}}} failed cudaMalloc calls in {t.TORCH_RETRIES_WINDOW}, "
-            f"for {t.TORCH_RETRIES_FOR}: each retry frees the allocator's cache and "
-            "synchronises (slow steps), and the next failure is an out-of-memory error. "
-            "Fragmentation (inactive split bytes) or a GPU shared too tightly."
+            "{{ $value | humanize }} failed cudaMalloc calls in "
+            f"{thresholds.TORCH_RETRIES_WINDOW}, for {thresholds.TORCH_RETRIES_FOR}: each retry "
+            "frees the allocator's cache and synchronises (slow steps), and the next failure is an "
+            "out-of-memory error. Fragmentation (inactive split bytes) or a GPU shared too tightly."
         ),
     )
     return RuleGroup("gpu-torch", (
         RecordingRule(TORCH_NEW_OOMS,
-                      _new_per_user(allocator.USER_TORCH_OOMS, t.TORCH_OOM_WINDOW)),
+                      _new_per_user(allocator.USER_TORCH_OOMS, thresholds.TORCH_OOM_WINDOW)),
         RecordingRule(TORCH_NEW_RETRIES,
-                      _new_per_user(allocator.USER_TORCH_ALLOC_RETRIES, t.TORCH_RETRIES_WINDOW)),
+                      _new_per_user(allocator.USER_TORCH_ALLOC_RETRIES,
+                                    thresholds.TORCH_RETRIES_WINDOW)),
         oom, retries,
     ))
 

@@ -5,20 +5,17 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
-from dashboards import panels
-from dashboards import variables as v
+from dashboards import panels, variables
 from dashboards.fleet import MEMORY_STEPS, TEMPERATURE_STEPS
-from dashboards.gpu_health_panels import node_health_rows, node_mig_rows
+from dashboards.gpu_health_panels import GPU_LEGEND, node_health_rows, node_mig_rows
 from dashboards.promql import NOT_OVERFLOW, idle_process_filter, num, seconds, sel, sel_record
-from exporter import metrics as c
-from exporter import thresholds as t
-from exporter.metrics import allocator as a
-from exporter.report import records as r
+from exporter import metrics, thresholds
+from exporter.metrics import allocator
+from exporter.report import records
 
 UID = "gpu-exporter-node"
-M = f"{v.HOST}, {v.GPU}"
-USED, TOTAL = sel(c.MEMORY_USED, M), sel(c.MEMORY_TOTAL, M)
-G = "GPU {{gpu}}"
+HOST_GPU = f"{variables.HOST}, {variables.GPU}"
+USED, TOTAL = sel(metrics.MEMORY_USED, HOST_GPU), sel(metrics.MEMORY_TOTAL, HOST_GPU)
 PROCESS_LEGEND = "GPU {{gpu}} {{process}} ({{pid}}, {{user}})"
 #: Lines in the per-process graphs: the processes with the most memory (or utilisation) at each
 #: moment; a node with hundreds of processes would otherwise draw hundreds of lines.
@@ -33,108 +30,128 @@ NVML_GAP = (
 )
 
 
+def _on_gpus(metric: metrics.Metric) -> str:
+    """A metric's series on the selected host's selected GPUs."""
+    return sel(metric, HOST_GPU)
+
+
 def _device(grid: panels.Layout) -> None:
     grid.row("Device")
     grid.add(panels.stat_panel(
         "Memory used", "Used share of each GPU's memory; red from the "
-        f"{t.MEMORY_USED_RATIO:.0%} alert threshold.", "percentunit",
-        panels.query(f"{USED} / {TOTAL}", G), thresholds=panels.steps(*MEMORY_STEPS),
+        f"{thresholds.MEMORY_USED_RATIO:.0%} alert threshold.", "percentunit",
+        panels.query(f"{USED} / {TOTAL}", GPU_LEGEND), thresholds=panels.steps(*MEMORY_STEPS),
     ), 6, 5)
     grid.add(panels.stat_panel(
         "Temperature", "Current core temperature per GPU (orange from "
-        f"{t.TEMPERATURE_WARNING_CELSIUS:.0f} °C, red from {t.TEMPERATURE_CRITICAL_CELSIUS:.0f} "
-        "°C: the alert thresholds).", "celsius", panels.query(sel(c.TEMPERATURE, M), G),
+        f"{thresholds.TEMPERATURE_WARNING_CELSIUS:.0f} °C, red from "
+        f"{thresholds.TEMPERATURE_CRITICAL_CELSIUS:.0f} "
+        "°C: the alert thresholds).", "celsius",
+        panels.query(_on_gpus(metrics.TEMPERATURE), GPU_LEGEND),
         thresholds=panels.steps(*TEMPERATURE_STEPS),
     ), 6, 5)
     grid.add(panels.table_panel(
         "GPUs", "Model, PCI bus id and driver of each GPU (from gpu_info), with its memory.",
         [panels.Column("Memory total", f"sum without () ({TOTAL}) * on (job, instance, uuid) "
-                f"group_left (name, pci_bus_id, driver_version) {sel(c.GPU_INFO, M)}", "bytes")],
+                f"group_left (name, pci_bus_id, driver_version) {_on_gpus(metrics.GPU_INFO)}",
+                "bytes")],
         hidden=("Time", "__name__", "job", "instance"),
     ), 12, 5)
     grid.add(panels.timeseries_panel(
         "Memory used vs total", "Memory allocated on the device (what nvidia-smi shows) "
         "against its total. " + NVML_GAP, "bytes",
-        [panels.query(USED, f"{G} used"), panels.query(TOTAL, f"{G} total", ref="B")], min_val=0,
+        [panels.query(USED, f"{GPU_LEGEND} used"),
+         panels.query(TOTAL, f"{GPU_LEGEND} total", ref="B")], min_val=0,
     ), 12)
     grid.add(panels.timeseries_panel(
         "Utilisation", "GPU: share of time a kernel ran. Memory: share of time device memory "
         "was read or written (bandwidth, not capacity). Memory held with utilisation near 0 "
         "means the job is not really running.", "percentunit",
-        [panels.query(sel(c.UTILIZATION, M), f"{G} GPU"),
-         panels.query(sel(c.MEMORY_UTILIZATION, M), f"{G} memory", ref="B")],
+        [panels.query(_on_gpus(metrics.UTILIZATION), f"{GPU_LEGEND} GPU"),
+         panels.query(_on_gpus(metrics.MEMORY_UTILIZATION), f"{GPU_LEGEND} memory", ref="B")],
         min_val=0, max_val=1,
     ), 12)
     grid.add(panels.timeseries_panel(
-        "Temperature", f"Core temperature; dashed lines at {t.TEMPERATURE_WARNING_CELSIUS:.0f} "
-        f"°C (watch the cooling) and {t.TEMPERATURE_CRITICAL_CELSIUS:.0f} °C.", "celsius",
-        [panels.query(sel(c.TEMPERATURE, M), G)], thresholds=panels.steps(*TEMPERATURE_STEPS),
+        "Temperature", "Core temperature; dashed lines at "
+        f"{thresholds.TEMPERATURE_WARNING_CELSIUS:.0f} "
+        f"°C (watch the cooling) and {thresholds.TEMPERATURE_CRITICAL_CELSIUS:.0f} °C.", "celsius",
+        [panels.query(_on_gpus(metrics.TEMPERATURE), GPU_LEGEND)],
+        thresholds=panels.steps(*TEMPERATURE_STEPS),
     ), 12)
     grid.add(panels.timeseries_panel(
         "Power vs limit", "Board power against the enforced limit. Power that stays low while "
         "processes hold the GPU points to a CPU or input-pipeline bottleneck.", "watt",
-        [panels.query(sel(c.POWER_USAGE, M), f"{G} draw"),
-         panels.query(sel(c.POWER_LIMIT, M), f"{G} limit", ref="B")], min_val=0,
+        [panels.query(_on_gpus(metrics.POWER_USAGE), f"{GPU_LEGEND} draw"),
+         panels.query(_on_gpus(metrics.POWER_LIMIT), f"{GPU_LEGEND} limit", ref="B")], min_val=0,
     ), 12)
     grid.add(panels.timeseries_panel(
         "Clocks", "SM, graphics and memory clocks. Clocks dropping under load while a throttle "
         "reason is active mean the GPU runs slower than it could.", "hertz",
-        [panels.query(sel(c.SM_CLOCK, M), f"{G} SM"),
-         panels.query(sel(c.GRAPHICS_CLOCK, M), f"{G} graphics", ref="B"),
-         panels.query(sel(c.MEMORY_CLOCK, M), f"{G} memory", ref="C")], min_val=0,
+        [panels.query(_on_gpus(metrics.SM_CLOCK), f"{GPU_LEGEND} SM"),
+         panels.query(_on_gpus(metrics.GRAPHICS_CLOCK), f"{GPU_LEGEND} graphics", ref="B"),
+         panels.query(_on_gpus(metrics.MEMORY_CLOCK), f"{GPU_LEGEND} memory", ref="C")], min_val=0,
     ), 12)
     grid.add(panels.timeseries_panel(
         "Throttle reasons active", "Clock event reasons while active (1). gpu_idle is harmless; "
         "sw/hw thermal slowdown means too hot, sw_power_cap means at the power limit, "
         "hw_slowdown or power brake point to power delivery.", "short",
-        [panels.query(f"{sel(c.THROTTLE_ACTIVE, M)} > 0", f"{G} {{{{reason}}}}")],
+        [panels.query(f"{_on_gpus(metrics.THROTTLE_ACTIVE)} > 0", f"{GPU_LEGEND} {{{{reason}}}}")],
         min_val=0, max_val=1,
     ), 12)
     grid.add(panels.timeseries_panel(
         "ECC errors", "New ECC errors per interval. Corrected ones are harmless in small "
         "numbers; any uncorrected error means data loss: drain and reset the GPU.", "short",
-        [panels.query(f"increase({sel(c.ECC_ERRORS, M)}[$__rate_interval])", f"{G} {{{{type}}}}")],
+        [panels.query(f"increase({_on_gpus(metrics.ECC_ERRORS)}[$__rate_interval])",
+                      f"{GPU_LEGEND} {{{{type}}}}")],
         min_val=0,
     ), 12)
     grid.add(panels.timeseries_panel(
         "Performance state", "P-state: 0 is maximum performance, an idle GPU sits at P8 or "
-        "higher numbers.", "short", [panels.query(sel(c.PERFORMANCE_STATE, M), G)], min_val=0,
+        "higher numbers.", "short", [panels.query(_on_gpus(metrics.PERFORMANCE_STATE), GPU_LEGEND)],
+        min_val=0,
     ), 12)
 
 
 def _processes(grid: panels.Layout) -> None:
     grid.row("Processes")
-    proc = f"{M}, {NOT_OVERFLOW}"
+    proc = f"{HOST_GPU}, {NOT_OVERFLOW}"
     grid.add(panels.table_panel(
         "Processes", "Every process holding a context on the selected GPUs, like gpustat: "
         "pid, user, name, memory, utilisation and age. " + NVML_GAP + " Rows named "
-        f"{c.OVERFLOW_VALUE} sum processes beyond the exporter's per-GPU series cap.",
+        f"{metrics.OVERFLOW_VALUE} sum processes beyond the exporter's per-GPU series cap.",
         [
-            panels.Column("Memory", f"sum without () ({sel(c.PROCESS_MEMORY, M)})", "bytes"),
-            panels.Column("Utilisation", f"sum without () ({sel(c.PROCESS_UTILIZATION, M)})",
-                   "percentunit"),
-            panels.Column("Age", f"time() - {sel(c.PROCESS_START_TIME, proc)}", "s"),
+            panels.Column("Memory", f"sum without () ({_on_gpus(metrics.PROCESS_MEMORY)})",
+                          "bytes"),
+            panels.Column("Utilisation",
+                          f"sum without () ({_on_gpus(metrics.PROCESS_UTILIZATION)})",
+                          "percentunit"),
+            panels.Column("Age", f"time() - {sel(metrics.PROCESS_START_TIME, proc)}", "s"),
         ],
         hidden=("Time", "__name__", "job", "instance", "uuid"),
         sort_by="Memory",
     ), 24, 9)
     idle = idle_process_filter(
-        M, t.IDLE_PROCESS_MEMORY_BYTES, t.IDLE_UTILIZATION_RATIO, t.IDLE_AVG_WINDOW
+        HOST_GPU, thresholds.IDLE_PROCESS_MEMORY_BYTES, thresholds.IDLE_UTILIZATION_RATIO,
+        thresholds.IDLE_AVG_WINDOW,
     )
     grid.add(panels.table_panel(
-        "Idle processes", f"Processes holding over {num(t.IDLE_PROCESS_MEMORY_BYTES / t.GIB)} "
-        f"GiB whose utilisation stayed under {t.IDLE_UTILIZATION_RATIO:.0%} for "
-        f"{t.IDLE_AVG_WINDOW}: forgotten notebooks, hung jobs, debuggers stopped at a "
-        f"breakpoint. After {t.IDLE_FOR} GpuProcessIdle fires for their user (one alert "
+        "Idle processes", "Processes holding over "
+        f"{num(thresholds.IDLE_PROCESS_MEMORY_BYTES / thresholds.GIB)} "
+        f"GiB whose utilisation stayed under {thresholds.IDLE_UTILIZATION_RATIO:.0%} for "
+        f"{thresholds.IDLE_AVG_WINDOW}: forgotten notebooks, hung jobs, debuggers stopped at a "
+        f"breakpoint. After {thresholds.IDLE_FOR} GpuProcessIdle fires for their user (one alert "
         "across nodes).",
         [
             panels.Column("Memory", f"sum without () ({idle})", "bytes"),
             # The filter itself, with the window's maximum as the value (one window read).
-            panels.Column("Max utilisation", f"max_over_time({sel(c.PROCESS_UTILIZATION, proc)}"
-                   f"[{t.IDLE_AVG_WINDOW}]) < {num(t.IDLE_UTILIZATION_RATIO)} and "
-                   f"{sel(c.PROCESS_MEMORY, proc)} > {num(t.IDLE_PROCESS_MEMORY_BYTES)}",
+            panels.Column("Max utilisation",
+                   f"max_over_time({sel(metrics.PROCESS_UTILIZATION, proc)}"
+                   f"[{thresholds.IDLE_AVG_WINDOW}]) < {num(thresholds.IDLE_UTILIZATION_RATIO)} "
+                   f"and {sel(metrics.PROCESS_MEMORY, proc)} > "
+                   f"{num(thresholds.IDLE_PROCESS_MEMORY_BYTES)}",
                    "percentunit"),
-            panels.Column("Age", f"time() - {sel(c.PROCESS_START_TIME, proc)} and ({idle})", "s"),
+            panels.Column("Age", f"time() - {sel(metrics.PROCESS_START_TIME, proc)} and ({idle})",
+                          "s"),
         ],
         hidden=("Time", "__name__", "job", "instance", "uuid", "uid"),
         sort_by="Memory",
@@ -142,26 +159,29 @@ def _processes(grid: panels.Layout) -> None:
     grid.add(panels.timeseries_panel(
         "Process memory by user", "GPU memory of all processes of each user on the selected "
         "GPUs, stacked: who is filling this node.", "bytes",
-        [panels.query(f"sum by (user) ({sel(c.USER_MEMORY, M)})", "{{user}}")], stacked=True,
+        [panels.query(f"sum by (user) ({_on_gpus(metrics.USER_MEMORY)})", "{{user}}")],
+        stacked=True,
         min_val=0,
     ), 12)
     grid.add(panels.timeseries_panel(
         "Process memory", f"GPU memory of the {TOP_PROCESSES} processes holding the most at "
         "each moment. A process whose line only climbs is "
         "leaking; check torch.cuda.memory_summary() inside it.", "bytes",
-        [panels.query(f"topk({TOP_PROCESSES}, {sel(c.PROCESS_MEMORY, M)})", PROCESS_LEGEND)],
+        [panels.query(f"topk({TOP_PROCESSES}, {_on_gpus(metrics.PROCESS_MEMORY)})",
+                      PROCESS_LEGEND)],
         min_val=0,
     ), 12)
     grid.add(panels.timeseries_panel(
         "Process utilisation", f"Share of time the kernels of the {TOP_PROCESSES} busiest "
         "processes ran on the GPU. 0 with "
         "memory held means the process is idle or waiting for input.", "percentunit",
-        [panels.query(f"topk({TOP_PROCESSES}, {sel(c.PROCESS_UTILIZATION, M)})", PROCESS_LEGEND)],
+        [panels.query(f"topk({TOP_PROCESSES}, {_on_gpus(metrics.PROCESS_UTILIZATION)})",
+                      PROCESS_LEGEND)],
         min_val=0, max_val=1,
     ), 12)
     grid.add(panels.timeseries_panel(
         "Processes per GPU", "Number of processes holding a context on each GPU.", "short",
-        [panels.query(sel(c.PROCESSES, M), G)], min_val=0,
+        [panels.query(_on_gpus(metrics.PROCESSES), GPU_LEGEND)], min_val=0,
     ), 12)
 
 
@@ -169,18 +189,18 @@ def _forgotten(grid: panels.Layout) -> None:
     """Forgotten processes of this node: from the idle-accounting records over the range, and
     by the time their kernels last ran (one node's processes, never the fleet's)."""
     grid.row("Forgotten processes")
-    idle = sel_record(r.PROCESS_IDLE_MEMORY, M)
+    idle = sel_record(records.PROCESS_IDLE_MEMORY, HOST_GPU)
     best = f"topk({TOP_TABLE}, sum_over_time({idle}[$__range]))"
-    per = f" * {r.INTERVAL_SECONDS}"
+    per = f" * {records.INTERVAL_SECONDS}"
     hidden = ("Time", "__name__", "job", "instance", "uuid", "uid")
     grid.add(panels.table_panel(
         "Top idle holders over the range", f"The {TOP_TABLE} processes of this node that held "
         "the most memory while idle over the range: GiB-hours, time idle, largest memory held "
         "idle (idle-accounting records: a process is idle in a minute when its SM utilisation "
-        f"averages under {t.IDLE_UTILIZATION_RATIO:.0%}). Fleet-wide, per user: the GPU "
+        f"averages under {thresholds.IDLE_UTILIZATION_RATIO:.0%}). Fleet-wide, per user: the GPU "
         "efficiency dashboard; per process over weeks: gpu-exporter report.",
         [
-            panels.Column("Idle GiB-hours", f"{best}{per} / {num(t.GIB)} / 3600", "short"),
+            panels.Column("Idle GiB-hours", f"{best}{per} / {num(thresholds.GIB)} / 3600", "short"),
             panels.Column("Time idle", f"count_over_time({idle}[$__range]){per} and {best}",
                           "s"),
             panels.Column("Memory held idle (max)",
@@ -188,21 +208,22 @@ def _forgotten(grid: panels.Layout) -> None:
         ],
         hidden=hidden, sort_by="Idle GiB-hours",
     ), 24, 8)
-    memory = sel(c.PROCESS_MEMORY, M, NOT_OVERFLOW)
-    idle_for = f"time() - {sel(c.PROCESS_LAST_ACTIVE, M, NOT_OVERFLOW)}"
-    forgotten = (f"topk({TOP_TABLE}, {memory} > {num(t.IDLE_PROCESS_MEMORY_BYTES)} "
-                 f"and ({idle_for}) > {seconds(t.IDLE_FOR)})")
+    memory = sel(metrics.PROCESS_MEMORY, HOST_GPU, NOT_OVERFLOW)
+    idle_for = f"time() - {sel(metrics.PROCESS_LAST_ACTIVE, HOST_GPU, NOT_OVERFLOW)}"
+    forgotten = (f"topk({TOP_TABLE}, {memory} > {num(thresholds.IDLE_PROCESS_MEMORY_BYTES)} "
+                 f"and ({idle_for}) > {seconds(thresholds.IDLE_FOR)})")
     grid.add(panels.table_panel(
         "Forgotten processes now", f"Processes holding over "
-        f"{num(t.IDLE_PROCESS_MEMORY_BYTES / t.GIB)} GiB whose kernels last ran over "
-        f"{t.IDLE_FOR} ago (gpu_process_last_active_timestamp_seconds), largest first: idle "
-        "for, age, memory. A process with no kernel seen since the exporter started is not "
-        "listed (its last activity is unknown).",
+        f"{num(thresholds.IDLE_PROCESS_MEMORY_BYTES / thresholds.GIB)} GiB whose kernels last ran "
+        f"over {thresholds.IDLE_FOR} ago (gpu_process_last_active_timestamp_seconds), largest "
+        "first: idle for, age, memory. A process with no kernel seen since the exporter started "
+        "is not listed (its last activity is unknown).",
         [
             panels.Column("Memory", forgotten, "bytes"),
             panels.Column("Idle for", f"({idle_for}) and {forgotten}", "s",
                           panels.steps(("orange", None), ("red", float(24 * 3600)))),
-            panels.Column("Age", f"(time() - {sel(c.PROCESS_START_TIME, M, NOT_OVERFLOW)}) "
+            panels.Column("Age",
+                          f"(time() - {sel(metrics.PROCESS_START_TIME, HOST_GPU, NOT_OVERFLOW)}) "
                           f"and {forgotten}", "s"),
         ],
         hidden=hidden, sort_by="Memory",
@@ -212,9 +233,9 @@ def _forgotten(grid: panels.Layout) -> None:
 def _inside(grid: panels.Layout) -> None:
     """PyTorch's own figures for processes that publish them (gpu_exporter_torch)."""
     grid.row("Inside the processes (PyTorch allocator)")
-    proc = f"{M}, {NOT_OVERFLOW}"
-    allocated, reserved = sel(a.TORCH_ALLOCATED, proc), sel(a.TORCH_RESERVED, proc)
-    overhead = sel(a.TORCH_DRIVER_OVERHEAD, proc)
+    proc = f"{HOST_GPU}, {NOT_OVERFLOW}"
+    allocated, reserved = sel(allocator.TORCH_ALLOCATED, proc), sel(allocator.TORCH_RESERVED, proc)
+    overhead = sel(allocator.TORCH_DRIVER_OVERHEAD, proc)
     publisher = ("Only processes running the allocator publisher (gpu-exporter-run, or "
                  "gpu_exporter_torch.start() in the code) with the exporter's --collector.torch "
                  "have these series.")
@@ -236,19 +257,20 @@ def _inside(grid: panels.Layout) -> None:
         "to find room: slow steps) and out-of-memory errors PyTorch raised (caught or not). "
         + publisher,
         [
-            panels.Column("NVML memory", f"{sel(c.PROCESS_MEMORY, proc)} and on (job, "
+            panels.Column("NVML memory", f"{sel(metrics.PROCESS_MEMORY, proc)} and on (job, "
                           f"instance, uuid, pid) {reserved}", "bytes"),
             panels.Column("Tensors", f"sum without () ({allocated})", "bytes"),
             panels.Column("Cache", f"sum without () ({reserved} - {allocated})", "bytes"),
             panels.Column("Context", f"sum without () ({overhead})", "bytes"),
-            panels.Column("Peak tensors", f"sum without () ({sel(a.TORCH_PEAK_ALLOCATED, proc)})",
-                   "bytes"),
-            panels.Column("Fragmentation", f"sum without () ({sel(a.TORCH_INACTIVE_SPLIT, proc)} / "
+            panels.Column("Peak tensors",
+                   f"sum without () ({sel(allocator.TORCH_PEAK_ALLOCATED, proc)})", "bytes"),
+            panels.Column("Fragmentation",
+                   f"sum without () ({sel(allocator.TORCH_INACTIVE_SPLIT, proc)} / "
                    f"{reserved})", "percentunit"),
             panels.Column("Retries 1h", f"sum without () (increase("
-                   f"{sel(a.TORCH_ALLOC_RETRIES, proc)}[1h]))", "short"),
-            panels.Column("OOMs 1h", f"sum without () (increase({sel(a.TORCH_OOMS, proc)}[1h]))",
-                   "short"),
+                   f"{sel(allocator.TORCH_ALLOC_RETRIES, proc)}[1h]))", "short"),
+            panels.Column("OOMs 1h",
+                   f"sum without () (increase({sel(allocator.TORCH_OOMS, proc)}[1h]))", "short"),
         ],
         hidden=("Time", "__name__", "job", "instance", "uuid"),
         sort_by="NVML memory",
@@ -260,13 +282,13 @@ def _inside(grid: panels.Layout) -> None:
         "shared too tightly; alerts GpuProcessTorchAllocRetries and "
         "GpuProcessTorchOutOfMemory. The per-user lines count exited processes too (a job "
         "that died of its OOM).", "short",
-        [panels.query(f"increase({sel(a.TORCH_ALLOC_RETRIES, proc)}[$__rate_interval])",
+        [panels.query(f"increase({sel(allocator.TORCH_ALLOC_RETRIES, proc)}[$__rate_interval])",
                       f"{PROCESS_LEGEND} retries"),
-         panels.query(f"increase({sel(a.TORCH_OOMS, proc)}[$__rate_interval])",
+         panels.query(f"increase({sel(allocator.TORCH_OOMS, proc)}[$__rate_interval])",
                       f"{PROCESS_LEGEND} OOMs", ref="B"),
-         panels.query(f"sum by (user) (increase({sel(a.USER_TORCH_ALLOC_RETRIES, M)}"
+         panels.query(f"sum by (user) (increase({sel(allocator.USER_TORCH_ALLOC_RETRIES, HOST_GPU)}"
                       "[$__rate_interval]))", "{{user}} retries, all processes", ref="C"),
-         panels.query(f"sum by (user) (increase({sel(a.USER_TORCH_OOMS, M)}"
+         panels.query(f"sum by (user) (increase({sel(allocator.USER_TORCH_OOMS, HOST_GPU)}"
                       "[$__rate_interval]))", "{{user}} OOMs, all processes", ref="D")],
         min_val=0,
     ), 12)
@@ -275,9 +297,10 @@ def _inside(grid: panels.Layout) -> None:
         "segments that cannot be returned to the driver) against active bytes, and the peak of "
         "live tensors: a peak far above the current tensors means one phase (evaluation, the "
         "first step, a long sequence) sets the memory the process needs.", "bytes",
-        [panels.query(sel(a.TORCH_INACTIVE_SPLIT, proc), f"{PROCESS_LEGEND} inactive split"),
-         panels.query(sel(a.TORCH_ACTIVE, proc), f"{PROCESS_LEGEND} active", ref="B"),
-         panels.query(sel(a.TORCH_PEAK_ALLOCATED, proc), f"{PROCESS_LEGEND} peak tensors",
+        [panels.query(sel(allocator.TORCH_INACTIVE_SPLIT, proc),
+                      f"{PROCESS_LEGEND} inactive split"),
+         panels.query(sel(allocator.TORCH_ACTIVE, proc), f"{PROCESS_LEGEND} active", ref="B"),
+         panels.query(sel(allocator.TORCH_PEAK_ALLOCATED, proc), f"{PROCESS_LEGEND} peak tensors",
                       ref="C")],
         min_val=0,
     ), 12)
@@ -288,13 +311,13 @@ def build() -> dashboard.Dashboard:
     built = panels.board(
         "GPU node / device", UID,
         "One node: each GPU's memory, load, temperature, power, clocks, processes.",
-        v.host_chain(v.gpu(), one_node=True), since="now-3h",
+        variables.host_chain(variables.gpu(), one_node=True), since="now-3h",
     )
     grid = panels.Layout(built)
     _device(grid)
     _processes(grid)
     _forgotten(grid)
     _inside(grid)
-    node_health_rows(grid, M)
-    node_mig_rows(grid, M)
+    node_health_rows(grid, HOST_GPU)
+    node_mig_rows(grid, HOST_GPU)
     return built

@@ -5,11 +5,11 @@ Metric names are taken from the rows in ``exporter.metrics`` only; this module n
 
 from __future__ import annotations
 
-from exporter import metrics as c
+from exporter import metrics
 
 #: Labels a per-GPU series carries beyond the target's own (job, instance, node, ...).
-GPU_LABELS = ", ".join(c.GPU_LABELS)
-NOT_OVERFLOW = f'process!="{c.OVERFLOW_VALUE}"'
+GPU_LABELS = ", ".join(metrics.GPU_LABELS)
+NOT_OVERFLOW = f'process!="{metrics.OVERFLOW_VALUE}"'
 
 
 def num(value: float) -> str:
@@ -19,10 +19,9 @@ def num(value: float) -> str:
     return repr(float(value))
 
 
-def sel(metric: c.Metric, *matchers: str) -> str:
+def sel(metric: metrics.Metric, *matchers: str) -> str:
     """``metric{m1, m2}`` (or the bare name without matchers)."""
-    inner = ", ".join(m for m in matchers if m)
-    return f"{metric.name}{{{inner}}}" if inner else metric.name
+    return sel_record(metric.name, *matchers)
 
 
 def sel_record(record: str, *matchers: str) -> str:
@@ -70,18 +69,18 @@ def with_hostname(expr: str, matchers: str) -> str:
 def idle_process_filter(matchers: str, memory_bytes: float, ratio: float, window: str) -> str:
     """Processes holding more than ``memory_bytes`` whose utilisation stayed under ``ratio`` at
     every sample of ``window`` (the per-process view of the gpu-idle recording rules)."""
-    mem = sel(c.PROCESS_MEMORY, matchers, NOT_OVERFLOW)
-    busy = sel(c.PROCESS_UTILIZATION, matchers, NOT_OVERFLOW)
+    mem = sel(metrics.PROCESS_MEMORY, matchers, NOT_OVERFLOW)
+    busy = sel(metrics.PROCESS_UTILIZATION, matchers, NOT_OVERFLOW)
     return f"{mem} > {num(memory_bytes)} and max_over_time({busy}[{window}]) < {num(ratio)}"
 
 
 def exclusive_allocation(host: str, *matchers: str) -> str:
     """Allocations of whole GPUs (not MIG devices) that one container owns alone."""
-    return sel(c.ALLOCATION_INFO, host, *matchers, 'sharing="exclusive"', 'gpu_instance=""',
+    return sel(metrics.ALLOCATION_INFO, host, *matchers, 'sharing="exclusive"', 'gpu_instance=""',
                'uuid!=""')
 
 
-def owned(metric: c.Metric, host: str, *matchers: str) -> str:
+def owned(metric: metrics.Metric, host: str, *matchers: str) -> str:
     """A per-GPU ``metric`` of the GPUs one container owns alone, with that container's
     ``namespace``, ``pod`` and ``container`` labels (a shared GPU's numbers are not split)."""
     return (f"{sel(metric, host)} * on (job, instance, uuid) group_left (namespace, pod, "
@@ -94,9 +93,9 @@ def allocated_idle(host: str, *matchers: str, ratio: float, window: str,
     the pod on the GPU, or a GPU the container owns alone with average utilisation under
     ``ratio`` over ``window`` (``average``: a recorded per-GPU average over that window, read
     instead of the raw window)."""
-    allocated = sel(c.ALLOCATION_INFO, host, *matchers, 'uuid!=""')
-    processes = sel(c.WORKLOAD_MEMORY, host)
-    utilization = average or f"avg_over_time({sel(c.UTILIZATION, host)}[{window}])"
+    allocated = sel(metrics.ALLOCATION_INFO, host, *matchers, 'uuid!=""')
+    processes = sel(metrics.WORKLOAD_MEMORY, host)
+    utilization = average or f"avg_over_time({sel(metrics.UTILIZATION, host)}[{window}])"
     return (
         f"({allocated} unless on (job, instance, uuid, namespace, pod) {processes})\n"
         f"or ({exclusive_allocation(host, *matchers)} and on (job, instance, uuid) "

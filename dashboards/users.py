@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
-from dashboards import alerts, panels, recording
-from dashboards import variables as v
+from dashboards import alerts, panels, recording, variables
 from dashboards.fleet import COUNT_BAD, LEGEND, MEMORY_STEPS
 from dashboards.promql import (
     count_or_zero,
@@ -14,14 +13,12 @@ from dashboards.promql import (
     sel_record,
     with_hostname,
 )
-from exporter import metrics as c
-from exporter import thresholds as t
+from exporter import metrics, thresholds
 
 UID = "gpu-exporter-users"
-H = v.HOST
-U = f"{H}, {v.USER}"
-USER_MEM = sel(c.USER_MEMORY, U)
-USED, TOTAL = sel(c.MEMORY_USED, H), sel(c.MEMORY_TOTAL, H)
+HOST_USER = f"{variables.HOST}, {variables.USER}"
+USER_MEM = sel(metrics.USER_MEMORY, HOST_USER)
+USED, TOTAL = sel(metrics.MEMORY_USED, variables.HOST), sel(metrics.MEMORY_TOTAL, variables.HOST)
 PROCESS_HIDDEN = ("Time", "__name__", "job", "uuid", "uid")
 COMPLETE = (
     "Per-user numbers are complete only where the exporter sees every user's processes (host "
@@ -34,7 +31,7 @@ def _users(grid: panels.Layout) -> None:
     grid.add(panels.timeseries_panel(
         "GPU memory by user", "GPU memory held by each user's processes over time, stacked. "
         + COMPLETE, "bytes",
-        [panels.query(f"sum by (user) ({sel_record(recording.INSTANCE_USER_MEMORY, U)})",
+        [panels.query(f"sum by (user) ({sel_record(recording.INSTANCE_USER_MEMORY, HOST_USER)})",
                       "{{user}}")],
         stacked=True,
         min_val=0,
@@ -53,7 +50,8 @@ def _users(grid: panels.Layout) -> None:
             panels.Column("Memory", f"sum by (user) ({USER_MEM})", "bytes"),
             panels.Column("Share of fleet", f"sum by (user) ({USER_MEM}) / scalar(sum({TOTAL}))",
                    "percentunit"),
-            panels.Column("Processes", f"sum by (user) ({sel(c.USER_PROCESSES, U)})", "short"),
+            panels.Column("Processes",
+                          f"sum by (user) ({sel(metrics.USER_PROCESSES, HOST_USER)})", "short"),
             panels.Column("GPUs", f"count by (user) ({USER_MEM} > 0)", "short"),
         ],
         sort_by="Memory",
@@ -64,25 +62,27 @@ def _idle(grid: panels.Layout) -> None:
     grid.row("Idle holders and forgotten processes")
     # Per user and host, from the gpu-idle-users group's recording rules: one series per user and
     # node however many processes, so the panels stay cheap on a large fleet.
-    idle = sel_record(alerts.IDLE_MEMORY, U)
+    idle = sel_record(alerts.IDLE_MEMORY, HOST_USER)
     held_idle = f"{idle} > 0"
     grid.add(panels.table_panel(
         "Idle memory by node and user", "Per node and user: GPU memory held by processes over "
-        f"{num(t.IDLE_PROCESS_MEMORY_BYTES / t.GIB)} GiB whose utilisation stayed under "
-        f"{t.IDLE_UTILIZATION_RATIO:.0%} for {t.IDLE_AVG_WINDOW} (forgotten notebooks, hung "
-        "jobs, debuggers stopped at a breakpoint), the user's memory there and their busiest "
-        f"process now. After {t.IDLE_FOR} GpuProcessIdle fires, once per user for all nodes. Which "
-        "processes: the node dashboard's Idle processes and Processes (sort by age) tables, or "
-        "gpu-exporter report for the history; per-process tables across the whole fleet are "
-        "left out on purpose (docs/scale.md).",
+        f"{num(thresholds.IDLE_PROCESS_MEMORY_BYTES / thresholds.GIB)} GiB whose utilisation "
+        f"stayed under {thresholds.IDLE_UTILIZATION_RATIO:.0%} for {thresholds.IDLE_AVG_WINDOW} "
+        "(forgotten notebooks, hung jobs, debuggers stopped at a breakpoint), the user's memory "
+        f"there and their busiest process now. After {thresholds.IDLE_FOR} GpuProcessIdle fires, "
+        "once per user for all nodes. Which processes: the node dashboard's Idle processes and "
+        "Processes (sort by age) tables, or gpu-exporter report for the history; per-process "
+        "tables across the whole fleet are left out on purpose (docs/scale.md).",
         [
-            panels.Column("Idle memory", with_hostname(held_idle, H), "bytes"),
+            panels.Column("Idle memory", with_hostname(held_idle, variables.HOST), "bytes"),
             panels.Column("User's memory", with_hostname(
-                f"{sel_record(recording.INSTANCE_USER_MEMORY, U)} and on (job, instance, user) "
-                f"({held_idle})", H), "bytes"),
+                f"{sel_record(recording.INSTANCE_USER_MEMORY, HOST_USER)} and on (job, instance, "
+                "user) "
+                f"({held_idle})", variables.HOST), "bytes"),
             panels.Column("Busiest process", with_hostname(
-                f"{sel_record(alerts.USER_UTILIZATION_MAX, U)} and on (job, instance, user) "
-                f"({held_idle})", H), "percentunit"),
+                f"{sel_record(alerts.USER_UTILIZATION_MAX, HOST_USER)} and on (job, instance, "
+                "user) "
+                f"({held_idle})", variables.HOST), "percentunit"),
         ],
         hidden=("Time", "__name__", "job", "instance"), sort_by="Idle memory",
     ), 24, 8)
@@ -95,28 +95,30 @@ def _idle(grid: panels.Layout) -> None:
 
 def _forecast(grid: panels.Layout) -> None:
     grid.row("Out-of-memory forecast")
-    horizon = t.LEAK_HORIZON_SECONDS
+    horizon = thresholds.LEAK_HORIZON_SECONDS
     # The trend is recorded per GPU by the gpu-memory group: one sample per GPU and step.
-    future = sel_record(alerts.MEMORY_FORECAST, H)
+    future = sel_record(alerts.MEMORY_FORECAST, variables.HOST)
     grid.add(panels.timeseries_panel(
         f"Memory forecast in {horizon // 3600} h", "Memory each GPU would use "
-        f"{horizon // 3600} h from now if the trend of the last {t.LEAK_WINDOW} went on, as a "
-        "share of its total. Above 100 % (red) means it will run out: a leak, or a job that "
+        f"{horizon // 3600} h from now if the trend of the last {thresholds.LEAK_WINDOW} went on, "
+        "as a share of its total. Above 100 % (red) means it will run out: a leak, or a job that "
         "keeps growing its batch or cache.", "percentunit",
-        [panels.query(with_hostname(future, H), LEGEND)],
-        thresholds=panels.steps(("green", None), ("orange", t.MEMORY_USED_RATIO), ("red", 1.0)),
+        [panels.query(with_hostname(future, variables.HOST), LEGEND)],
+        thresholds=panels.steps(("green", None), ("orange", thresholds.MEMORY_USED_RATIO),
+                                ("red", 1.0)),
         min_val=0,
     ), 12)
-    growing = f"{sel_record(alerts.TIME_TO_FULL, H)} > 0"
+    growing = f"{sel_record(alerts.TIME_TO_FULL, variables.HOST)} > 0"
     grid.add(panels.timeseries_panel(
         "Time until memory is full", "At the last "
-        f"{t.LEAK_WINDOW}'s growth rate, how long until each growing GPU is full. Only GPUs "
-        f"whose memory grows are shown; under {horizon // 3600} h for a while raises "
-        "GpuMemoryExhaustionForecast.", "s", [panels.query(with_hostname(growing, H), LEGEND)],
+        f"{thresholds.LEAK_WINDOW}'s growth rate, how long until each growing GPU is full. Only "
+        f"GPUs whose memory grows are shown; under {horizon // 3600} h for a while raises "
+        "GpuMemoryExhaustionForecast.", "s",
+        [panels.query(with_hostname(growing, variables.HOST), LEGEND)],
         thresholds=panels.steps(("red", None), ("green", float(horizon))), min_val=0,
     ), 12)
     # Pending or firing: exactly the GPUs meeting the alert's condition now.
-    meeting = f'ALERTS{{alertname="GpuMemoryExhaustionForecast", {H}}}'
+    meeting = f'ALERTS{{alertname="GpuMemoryExhaustionForecast", {variables.HOST}}}'
     grid.add(panels.stat_panel(
         f"GPUs forecast to fill within {horizon // 3600} h", "GPUs meeting the "
         "GpuMemoryExhaustionForecast condition now (sustained growth that reaches the total "
@@ -126,8 +128,8 @@ def _forecast(grid: panels.Layout) -> None:
     ), 6, 5)
     grid.add(panels.stat_panel(
         "Fleet memory used", "Used share of all selected GPU memory.", "percentunit",
-        panels.query(f"sum({sel_record(recording.INSTANCE_MEMORY_USED, H)}) / "
-              f"sum({sel_record(recording.INSTANCE_MEMORY_TOTAL, H)})"),
+        panels.query(f"sum({sel_record(recording.INSTANCE_MEMORY_USED, variables.HOST)}) / "
+              f"sum({sel_record(recording.INSTANCE_MEMORY_TOTAL, variables.HOST)})"),
         thresholds=panels.steps(*MEMORY_STEPS),
     ), 6, 5)
 
@@ -137,7 +139,7 @@ def build() -> dashboard.Dashboard:
     built = panels.board(
         "GPU users and processes", UID,
         "Who holds GPU memory, who holds it idle, and when it will run out.",
-        v.host_chain(v.user()), since="now-24h", refresh="1m",
+        variables.host_chain(variables.user()), since="now-24h", refresh="1m",
     )
     grid = panels.Layout(built)
     _users(grid)

@@ -40,8 +40,7 @@ from exporter.attribution.podresources.allocations import (
 )
 from exporter.attribution.podresources.join import join_allocations
 from exporter.health import MigProcess
-from exporter.metrics import GPU_ROWS, MEMORY_UTILIZATION, UTILIZATION, Group
-from exporter.metrics import allocator as a
+from exporter.metrics import GPU_ROWS, MEMORY_UTILIZATION, UTILIZATION, Group, allocator
 from exporter.metrics.process import LAST_ACTIVE
 from exporter.snapshot import (
     AllocationRow,
@@ -178,14 +177,14 @@ def _torch_values(spec: TorchSpec, reserved: int, age: float, t: float) -> dict[
     context is the allocator's reserve; counters count from the start of this life (``age``)."""
     allocated = int(reserved * (1.0 - spec.cache))
     return {
-        a.TORCH_ALLOCATED.name: allocated,
-        a.TORCH_RESERVED.name: reserved,
-        a.TORCH_ACTIVE.name: allocated,
-        a.TORCH_INACTIVE_SPLIT.name: int(reserved * spec.fragmentation),
+        allocator.TORCH_ALLOCATED.name: allocated,
+        allocator.TORCH_RESERVED.name: reserved,
+        allocator.TORCH_ACTIVE.name: allocated,
+        allocator.TORCH_INACTIVE_SPLIT.name: int(reserved * spec.fragmentation),
         # a peak step (the first batch, evaluation) used most of today's cache
-        a.TORCH_PEAK_ALLOCATED.name: allocated + int(0.8 * (reserved - allocated)),
-        a.TORCH_ALLOC_RETRIES.name: int(spec.retries_per_hour * age / 3600.0),
-        a.TORCH_OOMS.name: sum(e.count for e in spec.ooms if t - age <= e.at <= t),
+        allocator.TORCH_PEAK_ALLOCATED.name: allocated + int(0.8 * (reserved - allocated)),
+        allocator.TORCH_ALLOC_RETRIES.name: int(spec.retries_per_hour * age / 3600.0),
+        allocator.TORCH_OOMS.name: sum(e.count for e in spec.ooms if t - age <= e.at <= t),
     }
 
 
