@@ -26,7 +26,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,9 +33,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from exporter import metrics as cat  # noqa: E402
+from exporter import metrics  # noqa: E402
+from scripts.gpu.probes import ensure_user, get, scrape, sh, smi_apps, wait_ready  # noqa: E402
 from scripts.gpu.results import RESULTS, check  # noqa: E402
 
 MIB = 1 << 20
@@ -51,10 +50,6 @@ class Load:
     gib: float
     proc: subprocess.Popen[str]
     pid: int = 0
-
-
-def sh(*args: str) -> str:
-    return subprocess.run(args, check=True, capture_output=True, text=True, timeout=60).stdout
 
 
 def smi_gpus() -> dict[int, dict[str, float]]:
@@ -81,39 +76,21 @@ def smi_features() -> dict[int, dict[str, bool]]:
 
 def check_every_row(series: dict[str, list[Any]], features: dict[int, dict[str, bool]]) -> None:
     """Every per-GPU metric row NVML reads in the default groups is exposed for every GPU."""
-    optional = {cat.FAN_SPEED.name: "fan", cat.ECC_ERRORS.name: "ecc"}
+    optional = {metrics.FAN_SPEED.name: "fan", metrics.ECC_ERRORS.name: "ecc"}
     # Page retirement is the pre-Ampere mechanism: a GPU that remaps rows answers NOT_SUPPORTED.
-    retired = {cat.RETIRED_PAGES.name, cat.RETIRED_PENDING.name}
+    retired = {metrics.RETIRED_PAGES.name, metrics.RETIRED_PENDING.name}
 
     def exposed(name: str, i: int) -> bool:
         return any(s.labels.get("gpu") == str(i) for s in series.get(name, []))
 
     for i, has in features.items():
-        remaps = exposed(cat.REMAPPED_ROWS.name, i)
-        missing = [row.name for row in cat.GPU_ROWS
-                   if row.nvml is not None and row.group in cat.default_groups()
+        remaps = exposed(metrics.REMAPPED_ROWS.name, i)
+        missing = [row.name for row in metrics.GPU_ROWS
+                   if row.nvml is not None and row.group in metrics.default_groups()
                    and not exposed(row.name, i)
                    and has.get(optional.get(row.name, ""), True)
                    and not (remaps and row.name in retired)]
         check(f"gpu {i}: every NVML row exposed", not missing, f"missing: {missing}")
-
-
-def smi_apps() -> dict[int, float]:
-    out = sh("nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits")
-    apps = {}
-    for line in out.strip().splitlines():
-        if line.strip():
-            pid, used = (v.strip() for v in line.split(","))
-            apps[int(pid)] = float(used)
-    return apps
-
-
-def ensure_user(name: str) -> pwd.struct_passwd:
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        sh("useradd", "--no-create-home", "--shell", "/bin/sh", name)
-        return pwd.getpwnam(name)
 
 
 def start_load(gpu: int, user: pwd.struct_passwd, busy: bool, gib: float, workdir: Path) -> Load:
@@ -134,43 +111,11 @@ def mib(value: float | None) -> str:
     return "none" if value is None else f"{value / MIB:.1f} MiB"
 
 
-def get(url: str, timeout: float = 10) -> tuple[int, bytes, float]:
-    t0 = time.perf_counter()
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return resp.status, resp.read(), time.perf_counter() - t0
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read(), time.perf_counter() - t0
-
-
-def scrape(base: str) -> dict[str, list[Any]]:
-    _, body, _ = get(base + "/metrics")
-    series: dict[str, list[Any]] = {}
-    for fam in text_string_to_metric_families(body.decode()):
-        for s in fam.samples:
-            series.setdefault(s.name, []).append(s)
-    return series
-
-
-def value(series: dict[str, list[Any]], metric: cat.Metric, **labels: str) -> float | None:
+def value(series: dict[str, list[Any]], metric: metrics.Metric, **labels: str) -> float | None:
     for s in series.get(metric.name, []):
         if all(s.labels.get(k) == v for k, v in labels.items()):
             return float(s.value)
     return None
-
-
-def wait_ready(base: str, exporter: subprocess.Popen[bytes], seconds: float = 60) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if exporter.poll() is not None:
-            return False
-        try:
-            if get(base + "/readyz", timeout=2)[0] == 200:
-                return True
-        except OSError:
-            pass
-        time.sleep(0.3)
-    return False
 
 
 def plan(gpus: int, busy_gib: float, idle_gib: float) -> list[tuple[int, bool, bool, float]]:
@@ -187,13 +132,13 @@ def check_processes(series: dict[str, list[Any]], snap: dict[str, Any], loads: l
     for ld in loads:
         tag = f"pid {ld.pid} ({ld.user}, gpu {ld.gpu}, {'busy' if ld.busy else 'idle'})"
         labels = {"gpu": str(ld.gpu), "pid": str(ld.pid)}
-        mem = value(series, cat.PROCESS_MEMORY, **labels, user=ld.user, uid=str(ld.uid))
+        mem = value(series, metrics.PROCESS_MEMORY, **labels, user=ld.user, uid=str(ld.uid))
         check(f"{tag}: metric with user/uid", mem is not None,
               f"user={ld.user} uid={ld.uid}")
         smi = apps.get(ld.pid)
         check(f"{tag}: memory = nvidia-smi", mem is not None and smi is not None
               and abs(mem / MIB - smi) <= 1, f"exporter {mib(mem)}, nvidia-smi {smi} MiB")
-        util = value(series, cat.PROCESS_UTILIZATION, **labels)
+        util = value(series, metrics.PROCESS_UTILIZATION, **labels)
         ok = util is not None and (util > 0.2 if ld.busy else util < 0.05)
         check(f"{tag}: utilisation {'> 0.2' if ld.busy else '~0'}", ok, f"{util}")
         gpu_index, jp = by_pid.get(ld.pid, (None, {}))
@@ -206,30 +151,32 @@ def check_gpus(series: dict[str, list[Any]], loads: list[Load],
                smi: dict[int, dict[str, float]]) -> None:
     for i, row in smi.items():
         g = {"gpu": str(i)}
-        used, total = value(series, cat.MEMORY_USED, **g), value(series, cat.MEMORY_TOTAL, **g)
+        used = value(series, metrics.MEMORY_USED, **g)
+        total = value(series, metrics.MEMORY_TOTAL, **g)
         check(f"gpu {i}: memory used = nvidia-smi", used is not None
               and abs(used / MIB - row["used_mib"]) <= 4,
               f"exporter {mib(used)}, smi {row['used_mib']} MiB")
         check(f"gpu {i}: memory total = nvidia-smi", total is not None
               and abs(total / MIB - row["total_mib"]) <= 4,
               f"exporter {mib(total)}, smi {row['total_mib']} MiB")
-        temp = value(series, cat.TEMPERATURE, **g)
+        temp = value(series, metrics.TEMPERATURE, **g)
         check(f"gpu {i}: temperature plausible", temp is not None and 10 <= temp <= 95,
               f"{temp} C (smi {row['temp']})")
-        power, limit = value(series, cat.POWER_USAGE, **g), value(series, cat.POWER_LIMIT, **g)
+        power = value(series, metrics.POWER_USAGE, **g)
+        limit = value(series, metrics.POWER_LIMIT, **g)
         check(f"gpu {i}: power plausible", power is not None and limit is not None
               and 20 <= power <= limit * 1.1, f"{power} W of {limit} W (smi {row['power']})")
-        util = value(series, cat.UTILIZATION, **g)
+        util = value(series, metrics.UTILIZATION, **g)
         busy = any(ld.busy for ld in loads if ld.gpu == i)
         check(f"gpu {i}: utilisation {'> 0' if busy else 'in 0..1'}", util is not None
               and 0 <= util <= 1 and (util > 0 or not busy), f"{util} (smi {row['util']} %)")
         for user in {ld.user for ld in loads if ld.gpu == i}:
-            want = sum(value(series, cat.PROCESS_MEMORY, gpu=str(i), pid=str(ld.pid)) or 0
+            want = sum(value(series, metrics.PROCESS_MEMORY, gpu=str(i), pid=str(ld.pid)) or 0
                        for ld in loads if ld.gpu == i and ld.user == user)
-            got = value(series, cat.USER_MEMORY, gpu=str(i), user=user)
+            got = value(series, metrics.USER_MEMORY, gpu=str(i), user=user)
             check(f"gpu {i}: user {user} memory = sum of its processes", got == want,
                   f"{got} vs {want}")
-        count = value(series, cat.PROCESSES, **g)
+        count = value(series, metrics.PROCESSES, **g)
         mine = sum(1 for ld in loads if ld.gpu == i)
         check(f"gpu {i}: gpu_processes counts ours", count is not None and count >= mine,
               f"{count} (ours {mine})")
@@ -275,8 +222,8 @@ def run_checks(args: argparse.Namespace, base: str, *, exporter: subprocess.Pope
     snap = json.loads(js)
     apps, smi_now = smi_apps(), smi_gpus()
     print("nvidia-smi apps (pid -> MiB):", apps, "\nnvidia-smi gpus:", smi_now, flush=True)
-    for metric in (cat.PROCESS_MEMORY, cat.PROCESS_UTILIZATION, cat.USER_MEMORY,
-                   cat.MEMORY_USED, cat.MEMORY_TOTAL, cat.UTILIZATION):
+    for metric in (metrics.PROCESS_MEMORY, metrics.PROCESS_UTILIZATION, metrics.USER_MEMORY,
+                   metrics.MEMORY_USED, metrics.MEMORY_TOTAL, metrics.UTILIZATION):
         for s in series.get(metric.name, []):
             print(f"  {metric.name}{s.labels} {s.value}", flush=True)
     result.update(nvidia_smi_apps=apps, nvidia_smi_gpus=smi_now, snapshot=snap,
@@ -298,10 +245,10 @@ def run_checks(args: argparse.Namespace, base: str, *, exporter: subprocess.Pope
     time.sleep(1.0)
     after = scrape(base)
     left = [ld.pid for ld in loads
-            if value(after, cat.PROCESS_MEMORY, pid=str(ld.pid)) is not None]
+            if value(after, metrics.PROCESS_MEMORY, pid=str(ld.pid)) is not None]
     check("process series vanish after the processes exit", not left, f"left: {left}")
     gone = [u for u in {ld.user for ld in loads}
-            if any(value(after, cat.USER_MEMORY, gpu=str(ld.gpu), user=u) for ld in loads)]
+            if any(value(after, metrics.USER_MEMORY, gpu=str(ld.gpu), user=u) for ld in loads)]
     check("user memory back to 0 / absent", not gone, f"still: {gone}")
     result["timings_idle"] = timings(base)
     print("timings idle:", result["timings_idle"], flush=True)

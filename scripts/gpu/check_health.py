@@ -231,7 +231,7 @@ def check_sigterm(wait_ms: int, fake: bool) -> dict[str, Any]:
 
 # --- 4. memory health, 5. MIG -----------------------------------------------------------------
 def check_memory_and_mig(nvml: ModuleType) -> dict[str, Any]:
-    from exporter import metrics as m  # noqa: PLC0415
+    from exporter import metrics  # noqa: PLC0415
     from exporter.metrics import Group  # noqa: PLC0415
     from exporter.sources.nvml.source import NvmlSource  # noqa: PLC0415
 
@@ -247,20 +247,20 @@ def check_memory_and_mig(nvml: ModuleType) -> dict[str, Any]:
                 index = gpu.identity.index
                 values = {k: v for k, v in gpu.values.items()}
                 print(f"  GPU {index}: {values}; unsupported: {sorted(unsupported.get(index, []))}")
-                remap = gpu.labelled(m.REMAPPED_ROWS.name)
-                lifetime = gpu.labelled(m.ECC_AGGREGATE.name)
+                remap = gpu.labelled(metrics.REMAPPED_ROWS.name)
+                lifetime = gpu.labelled(metrics.ECC_AGGREGATE.name)
                 check(f"memory health GPU {index}: remapped rows and lifetime ECC read",
                       gpu.up and remap is not None and lifetime is not None
-                      and gpu.value(m.REMAP_PENDING.name) is not None,
-                      f"remapped={remap} pending={gpu.value(m.REMAP_PENDING.name)} "
-                      f"failure={gpu.value(m.REMAP_FAILURE.name)} lifetime ECC={lifetime} "
-                      f"retired pages={gpu.labelled(m.RETIRED_PAGES.name)}")
+                      and gpu.value(metrics.REMAP_PENDING.name) is not None,
+                      f"remapped={remap} pending={gpu.value(metrics.REMAP_PENDING.name)} "
+                      f"failure={gpu.value(metrics.REMAP_FAILURE.name)} lifetime ECC={lifetime} "
+                      f"retired pages={gpu.labelled(metrics.RETIRED_PAGES.name)}")
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
                 try:
                     mode: list[Any] = list(nvml.nvmlDeviceGetMigMode(handle))
                 except nvml.NVMLError as exc:
                     mode = [f"error: {exc}"]
-                enabled = gpu.value(m.MIG_ENABLED.name)
+                enabled = gpu.value(metrics.MIG_ENABLED.name)
                 check(f"MIG GPU {index}: the source agrees with nvmlDeviceGetMigMode "
                       "(mode untouched)",
                       (enabled == 1.0) == (mode[:1] == [1]) and (gpu.mig is not None) == (

@@ -40,8 +40,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,10 +47,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from exporter.metrics import allocator as rows  # noqa: E402
 from exporter.metrics.process import PROCESS_MEMORY  # noqa: E402
+from scripts.gpu.probes import ensure_user, scrape, smi_apps, wait_ready  # noqa: E402
 
 MIB = 1 << 20
 RESULTS: list[tuple[str, str, str]] = []
@@ -101,30 +99,12 @@ class Worker:
         return self.read()
 
 
-def sh(*args: str) -> str:
-    return subprocess.run(args, check=True, capture_output=True, text=True, timeout=60).stdout
-
-
-def smi_apps() -> dict[int, float]:
-    out = sh("nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits")
-    apps = {}
-    for line in out.strip().splitlines():
-        if line.strip():
-            pid, used = (v.strip() for v in line.split(","))
-            apps[int(pid)] = float(used)
-    return apps
-
-
 def other_user(name: str, fake: bool) -> pwd.struct_passwd | None:
     if os.geteuid() != 0:
         return None
     if fake:
         return pwd.getpwnam("nobody")
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        sh("useradd", "--no-create-home", "--shell", "/bin/sh", name)
-        return pwd.getpwnam(name)
+    return ensure_user(name)
 
 
 def as_user(user: pwd.struct_passwd, cmd: list[str]) -> list[str]:
@@ -143,23 +123,6 @@ def start_worker(name: str, user: pwd.struct_passwd, cmd: list[str], env: dict[s
     return Worker(name, user, proc)
 
 
-def get(url: str, timeout: float = 10) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-
-
-def scrape(base: str) -> dict[str, list[Any]]:
-    _, body = get(base + "/metrics")
-    series: dict[str, list[Any]] = {}
-    for family in text_string_to_metric_families(body.decode()):
-        for sample in family.samples:
-            series.setdefault(sample.name, []).append(sample)
-    return series
-
-
 def value(series: dict[str, list[Any]], name: str, pid: int) -> float | None:
     for sample in series.get(name, []):
         if sample.labels.get("pid") == str(pid):
@@ -171,20 +134,6 @@ def user_total(series: dict[str, list[Any]], name: str, user: str) -> float | No
     """A per-(GPU, user) counter summed over the GPUs (all workers run on GPU 0)."""
     found = [float(s.value) for s in series.get(name, []) if s.labels.get("user") == user]
     return sum(found) if found else None
-
-
-def wait_ready(base: str, exporter: subprocess.Popen[bytes], seconds: float = 60) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if exporter.poll() is not None:
-            return False
-        try:
-            if get(base + "/readyz", timeout=2)[0] == 200:
-                return True
-        except OSError:
-            pass
-        time.sleep(0.3)
-    return False
 
 
 def wait_for(predicate: Any, seconds: float) -> bool:

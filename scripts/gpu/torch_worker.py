@@ -31,17 +31,11 @@ import sys
 import time
 from typing import Any
 
+# The check puts the package on every worker's PYTHONPATH; importing it starts nothing.
+from gpu_exporter_torch import STAT_KEYS
+
 MIB = 1 << 20
 CHUNK = 64 * MIB
-STAT_KEYS = {
-    "allocated_bytes": "allocated_bytes.all.current",
-    "reserved_bytes": "reserved_bytes.all.current",
-    "active_bytes": "active_bytes.all.current",
-    "inactive_split_bytes": "inactive_split_bytes.all.current",
-    "peak_allocated_bytes": "allocated_bytes.all.peak",
-    "alloc_retries": "num_alloc_retries",
-    "ooms": "num_ooms",
-}
 
 
 def report(torch: Any, gpu: int, event: str) -> None:
