@@ -94,3 +94,17 @@ class NvmlFatal(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+def raise_if_down(exc: BaseException) -> Reaction:
+    """Raise ``GpuDown`` or ``NvmlFatal`` when a failed NVML call means the GPU or NVML is
+    gone; otherwise the reaction to it (an exception without an int code: ``TRANSIENT``)."""
+    code = getattr(exc, "value", None)
+    if not isinstance(code, int):
+        return Reaction.TRANSIENT
+    reaction = reaction_for(code)
+    if reaction is Reaction.GPU_DOWN:
+        raise GpuDown(GPU_DOWN_KINDS[code], describe(exc)) from exc
+    if reaction is Reaction.FATAL:
+        raise NvmlFatal(describe(exc)) from exc
+    return reaction

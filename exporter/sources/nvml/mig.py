@@ -37,14 +37,7 @@ from types import ModuleType
 from typing import Any, Final
 
 from exporter.health import MigDevice, MigProcess
-from exporter.sources.nvml.errors import (
-    GPU_DOWN_KINDS,
-    GpuDown,
-    NvmlFatal,
-    Reaction,
-    describe,
-    reaction_for,
-)
+from exporter.sources.nvml.errors import Reaction, describe, raise_if_down
 from exporter.sources.nvml.processes import clean_entries
 
 log = logging.getLogger(__name__)
@@ -137,7 +130,7 @@ class MigReader:
             code = getattr(exc, "value", None)
             if code in (NOT_FOUND, INVALID_ARGUMENT):  # an empty slot (indices are sparse)
                 return None
-            self._raise_if_down(exc)
+            raise_if_down(exc)
             log.debug("MIG slot %d: %s", slot, describe(exc))
             return None
 
@@ -187,7 +180,7 @@ class MigReader:
             instance = nvml.nvmlDeviceGetGpuInstanceById(parent, gi)
             profile_id = int(nvml.nvmlGpuInstanceGetInfo(instance).profileId)
         except self._error as exc:
-            self._raise_if_down(exc)
+            raise_if_down(exc)
             if getattr(exc, "value", None) in (NO_PERMISSION, NOT_SUPPORTED):
                 state.privileged = False  # no GPU-instance access here: use device names
                 log.info("MIG GPU-instance details need privileges (%s); profile names come "
@@ -209,7 +202,7 @@ class MigReader:
             try:
                 info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(parent, profile_index, 2)
             except self._error as exc:
-                self._raise_if_down(exc)
+                raise_if_down(exc)
                 if getattr(exc, "value", None) == INVALID_ARGUMENT:
                     break  # past the last index: "until the API returns INVALID_ARGUMENT"
                 continue  # NOT_SUPPORTED: this GPU has no such profile
@@ -218,16 +211,6 @@ class MigReader:
         return table
 
     # --- error handling ------------------------------------------------------------------------
-    def _raise_if_down(self, exc: BaseException) -> None:
-        code = getattr(exc, "value", None)
-        if not isinstance(code, int):
-            return
-        reaction = reaction_for(code)
-        if reaction is Reaction.GPU_DOWN:
-            raise GpuDown(GPU_DOWN_KINDS[code], describe(exc)) from exc
-        if reaction is Reaction.FATAL:
-            raise NvmlFatal(describe(exc)) from exc
-
     def _call(self, read: _Read, name: str, *args: Any) -> Any:
         fn = getattr(self._nvml, name, None)
         if fn is None:
@@ -242,13 +225,12 @@ class MigReader:
         try:
             return fn(*args)
         except self._error as exc:
-            self._raise_if_down(exc)
-            code = getattr(exc, "value", None)
-            if isinstance(code, int) and reaction_for(code) is Reaction.UNSUPPORTED:
+            if raise_if_down(exc) is Reaction.UNSUPPORTED:
                 log.info("MIG: %s not supported (%s); not asking again", name, describe(exc))
                 state.unsupported.add(name)
                 return None
-            if code not in (NOT_FOUND, INVALID_ARGUMENT):  # a MIG device destroyed meanwhile
+            # NOT_FOUND, INVALID_ARGUMENT: a MIG device destroyed meanwhile, not an error
+            if getattr(exc, "value", None) not in (NOT_FOUND, INVALID_ARGUMENT):
                 errors["mig_call"] = errors.get("mig_call", 0) + 1
             log.debug("MIG: %s failed: %s", name, describe(exc))
             return None

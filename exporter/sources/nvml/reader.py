@@ -19,14 +19,7 @@ from typing import Any
 from exporter.health import EventCounts, MigDevice, XidKey, XidStat
 from exporter.metrics import GPU_ROWS, UNKNOWN_VALUE, Constant, Group, NvmlRead, NvmlSpecial
 from exporter.snapshot import GpuIdentity, GpuProcess, GpuReading, ProcessType, Value
-from exporter.sources.nvml.errors import (
-    GPU_DOWN_KINDS,
-    GpuDown,
-    NvmlFatal,
-    Reaction,
-    describe,
-    reaction_for,
-)
+from exporter.sources.nvml.errors import Reaction, describe, raise_if_down
 from exporter.sources.nvml.last_active import LastActive
 from exporter.sources.nvml.mig import MigReader
 from exporter.sources.nvml.processes import (
@@ -213,18 +206,11 @@ class GpuReader:
             gpu.unsupported.add(name)
             return None
         except self._error as exc:
-            code = getattr(exc, "value", None)
-            reaction = reaction_for(code) if isinstance(code, int) else Reaction.TRANSIENT
-            if reaction is Reaction.UNSUPPORTED:
+            if raise_if_down(exc) is Reaction.UNSUPPORTED:
                 log.info("GPU %d: %s not supported (%s); not asking again",
                          gpu.index, name, describe(exc))
                 gpu.unsupported.add(name)
                 return None
-            if reaction is Reaction.GPU_DOWN:
-                assert isinstance(code, int)
-                raise GpuDown(GPU_DOWN_KINDS[code], describe(exc)) from exc
-            if reaction is Reaction.FATAL:
-                raise NvmlFatal(describe(exc)) from exc
             log.debug("GPU %d: %s failed: %s", gpu.index, name, describe(exc))
             self.count("nvml_call")
             return None
