@@ -11,18 +11,8 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
-from dashboards import variables
-from dashboards.panels import (
-    Column,
-    Layout,
-    board,
-    query,
-    stat_panel,
-    steps,
-    table_panel,
-    timeseries_panel,
-)
-from dashboards.promql import num
+from dashboards import panels, variables
+from dashboards.promql import num, sel_record
 from exporter import thresholds
 from exporter.report import records
 
@@ -33,7 +23,7 @@ _RANGE = "[$__range]"
 _PER = f" * {records.INTERVAL_SECONDS}"
 _GIB_HOURS = f" * {records.INTERVAL_SECONDS} / {num(thresholds.GIB)} / 3600"
 _KWH = f" * {records.INTERVAL_SECONDS} / 3600000"
-USED_STEPS = steps(("red", None), ("orange", 0.25), ("green", 0.6))
+USED_STEPS = panels.steps(("red", None), ("orange", 0.25), ("green", 0.6))
 ACCOUNTING = (
     "From the idle-accounting recording rules (dashboards/rules/gpu-exporter-accounting.yaml); "
     f"a process is idle in a minute when its SM utilisation averages under "
@@ -48,11 +38,7 @@ def _total(level: records.Level, quantity: str, matchers: str, by: str) -> str:
     return f"sum by ({by}) ({inner})" if by else f"sum({inner})"
 
 
-def sel_record(name: str, matchers: str) -> str:
-    return f"{name}{{{matchers}}}" if matchers else name
-
-
-def _summary(grid: Layout) -> None:
+def _summary(grid: panels.Layout) -> None:
     grid.row("Held versus used over the range")
     user = records.USER
     held = _total(user, records.HELD_GPUS, HOST_USER, "")
@@ -71,32 +57,33 @@ def _summary(grid: Layout) -> None:
         ("Energy (kWh)", "Energy of the GPUs, attributed to their users.", "short",
          f"{_total(user, records.POWER, HOST_USER, '')}{_KWH}", None),
     ):
-        grid.add(stat_panel(title, f"{description} {ACCOUNTING}", unit, query(expr),
-                            thresholds=colour_steps), 4, 4)
+        grid.add(panels.stat_panel(title, f"{description} {ACCOUNTING}", unit, panels.query(expr),
+                                   thresholds=colour_steps), 4, 4)
 
 
-def _by(grid: Layout, title: str, level: records.Level, matchers: str, by: str, *,
+def _by(grid: panels.Layout, title: str, level: records.Level, matchers: str, by: str, *,
         energy: bool) -> None:
     held = _total(level, records.HELD_GPUS, matchers, by)
     used = _total(level, records.USED_GPUS, matchers, by)
+    idle = _total(level, records.IDLE_GPUS, matchers, by)
+    idle_memory = _total(level, records.IDLE_MEMORY, matchers, by)
     columns = [
-        Column("Held idle", f"{_total(level, records.IDLE_GPUS, matchers, by)}{_PER}", "s"),
-        Column("Held", f"{held}{_PER}", "s"),
-        Column("Used", f"{used}{_PER}", "s"),
-        Column("Used / held", f"{used} / {held}", "percentunit", USED_STEPS),
-        Column("Idle GiB-hours", f"{_total(level, records.IDLE_MEMORY, matchers, by)}{_GIB_HOURS}",
-               "short"),
+        panels.Column("Held idle", f"{idle}{_PER}", "s"),
+        panels.Column("Held", f"{held}{_PER}", "s"),
+        panels.Column("Used", f"{used}{_PER}", "s"),
+        panels.Column("Used / held", f"{used} / {held}", "percentunit", USED_STEPS),
+        panels.Column("Idle GiB-hours", f"{idle_memory}{_GIB_HOURS}", "short"),
     ]
     if energy:
         energy_total = _total(level, records.POWER, matchers, by)
-        columns.append(Column("kWh", f"{energy_total}{_KWH}", "short"))
-    grid.add(table_panel(
+        columns.append(panels.Column("kWh", f"{energy_total}{_KWH}", "short"))
+    grid.add(panels.table_panel(
         title, "GPU time held idle, held and used over the range, and memory held idle. "
         + ACCOUNTING, columns, sort_by="Held idle",
     ), 12, 8)
 
 
-def _tables(grid: Layout) -> None:
+def _tables(grid: panels.Layout) -> None:
     grid.row("Who holds GPUs idle")
     _by(grid, "Per user", records.USER, HOST_USER, "user", energy=True)
     _by(grid, "Per namespace and pod", records.POD, variables.HOST, "namespace, pod", energy=False)
@@ -107,21 +94,21 @@ def _tables(grid: Layout) -> None:
          "minute. ", "bytes", records.IDLE_MEMORY),
     ):
         per_user = sel_record(records.USER.record(quantity), HOST_USER)
-        grid.add(timeseries_panel(
+        grid.add(panels.timeseries_panel(
             title, description + ACCOUNTING, unit,
-            [query(f"sum by (user) ({per_user})", "{{user}}")], stacked=True, min_val=0,
+            [panels.query(f"sum by (user) ({per_user})", "{{user}}")], stacked=True, min_val=0,
         ), 12)
 
 
 def build() -> dashboard.Dashboard:
     """The efficiency dashboard builder."""
-    built = board(
+    built = panels.board(
         "GPU efficiency", UID,
         "GPU time and memory held versus used over the chosen range, who holds GPUs idle, and "
         "forgotten processes.",
         variables.host_chain(variables.user()), since="now-7d", refresh="5m",
     )
-    grid = Layout(built)
+    grid = panels.Layout(built)
     _summary(grid)
     _tables(grid)
     return built
