@@ -1,13 +1,13 @@
-"""Regenerate (or, with --check, verify) the Python modules of the kubelet PodResources API.
+"""Regenerate (or, with --check, verify) the Python module of the kubelet PodResources API.
 
     python scripts/gen-podresources.py [--check]
 
 Runs grpcio-tools' protoc on ``exporter/attribution/podresources/v1/api.proto`` with the
-repository root as include path. Only the messages are generated: the client calls the one
-method it uses, ``List``, on the channel itself (no generated gRPC stub). ``--check``
-generates into a temporary directory and exits 1 when the committed files differ (the test
-suite runs it). The generated code pins its runtime: keep ``protobuf`` in pyproject.toml at
-least at the version it names.
+repository root as include path. Only the messages are generated, without type stubs (the
+client holds them as ``Any``): it calls the one method it uses, ``List``, on the channel
+itself (no generated gRPC stub). ``--check`` generates into a temporary directory and exits 1
+when the committed file differs (the test suite runs it). The generated code pins its
+runtime: keep ``protobuf`` in pyproject.toml at least at the version it names.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PROTO = Path("exporter/attribution/podresources/v1/api.proto")
-OUTPUTS = ("api_pb2.py", "api_pb2.pyi")
+OUTPUTS = ("api_pb2.py",)
 
 
 def generate(out_dir: Path) -> None:
-    """Write the generated modules under ``out_dir`` (mirroring the proto's path)."""
+    """Write the generated module under ``out_dir`` (mirroring the proto's path)."""
     from grpc_tools import protoc  # noqa: PLC0415 (build-time tool only)
 
     include = Path(protoc.__file__).parent / "_proto"
@@ -33,7 +33,6 @@ def generate(out_dir: Path) -> None:
         f"-I{ROOT}",
         f"-I{include}",
         f"--python_out={out_dir}",
-        f"--pyi_out={out_dir}",
         str(ROOT / PROTO),
     ])
     if status != 0:
@@ -60,7 +59,7 @@ def main() -> int:
         print(f"stale generated files: {', '.join(stale)}; run python scripts/gen-podresources.py",
               file=sys.stderr)
         return 1
-    print("generated PodResources modules are up to date")
+    print("generated PodResources module is up to date")
     return 0
 
 
