@@ -17,78 +17,59 @@ DURATION = {
     "pattern": r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?"
     r"(([0-9]+)ms)?)$",
 }
+
+
+def _closed(properties: dict[str, Any], *required: str) -> dict[str, Any]:
+    """An object with these properties only (the CRDs reject unknown keys), ``required`` set."""
+    schema: dict[str, Any] = {"type": "object", "additionalProperties": False}
+    if required:
+        schema["required"] = list(required)
+    return {**schema, "properties": properties}
+
+
 _STR_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
 _LABEL_NAME = {"type": "string", "pattern": r"^[a-zA-Z_][a-zA-Z0-9_]*$"}
-_RELABEL = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "action": {"enum": [
-            "replace", "Replace", "keep", "Keep", "drop", "Drop", "hashmod", "HashMod",
-            "labelmap", "LabelMap", "labeldrop", "LabelDrop", "labelkeep", "LabelKeep",
-            "lowercase", "Lowercase", "uppercase", "Uppercase", "keepequal", "KeepEqual",
-            "dropequal", "DropEqual",
-        ]},
-        "sourceLabels": {"type": "array", "items": _LABEL_NAME},
-        "separator": {"type": "string"},
-        "targetLabel": {"type": "string"},
-        "regex": {"type": "string"},
-        "modulus": {"type": "integer"},
-        "replacement": {"type": "string"},
-    },
-}
-_SELECTOR = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {"matchLabels": _STR_MAP, "matchExpressions": {"type": "array"}},
-}
-_SECRET_KEY = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["key"],
-    "properties": {"name": {"type": "string"}, "key": {"type": "string"},
-                   "optional": {"type": "boolean"}},
-}
-_SECRET_OR_CONFIGMAP = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {"secret": _SECRET_KEY, "configMap": _SECRET_KEY},
-}
+_RELABEL = _closed({
+    "action": {"enum": [
+        "replace", "Replace", "keep", "Keep", "drop", "Drop", "hashmod", "HashMod",
+        "labelmap", "LabelMap", "labeldrop", "LabelDrop", "labelkeep", "LabelKeep",
+        "lowercase", "Lowercase", "uppercase", "Uppercase", "keepequal", "KeepEqual",
+        "dropequal", "DropEqual",
+    ]},
+    "sourceLabels": {"type": "array", "items": _LABEL_NAME},
+    "separator": {"type": "string"},
+    "targetLabel": {"type": "string"},
+    "regex": {"type": "string"},
+    "modulus": {"type": "integer"},
+    "replacement": {"type": "string"},
+})
+_SELECTOR = _closed({"matchLabels": _STR_MAP, "matchExpressions": {"type": "array"}})
+_SECRET_KEY = _closed(
+    {"name": {"type": "string"}, "key": {"type": "string"}, "optional": {"type": "boolean"}}, "key"
+)
+_SECRET_OR_CONFIGMAP = _closed({"secret": _SECRET_KEY, "configMap": _SECRET_KEY})
 #: SafeTLSConfig (ServiceMonitor endpoints also take caFile/certFile/keyFile).
-_TLS_CONFIG = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "ca": _SECRET_OR_CONFIGMAP, "cert": _SECRET_OR_CONFIGMAP, "keySecret": _SECRET_KEY,
-        "serverName": {"type": "string"}, "insecureSkipVerify": {"type": "boolean"},
-        "minVersion": {"enum": ["TLS10", "TLS11", "TLS12", "TLS13"]},
-        "maxVersion": {"enum": ["TLS10", "TLS11", "TLS12", "TLS13"]},
-        "caFile": {"type": "string"}, "certFile": {"type": "string"},
-        "keyFile": {"type": "string"},
-    },
-}
-_BASIC_AUTH = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {"username": _SECRET_KEY, "password": _SECRET_KEY},
-}
-_ENDPOINT = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["port"],
-    "properties": {
-        "port": {"type": "string", "minLength": 1},
-        "path": {"type": "string"},
-        "interval": DURATION,
-        "scrapeTimeout": DURATION,
-        "honorLabels": {"type": "boolean"},
-        "scheme": {"enum": ["http", "https", "HTTP", "HTTPS"]},
-        "tlsConfig": _TLS_CONFIG,
-        "basicAuth": _BASIC_AUTH,
-        "relabelings": {"type": "array", "items": _RELABEL},
-        "metricRelabelings": {"type": "array", "items": _RELABEL},
-    },
-}
+_TLS_CONFIG = _closed({
+    "ca": _SECRET_OR_CONFIGMAP, "cert": _SECRET_OR_CONFIGMAP, "keySecret": _SECRET_KEY,
+    "serverName": {"type": "string"}, "insecureSkipVerify": {"type": "boolean"},
+    "minVersion": {"enum": ["TLS10", "TLS11", "TLS12", "TLS13"]},
+    "maxVersion": {"enum": ["TLS10", "TLS11", "TLS12", "TLS13"]},
+    "caFile": {"type": "string"}, "certFile": {"type": "string"},
+    "keyFile": {"type": "string"},
+})
+_BASIC_AUTH = _closed({"username": _SECRET_KEY, "password": _SECRET_KEY})
+_ENDPOINT = _closed({
+    "port": {"type": "string", "minLength": 1},
+    "path": {"type": "string"},
+    "interval": DURATION,
+    "scrapeTimeout": DURATION,
+    "honorLabels": {"type": "boolean"},
+    "scheme": {"enum": ["http", "https", "HTTP", "HTTPS"]},
+    "tlsConfig": _TLS_CONFIG,
+    "basicAuth": _BASIC_AUTH,
+    "relabelings": {"type": "array", "items": _RELABEL},
+    "metricRelabelings": {"type": "array", "items": _RELABEL},
+}, "port")
 _META = {
     "type": "object",
     "required": ["name", "namespace"],
@@ -98,17 +79,12 @@ _META = {
 
 
 def _object(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "required": ["apiVersion", "kind", "metadata", "spec"],
-        "additionalProperties": False,
-        "properties": {
-            "apiVersion": {"const": "monitoring.coreos.com/v1"},
-            "kind": {"const": kind},
-            "metadata": _META,
-            "spec": spec,
-        },
-    }
+    return _closed({
+        "apiVersion": {"const": "monitoring.coreos.com/v1"},
+        "kind": {"const": kind},
+        "metadata": _META,
+        "spec": spec,
+    }, "apiVersion", "kind", "metadata", "spec")
 
 
 _NAMESPACE_SELECTOR = {
@@ -117,11 +93,7 @@ _NAMESPACE_SELECTOR = {
                    "matchNames": {"type": "array", "items": {"type": "string"}}},
 }
 _RULE = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["expr"],
-    "oneOf": [{"required": ["alert"]}, {"required": ["record"]}],
-    "properties": {
+    **_closed({
         "alert": {"type": "string", "minLength": 1},
         "record": {"type": "string", "minLength": 1},
         "expr": {"type": ["string", "integer"]},
@@ -129,52 +101,39 @@ _RULE = {
         "keep_firing_for": DURATION,
         "labels": _STR_MAP,
         "annotations": _STR_MAP,
-    },
+    }, "expr"),
+    "oneOf": [{"required": ["alert"]}, {"required": ["record"]}],
 }
+
 
 def _monitor(kind: str, endpoints: str) -> dict[str, Any]:
     """ServiceMonitor and PodMonitor differ only in the name of their endpoint list."""
-    return _object(kind, {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["selector", endpoints],
-        "properties": {
-            "jobLabel": {"type": "string"},
-            "selector": _SELECTOR,
-            "namespaceSelector": _NAMESPACE_SELECTOR,
-            endpoints: {"type": "array", "minItems": 1, "items": _ENDPOINT},
-        },
-    })
+    return _object(kind, _closed({
+        "jobLabel": {"type": "string"},
+        "selector": _SELECTOR,
+        "namespaceSelector": _NAMESPACE_SELECTOR,
+        endpoints: {"type": "array", "minItems": 1, "items": _ENDPOINT},
+    }, "selector", endpoints))
 
 
 SCHEMAS: dict[str, dict[str, Any]] = {
     "ServiceMonitor": _monitor("ServiceMonitor", "endpoints"),
     "PodMonitor": _monitor("PodMonitor", "podMetricsEndpoints"),
-    "PrometheusRule": _object("PrometheusRule", {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["groups"],
-        "properties": {
-            "groups": {
-                "type": "array",
-                "minItems": 1,
-                "items": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["name", "rules"],
-                    "properties": {
-                        "name": {"type": "string", "minLength": 1},
-                        "interval": DURATION,
-                        "query_offset": DURATION,
-                        "limit": {"type": "integer"},
-                        "labels": _STR_MAP,
-                        "partial_response_strategy": {"type": "string"},
-                        "rules": {"type": "array", "items": _RULE},
-                    },
-                },
-            },
+    "PrometheusRule": _object("PrometheusRule", _closed({
+        "groups": {
+            "type": "array",
+            "minItems": 1,
+            "items": _closed({
+                "name": {"type": "string", "minLength": 1},
+                "interval": DURATION,
+                "query_offset": DURATION,
+                "limit": {"type": "integer"},
+                "labels": _STR_MAP,
+                "partial_response_strategy": {"type": "string"},
+                "rules": {"type": "array", "items": _RULE},
+            }, "name", "rules"),
         },
-    }),
+    }, "groups")),
 }
 
 
