@@ -73,8 +73,8 @@ def _device(grid: panels.Layout) -> None:
     ), 12)
     grid.add(panels.timeseries_panel(
         "Temperature", "Core temperature; dashed lines at "
-        f"{thresholds.TEMPERATURE_WARNING_CELSIUS:.0f} "
-        f"°C (watch the cooling) and {thresholds.TEMPERATURE_CRITICAL_CELSIUS:.0f} °C.", "celsius",
+        f"{thresholds.TEMPERATURE_WARNING_CELSIUS:.0f} °C (watch the cooling) and "
+        f"{thresholds.TEMPERATURE_CRITICAL_CELSIUS:.0f} °C.", "celsius",
         [panels.query(_on_gpus(metrics.TEMPERATURE), GPU_LEGEND)],
         thresholds=panels.steps(*TEMPERATURE_STEPS),
     ), 12)
