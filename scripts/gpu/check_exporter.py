@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from exporter import metrics  # noqa: E402
 from scripts.gpu.probes import ensure_user, get, scrape, sh, smi_apps, wait_ready  # noqa: E402
-from scripts.gpu.results import RESULTS, check  # noqa: E402
+from scripts.gpu.results import RESULTS, check, print_table  # noqa: E402
 
 MIB = 1 << 20
 
@@ -297,17 +297,12 @@ def main() -> int:
 
 
 def finish(result: dict[str, Any], out: Path | None, workdir: Path) -> int:
-    failed = [r for r in RESULTS if not r[1]]
-    width = max((len(r[0]) for r in RESULTS), default=10)
-    print("\n" + "=" * (width + 8))
-    for name, ok, detail in RESULTS:
-        print(f"{'PASS' if ok else 'FAIL'}  {name.ljust(width)}  {detail}")
-    print(f"{len(RESULTS) - len(failed)}/{len(RESULTS)} checks passed")
+    passed = print_table()
     result["checks"] = RESULTS
     if out:
         out.write_text(json.dumps(result, indent=1, default=str))
     shutil.rmtree(workdir, ignore_errors=True)
-    return 1 if failed else 0
+    return 0 if passed else 1
 
 
 if __name__ == "__main__":

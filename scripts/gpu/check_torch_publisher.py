@@ -51,18 +51,10 @@ sys.path.insert(0, str(ROOT))
 from exporter.metrics import allocator as rows  # noqa: E402
 from exporter.metrics.process import PROCESS_MEMORY  # noqa: E402
 from scripts.gpu.probes import ensure_user, scrape, smi_apps, wait_ready  # noqa: E402
+from scripts.gpu.results import RESULTS, check, print_table  # noqa: E402
 
 MIB = 1 << 20
-RESULTS: list[tuple[str, str, str]] = []
 FAKE_UUID = "2f6c1c5e-7a1b-4c9d-8e0f-0000000000a0"
-
-
-def check(name: str, ok: bool | None, detail: str = "") -> bool:
-    """Record one check; ``ok=None`` records a SKIP."""
-    verdict = "SKIP" if ok is None else ("PASS" if ok else "FAIL")
-    RESULTS.append((name, verdict, detail))
-    print(f"[{verdict}] {name}  {detail}", flush=True)
-    return bool(ok)
 
 
 @dataclass
@@ -343,21 +335,14 @@ def main() -> int:
         log = workdir / "exporter.log"
         if log.exists():
             print("--- exporter log (tail) ---\n" + log.read_text(errors="replace")[-3000:])
-    failed = [r for r in RESULTS if r[1] == "FAIL"]
-    width = max((len(r[0]) for r in RESULTS), default=10)
-    print("\n" + "=" * (width + 8))
-    for name, verdict, detail in RESULTS:
-        print(f"{verdict}  {name.ljust(width)}  {detail}")
-    passed = sum(1 for r in RESULTS if r[1] == "PASS")
-    print(f"{passed}/{len(RESULTS)} checks passed, {len(failed)} failed, "
-          f"{len(RESULTS) - passed - len(failed)} skipped")
+    passed = print_table()
     result["checks"] = RESULTS
     out = args.json or (Path(os.environ["OUT"]) / "check_torch_publisher.json"
                         if os.environ.get("OUT") else None)
     if out:
         out.write_text(json.dumps(result, indent=1, default=str))
     shutil.rmtree(workdir, ignore_errors=True)
-    return 1 if failed else 0
+    return 0 if passed else 1
 
 
 if __name__ == "__main__":
