@@ -33,10 +33,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-
 from exporter import metrics  # noqa: E402
-from scripts.gpu.probes import ensure_user, get, scrape, sh, smi_apps, wait_ready  # noqa: E402
-from scripts.gpu.results import RESULTS, check, print_table  # noqa: E402
+from scripts.gpu.probes import ensure_user, get, scrape, sh, smi_apps, stop, wait_ready  # noqa: E402
+from scripts.gpu.results import check, save  # noqa: E402
 
 MIB = 1 << 20
 
@@ -284,12 +283,7 @@ def main() -> int:
         for ld in loads:
             if ld.proc.poll() is None:
                 ld.proc.kill()
-        exporter.send_signal(signal.SIGTERM)
-        try:
-            code: int | None = exporter.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            exporter.kill()
-            code = None
+        code = stop(exporter)
         check("exporter exits 0 on SIGTERM", code == 0, f"exit {code}")
         print("--- exporter log (tail) ---\n" + log_path.read_text(errors="replace")[-3000:])
         status = finish(result, args.json, workdir)
@@ -297,10 +291,7 @@ def main() -> int:
 
 
 def finish(result: dict[str, Any], out: Path | None, workdir: Path) -> int:
-    passed = print_table()
-    result["checks"] = RESULTS
-    if out:
-        out.write_text(json.dumps(result, indent=1, default=str))
+    passed = save(result, out)
     shutil.rmtree(workdir, ignore_errors=True)
     return 0 if passed else 1
 

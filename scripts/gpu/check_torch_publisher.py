@@ -35,7 +35,6 @@ import json
 import os
 import pwd
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -50,8 +49,8 @@ sys.path.insert(0, str(ROOT))
 
 from exporter.metrics import allocator as rows  # noqa: E402
 from exporter.metrics.process import PROCESS_MEMORY  # noqa: E402
-from scripts.gpu.probes import ensure_user, scrape, smi_apps, wait_ready  # noqa: E402
-from scripts.gpu.results import RESULTS, check, print_table  # noqa: E402
+from scripts.gpu.probes import ensure_user, scrape, smi_apps, stop, wait_ready  # noqa: E402
+from scripts.gpu.results import check, save  # noqa: E402
 
 MIB = 1 << 20
 FAKE_UUID = "2f6c1c5e-7a1b-4c9d-8e0f-0000000000a0"
@@ -327,20 +326,13 @@ def main() -> int:
                 w.proc.kill()
                 w.proc.wait(timeout=30)
         for exporter in exporters:
-            exporter.send_signal(signal.SIGTERM)
-            try:
-                exporter.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                exporter.kill()
+            stop(exporter)
         log = workdir / "exporter.log"
         if log.exists():
             print("--- exporter log (tail) ---\n" + log.read_text(errors="replace")[-3000:])
-    passed = print_table()
-    result["checks"] = RESULTS
     out = args.json or (Path(os.environ["OUT"]) / "check_torch_publisher.json"
                         if os.environ.get("OUT") else None)
-    if out:
-        out.write_text(json.dumps(result, indent=1, default=str))
+    passed = save(result, out)
     shutil.rmtree(workdir, ignore_errors=True)
     return 0 if passed else 1
 

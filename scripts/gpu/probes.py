@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import pwd
+import signal
 import subprocess
 import time
 import urllib.error
@@ -70,3 +71,13 @@ def wait_ready(base: str, exporter: subprocess.Popen[bytes], seconds: float = 60
             pass
         time.sleep(0.3)
     return False
+
+
+def stop(exporter: subprocess.Popen[bytes]) -> int | None:
+    """SIGTERM, then SIGKILL after 15 s; the exit status, None when it had to be killed."""
+    exporter.send_signal(signal.SIGTERM)
+    try:
+        return exporter.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        exporter.kill()
+        return None

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 #: (check, True/False, or None when skipped, detail)
 RESULTS: list[tuple[str, bool | None, str]] = []
 
@@ -29,3 +33,13 @@ def print_table() -> bool:
     print(f"{len(RESULTS) - failed - skipped}/{len(RESULTS)} checks passed, {failed} failed, "
           f"{skipped} skipped")
     return not failed
+
+
+def save(result: dict[str, Any], out: Path | None) -> bool:
+    """Print the table, then write ``result`` with every check to ``out`` (JSON) if given;
+    whether none failed."""
+    passed = print_table()
+    result["checks"] = RESULTS
+    if out:
+        out.write_text(json.dumps(result, indent=1, default=str))
+    return passed
