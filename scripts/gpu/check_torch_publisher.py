@@ -46,7 +46,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-
 from exporter.metrics import allocator as rows  # noqa: E402
 from exporter.metrics.process import PROCESS_MEMORY  # noqa: E402
 from scripts.gpu.probes import ensure_user, scrape, smi_apps, stop, wait_ready  # noqa: E402
