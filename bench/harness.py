@@ -16,15 +16,13 @@ from __future__ import annotations
 import os
 import re
 import socket
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.processes import stop
+from tests.processes import LoggedServer
 
 ROOT = Path(__file__).resolve().parent.parent
 #: What Prometheus 3 sends: OpenMetrics preferred, gzip accepted.
@@ -35,7 +33,6 @@ PROMETHEUS_HEADERS: Mapping[str, str] = {
     "Accept-Encoding": "gzip",
     "X-Prometheus-Scrape-Timeout-Seconds": "10",
 }
-_PORT = re.compile(r"\(port (\d+)\)")
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -158,7 +155,7 @@ class Scraper:
         self.close()
 
 
-class Server:
+class Server(LoggedServer):
     """A server subprocess on 127.0.0.1; a context manager (SIGTERM, then kill, on exit).
 
     ``command`` must print ``(port N)`` on stderr (the exporter's start-up line) unless
@@ -170,17 +167,9 @@ class Server:
                  env: Mapping[str, str] | None = None) -> None:
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_EXPORTER_")}
         full_env.update(env or {})
-        self.lines: list[str] = []
-        self.port = port or 0
-        self._seen = threading.Event()
-        if port:
-            self._seen.set()
-        self.proc = subprocess.Popen(list(command), cwd=ROOT, env=full_env,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+        super().__init__(command, cwd=ROOT, env=full_env, port=port, max_lines=2000)
         try:
-            self._wait(ready_path, ready_timeout)
+            self.wait_until(lambda: self._answers(ready_path), ready_path, ready_timeout)
         except BaseException:
             self.stop()
             raise
@@ -195,45 +184,9 @@ class Server:
     def pid(self) -> int:
         return self.proc.pid
 
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            if len(self.lines) < 2000:
-                self.lines.append(line.rstrip("\n"))
-            match = _PORT.search(line)
-            if match and not self._seen.is_set():
-                self.port = int(match.group(1))
-                self._seen.set()
-
-    def _wait(self, path: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        if not self._seen.wait(timeout):
-            raise RuntimeError(f"server did not report its port: {self.log}")
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited {self.proc.returncode}: {self.log}")
-            try:
-                with Scraper(self.port, timeout=5) as client:
-                    if client.get(path, {})[0] == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(f"{path} not 200 after {timeout}s: {self.log}")
-
-    @property
-    def log(self) -> str:
-        return "\n".join(self.lines[-30:])
-
-    def stop(self) -> None:
-        stop(self.proc, 10)
-        self._reader.join(5)
-
-    def __enter__(self) -> Server:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def _answers(self, path: str) -> bool:
+        with Scraper(self.port, timeout=5) as client:
+            return client.get(path, {})[0] == 200
 
 
 _SERVER_TOTAL = re.compile(r"total;dur=([0-9.]+)")

@@ -20,12 +20,10 @@ import json
 import os
 import re
 import shutil
-import signal
 import ssl
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -35,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from scripts.gpu.results import RESULTS, check  # noqa: E402
+from tests.processes import LoggedServer  # noqa: E402
 
 MARKER = "cmdlineMARKERx9q"
 PASSWORD = "gpu-check-password"
@@ -53,35 +52,10 @@ def request(url: str, context: ssl.SSLContext | None, auth: bool,
         return exc.code, exc.read()
 
 
-class Exporter:
-    def __init__(self, args: list[str]) -> None:
-        self.lines: list[str] = []
-        self.port = 0
-        self.seen = threading.Event()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "exporter", "--web.listen-address", "127.0.0.1:0", *args],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line.rstrip())
-            match = re.search(r"\(port (\d+)\)", line)
-            if match and not self.seen.is_set():
-                self.port = int(match.group(1))
-                self.seen.set()
-
-    def stop(self) -> int | None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-                return None
-        return self.proc.returncode
+def start_exporter(args: list[str]) -> LoggedServer:
+    return LoggedServer(
+        [sys.executable, "-m", "exporter", "--web.listen-address", "127.0.0.1:0", *args],
+        cwd=ROOT, env=os.environ)
 
 
 def wait_ready(base: str, context: ssl.SSLContext, seconds: float = 60) -> bool:
@@ -101,9 +75,9 @@ def run_one(work: Path, web: Path, context: ssl.SSLContext, cmdline: bool, pid: 
     args = ["--source", "nvml", "--web.config.file", str(web)]
     if cmdline:
         args.append("--process.cmdline")
-    exporter = Exporter(args)
+    exporter = start_exporter(args)
     try:
-        if not check(f"[{tag}] exporter starts", exporter.seen.wait(60),
+        if not check(f"[{tag}] exporter starts", exporter.port_seen.wait(60),
                      "\n".join(exporter.lines[-5:])):
             return
         base = f"https://127.0.0.1:{exporter.port}"
@@ -135,7 +109,7 @@ def run_one(work: Path, web: Path, context: ssl.SSLContext, cmdline: bool, pid: 
         check(f"[{tag}] command line appears only in {expected or 'nothing'}", where == expected,
               f"found in {where}")
     finally:
-        code = exporter.stop()
+        code = exporter.stop(timeout=15)
         check(f"[{tag}] SIGTERM exits 0", code == 0, f"exit {code}")
 
 

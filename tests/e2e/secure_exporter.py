@@ -18,6 +18,6 @@ class SecureExporter(ExporterProcess):
         super().__init__(*args, ready_timeout=timeout)
 
     def _wait_ready(self, timeout: float, path: str) -> None:
-        if not self._port_seen.wait(timeout):
+        if not self.port_seen.wait(timeout):
             raise AssertionError(f"exporter did not start: {self.log}")
         time.sleep(0.2)  # the socket listens before the log line; uvicorn starts just after
