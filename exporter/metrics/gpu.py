@@ -34,6 +34,18 @@ POWER_THROTTLE_REASONS: tuple[str, ...] = ("sw_power_cap", "hw_power_brake_slowd
 
 _TEMPERATURE_GPU = Constant("NVML_TEMPERATURE_GPU", 0)
 
+
+def _memory_row(field: str, help_text: str, *, charted: bool = True) -> Metric:
+    """``gpu_<field>``: one figure of NVML's memory info, in bytes (JSON field ``field``)."""
+    return Metric(
+        f"gpu_{field}", Kind.GAUGE, Group.MEMORY, help_text,
+        nvml=NvmlSpecial("memory"),
+        simulate=lambda gpu: getattr(gpu, field),
+        json_field=field, json_type=int,
+        charted=charted,
+    )
+
+
 GPU_INFO = Metric(
     "gpu_info", Kind.INFO, Group.INFO,
     "Static facts about a GPU; value is always 1. Join on uuid to add the model name to a series.",
@@ -47,36 +59,24 @@ GPU_UP = Metric(
     "report).",
     scope=Scope.GPU_STATUS,
 )
-MEMORY_TOTAL = Metric(
-    "gpu_memory_total_bytes", Kind.GAUGE, Group.MEMORY,
+MEMORY_TOTAL = _memory_row(
+    "memory_total_bytes",
     "Total GPU memory (framebuffer) in bytes, as NVML reports it (ECC on reduces it).",
-    nvml=NvmlSpecial("memory"),
-    simulate=lambda gpu: gpu.memory_total_bytes,
-    json_field="memory_total_bytes", json_type=int,
 )
-MEMORY_USED = Metric(
-    "gpu_memory_used_bytes", Kind.GAUGE, Group.MEMORY,
+MEMORY_USED = _memory_row(
+    "memory_used_bytes",
     "GPU memory allocated on the device in bytes: every process's contexts and caches. "
     "This is the number nvidia-smi shows as used.",
-    nvml=NvmlSpecial("memory"),
-    simulate=lambda gpu: gpu.memory_used_bytes,
-    json_field="memory_used_bytes", json_type=int,
 )
-MEMORY_FREE = Metric(
-    "gpu_memory_free_bytes", Kind.GAUGE, Group.MEMORY,
+MEMORY_FREE = _memory_row(
+    "memory_free_bytes",
     "GPU memory not allocated, in bytes.",
-    nvml=NvmlSpecial("memory"),
-    simulate=lambda gpu: gpu.memory_free_bytes,
-    json_field="memory_free_bytes", json_type=int,
     charted=False,
 )
-MEMORY_RESERVED = Metric(
-    "gpu_memory_reserved_bytes", Kind.GAUGE, Group.MEMORY,
+MEMORY_RESERVED = _memory_row(
+    "memory_reserved_bytes",
     "GPU memory reserved by the driver and firmware, in bytes (only where NVML's memory info v2 "
     "exists).",
-    nvml=NvmlSpecial("memory"),
-    simulate=lambda gpu: gpu.memory_reserved_bytes,
-    json_field="memory_reserved_bytes", json_type=int,
     charted=False,
 )
 BAR1_TOTAL = Metric(
