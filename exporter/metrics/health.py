@@ -8,8 +8,13 @@ compute instance ID and ``mig_uuid`` the MIG device's UUID.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from exporter.metrics.core import GPU_LABELS, Constant, Group, Kind, Metric, NvmlSpecial, Scope
 from exporter.metrics.gpu import ecc_row
+
+if TYPE_CHECKING:  # only for annotations, as in core
+    from exporter.sources.simulated.physics import SimulatedGpu
 
 #: NVML health event types counted besides XIDs (``event`` label values), in exposition order.
 HEALTH_EVENTS: tuple[str, ...] = (
@@ -28,7 +33,6 @@ MIG_DEVICE_LABELS: tuple[str, ...] = (*GPU_LABELS, "gpu_instance", "compute_inst
                                       "gpu_profile")
 
 
-
 def _xid_row(name: str, kind: Kind, help_text: str, labels: tuple[str, ...]) -> Metric:
     """A row filled from the background XID counts (``exporter.exposition.health``)."""
     return Metric(name, kind, Group.XID, help_text, labels=labels, scope=Scope.XID)
@@ -37,6 +41,7 @@ def _xid_row(name: str, kind: Kind, help_text: str, labels: tuple[str, ...]) -> 
 def _mig_row(name: str, kind: Kind, help_text: str, labels: tuple[str, ...]) -> Metric:
     """A row per MIG instance or device, filled from the GPU's MIG list."""
     return Metric(name, kind, Group.MIG, help_text, labels=labels, scope=Scope.MIG)
+
 
 def _remap_flag(flag: str, help_text: str) -> Metric:
     """``gpu_remapped_rows_<flag>``: one 0/1 field of NVML's row-remapping state."""
@@ -49,18 +54,27 @@ def _remap_flag(flag: str, help_text: str) -> Metric:
     )
 
 
+def _repair_counts(special: str, label: str, values: tuple[str, str], help_text: str) -> Metric:
+    """``gpu_<special>_total`` by ``label``: the lifetime counts of one memory-repair mechanism,
+    one NVML answer (and one simulated record, its fields named as the label values)."""
+    def simulate(gpu: SimulatedGpu) -> dict[str, float] | None:
+        record = getattr(gpu, special)
+        return None if record is None else {value: getattr(record, value) for value in values}
+
+    return Metric(
+        f"gpu_{special}_total", Kind.COUNTER, Group.REMAPPING, help_text,
+        labels=(*GPU_LABELS, label), label_values=values,
+        nvml=NvmlSpecial(special), simulate=simulate,
+        json_field=f"{special}_{{}}", json_type=int,
+    )
+
+
 # --- memory repair (Ampere+: row remapping; older: page retirement) -----------------------------
-REMAPPED_ROWS = Metric(
-    "gpu_remapped_rows_total", Kind.COUNTER, Group.REMAPPING,
+REMAPPED_ROWS = _repair_counts(
+    "remapped_rows", "type", ("corrected", "uncorrected"),
     "Memory rows the GPU remapped to spare rows after ECC errors, for the life of the GPU; type "
     "is corrected (after correctable errors) or uncorrected. Ampere and newer; absent with MIG "
     "on.",
-    labels=(*GPU_LABELS, "type"), label_values=("corrected", "uncorrected"),
-    nvml=NvmlSpecial("remapped_rows"),
-    simulate=lambda gpu: (None if gpu.remapped_rows is None else
-                          {"corrected": gpu.remapped_rows.corrected,
-                           "uncorrected": gpu.remapped_rows.uncorrected}),
-    json_field="remapped_rows_{}", json_type=int,
 )
 REMAP_PENDING = _remap_flag(
     "pending",
@@ -72,16 +86,10 @@ REMAP_FAILURE = _remap_flag(
     "1 if a row remap ever failed on this GPU (a memory bank ran out of spare rows: replace "
     "the GPU), else 0.",
 )
-RETIRED_PAGES = Metric(
-    "gpu_retired_pages_total", Kind.COUNTER, Group.REMAPPING,
+RETIRED_PAGES = _repair_counts(
+    "retired_pages", "cause", ("single_bit", "double_bit"),
     "Memory pages retired after ECC errors, for the life of the GPU; cause is single_bit "
     "(multiple single-bit errors) or double_bit. GPUs before Ampere (newer ones remap rows).",
-    labels=(*GPU_LABELS, "cause"), label_values=("single_bit", "double_bit"),
-    nvml=NvmlSpecial("retired_pages"),
-    simulate=lambda gpu: (None if gpu.retired_pages is None else
-                          {"single_bit": gpu.retired_pages.single_bit,
-                           "double_bit": gpu.retired_pages.double_bit}),
-    json_field="retired_pages_{}", json_type=int,
 )
 RETIRED_PENDING = Metric(
     "gpu_retired_pages_pending", Kind.GAUGE, Group.REMAPPING,
