@@ -13,11 +13,11 @@ from grafana_foundation_sdk.builders import dashboard
 
 from dashboards import panels, variables
 from dashboards.promql import num, sel_record
+from dashboards.variables import HOST_USER
 from exporter import thresholds
 from exporter.report import records
 
 UID = "gpu-exporter-efficiency"
-HOST_USER = f"{variables.HOST}, {variables.USER}"
 _RANGE = "[$__range]"
 #: Per-minute records -> range totals (seconds or byte-seconds).
 _PER = f" * {records.INTERVAL_SECONDS}"

@@ -13,10 +13,10 @@ from dashboards.promql import (
     sel_record,
     with_hostname,
 )
+from dashboards.variables import HOST_USER
 from exporter import metrics, thresholds
 
 UID = "gpu-exporter-users"
-HOST_USER = f"{variables.HOST}, {variables.USER}"
 USER_MEM = sel(metrics.USER_MEMORY, HOST_USER)
 USED, TOTAL = sel(metrics.MEMORY_USED, variables.HOST), sel(metrics.MEMORY_TOTAL, variables.HOST)
 PROCESS_HIDDEN = ("Time", "__name__", "job", "uuid", "uid")

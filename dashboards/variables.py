@@ -20,8 +20,9 @@ INSTANCE = 'instance=~"$instance"'
 NODE = 'hostname=~"$node"'
 GPU = 'gpu=~"$gpu"'
 USER = 'user=~"$user"'
-#: The matchers of every per-host query.
+#: The matchers of every per-host query, and of per-user ones.
 HOST = f"{JOB}, {INSTANCE}"
+HOST_USER = f"{HOST}, {USER}"
 
 _ALL = dashboard_model.VariableOption(text="All", value="$__all", selected=True)
 Variable = cogbuilder.Builder[dashboard_model.VariableModel]
