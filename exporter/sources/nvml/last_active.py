@@ -53,6 +53,10 @@ class LastActive:
     def __init__(self) -> None:
         self._seen: dict[int, float] = {}
 
+    def forget(self) -> None:
+        """No process holds a context: forget every pid."""
+        self._seen.clear()
+
     def update(
         self, samples: Iterable[Any], live_pids: Collection[int], now: float
     ) -> dict[int, float]:

@@ -156,13 +156,15 @@ def _memory_ok(memory: Any, memory_total: int) -> bool:
     return memory_total <= 0 or memory <= memory_total
 
 
-def clean_entries(entries: Iterable[Any], memory_total: int) -> tuple[dict[int, int | None], int]:
+def clean_entries(entries: Sequence[Any], memory_total: int) -> tuple[dict[int, int | None], int]:
     """Drop entries that cannot be real; return ``{pid: used bytes or None}`` and the drop count.
 
     Dropped: pid <= 0 or above Linux's PID ceiling, memory above the device total, MIG instance
     ids out of range (the R535 shuffled-struct symptoms), and every entry of a pid listed twice
     with different values. An exact duplicate is harmless and folded into one.
     """
+    if not entries:  # an idle GPU: most collections of most GPUs
+        return {}, 0
     kept: dict[int, int | None] = {}
     copies: dict[int, int] = {}
     conflicting: set[int] = set()

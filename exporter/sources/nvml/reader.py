@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 from exporter.health import EventCounts, MigDevice, XidKey, XidStat
 from exporter.metrics import GPU_ROWS, UNKNOWN_VALUE, Constant, Group, NvmlRead, NvmlSpecial
@@ -127,44 +127,50 @@ class NvmlCalls:
                      for label, args in (row.nvml.per_label.items() if row.nvml.per_label
                                          else ((None, row.nvml.args),))]
             made = Counter((spec.functions, args) for _, _, spec, args in sites)
-            plain: dict[str, list[tuple[str | None, _Read]]] = {}
+            plain = []
             for name, label, spec, args in sites:
                 key = (spec.functions, args)
-                plain.setdefault(name, []).append((label, _Read(
-                    spec.functions, self.function(spec.functions[0]), args,
+                function = self.function(spec.functions[0])
+                plain.append(_Read(
+                    name, label, function, spec.functions, args,
                     key if made[key] > 1 else None, spec.attribute, spec.valid, spec.scale,
-                    spec.divisor)))
+                    spec.divisor, direct=len(spec.functions) == 1 and function is not None,
+                    unscaled=spec.scale == 1.0 and spec.divisor == 1.0))
             found = self._plans[groups] = _Plan(
-                plain=tuple((name, tuple(reads)) for name, reads in plain.items()),
+                plain=tuple(plain),
                 specials=tuple(dict.fromkeys(row.nvml.name for row in rows
                                              if isinstance(row.nvml, NvmlSpecial))),
+                rows=frozenset(row.name for row in rows),
             )
         return found
 
 
-@dataclass(frozen=True, slots=True)
-class _Read:
-    """One NVML call of a plain row (``NvmlRead``, arguments resolved) and how its result
-    becomes the value. ``key`` is set when another row of the plan makes the same call (its
-    result is then shared within one GPU read)."""
+class _Read(NamedTuple):
+    """One NVML call of a plain row's value (``NvmlRead``, arguments resolved) and how its
+    result becomes the value. ``key`` is set when another read of the plan makes the same call
+    (its result is then shared within one GPU read). A tuple: the reader unpacks it at once."""
 
-    functions: tuple[str, ...]
+    row: str
+    label: str | None  # None: the row's one value
     function: Callable[..., Any] | None  # functions[0] from the binding
+    functions: tuple[str, ...]
     args: tuple[int, ...]
     key: tuple[Any, ...] | None
     attribute: str | None
     valid: tuple[float, float] | None
     scale: float
     divisor: float
+    direct: bool  # one function the binding has: called without ``call_newest``
+    unscaled: bool  # scale and divisor 1: the raw value as it is (ints stay ints)
 
 
 @dataclass(frozen=True, slots=True)
 class _Plan:
-    """Per row name its reads (label, read; label None for a single value), and the special
-    readers of one set of groups."""
+    """The plain reads of one set of groups, in row order, and its special readers."""
 
-    plain: tuple[tuple[str, tuple[tuple[str | None, _Read], ...]], ...]
+    plain: tuple[_Read, ...]
     specials: tuple[str, ...]
+    rows: frozenset[str]  # every row of the groups (special readers may fill others)
 
 
 class GpuReader:
@@ -202,18 +208,25 @@ class GpuReader:
             return None
         try:
             return function(gpu.handle, *args)
-        except self._mismatch:
+        except Exception as exc:  # sorted out by ``failed``
+            self.failed(gpu, name, exc)
+            return None
+
+    def failed(self, gpu: GpuState, name: str, exc: Exception) -> None:
+        """React to ``exc`` from the call for ``name``: mark the field unsupported, count a
+        transient failure, or raise ``GpuDown``/``NvmlFatal``; anything else is re-raised."""
+        if isinstance(exc, self._mismatch):
             gpu.unsupported.add(name)
-            return None
-        except self._error as exc:
-            if raise_if_down(exc) is Reaction.UNSUPPORTED:
-                log.info("GPU %d: %s not supported (%s); not asking again",
-                         gpu.index, name, describe(exc))
-                gpu.unsupported.add(name)
-                return None
-            log.debug("GPU %d: %s failed: %s", gpu.index, name, describe(exc))
-            self.count("nvml_call")
-            return None
+            return
+        if not isinstance(exc, self._error):
+            raise exc
+        if raise_if_down(exc) is Reaction.UNSUPPORTED:
+            log.info("GPU %d: %s not supported (%s); not asking again",
+                     gpu.index, name, describe(exc))
+            gpu.unsupported.add(name)
+            return
+        log.debug("GPU %d: %s failed: %s", gpu.index, name, describe(exc))
+        self.count("nvml_call")
 
     def call_newest(self, gpu: GpuState, names: tuple[str, ...], *args: Any) -> Any:
         """``call`` on the first of ``names`` this GPU has not found unsupported."""
@@ -223,29 +236,6 @@ class GpuReader:
                 return result
         return None
 
-    def _value(self, gpu: GpuState, read: _Read,
-               memo: dict[tuple[Any, ...], Any]) -> float | None:
-        """One plain read's value (None: unsupported, failed or out of range)."""
-        key = read.key
-        if key is not None and key in memo:
-            result = memo[key]
-        else:
-            if len(read.functions) == 1:  # most rows: no fallback to try
-                result = self.call(gpu, read.functions[0], read.function, *read.args)
-            else:
-                result = self.call_newest(gpu, read.functions, *read.args)
-            if key is not None:
-                memo[key] = result
-        if result is None:
-            return None
-        raw = result if read.attribute is None else getattr(result, read.attribute)
-        valid = read.valid
-        if valid is not None and not valid[0] <= raw <= valid[1]:
-            return None
-        if read.scale == 1.0 and read.divisor == 1.0:
-            return raw  # type: ignore[no-any-return]  # ints stay ints (counts, P-states)
-        return raw * read.scale / read.divisor  # type: ignore[no-any-return]
-
     def read(self, gpu: GpuState, groups: frozenset[Group]) -> GpuReading:
         """Every row of the enabled ``groups`` of one GPU.
 
@@ -254,25 +244,42 @@ class GpuReader:
             NvmlFatal: as ``call``.
         """
         values: dict[str, Value] = {}
-        memo: dict[tuple[Any, ...], Any] = {}
+        memo: dict[tuple[Any, ...], Any] = {}  # results of calls that several rows share
         plan = self.calls.plan(groups)
-        for name, reads in plan.plain:
-            if reads[0][0] is None:  # one value
-                value = self._value(gpu, reads[0][1], memo)
-                if value is not None:
-                    values[name] = value
+        handle, unsupported = gpu.handle, gpu.unsupported
+        # The plain reads run inline (no call per read): this loop is most of an idle GPU's
+        # collection besides NVML itself.
+        for (name, label, function, functions, args, key, attribute, valid, scale, divisor,
+             direct, unscaled) in plan.plain:
+            if key is not None and key in memo:
+                result = memo[key]
+            else:
+                if direct and functions[0] not in unsupported:
+                    try:
+                        result = function(handle, *args)  # type: ignore[misc]
+                    except Exception as exc:  # sorted out by ``failed``
+                        self.failed(gpu, functions[0], exc)
+                        result = None
+                else:
+                    result = self.call_newest(gpu, functions, *args)
+                if key is not None:
+                    memo[key] = result
+            if result is None:
                 continue
-            labelled: dict[str, float] = {}
-            for label, read in reads:
-                value = self._value(gpu, read, memo)
-                if value is not None:
-                    labelled[str(label)] = value
-            if labelled:
-                values[name] = labelled
+            raw = result if attribute is None else getattr(result, attribute)
+            if valid is not None and not valid[0] <= raw <= valid[1]:
+                continue
+            value = raw if unscaled else raw * scale / divisor
+            if label is None:
+                values[name] = value
+            else:
+                labelled = values.setdefault(name, {})
+                labelled[label] = value  # type: ignore[index]
+        rows = plan.rows
         for special in plan.specials:
-            values.update(SPECIAL_READERS[special](self, gpu))
-        for name in [n for n in values if n not in _ROW_GROUPS or _ROW_GROUPS[n] not in groups]:
-            del values[name]  # a special reader filled a row of a group that is off
+            for name, value in SPECIAL_READERS[special](self, gpu).items():
+                if name in rows:  # a special reader may fill rows of a group that is off
+                    values[name] = value
         mig = None
         if self.mig is not None and Group.MIG in groups:
             lister = self.calls.compute if Group.PROCESSES in groups else None
@@ -318,7 +325,7 @@ class GpuReader:
                 active = gpu.last_active.update(samples, compute.keys() | graphics.keys(),
                                                 time.time())
         elif with_utilization:
-            gpu.last_active.update((), (), time.time())  # no process left: forget them all
+            gpu.last_active.forget()  # no process left
         return merge_processes(compute, graphics, utilization, active)
 
 
@@ -330,5 +337,3 @@ def mig_processes(devices: tuple[MigDevice, ...]) -> tuple[GpuProcess, ...]:
          for d in devices for p in d.processes),
         key=lambda p: p.pid))
 
-
-_ROW_GROUPS: dict[str, Group] = {row.name: row.group for row in GPU_ROWS}
