@@ -9,16 +9,16 @@ from dashboards.fleet import COUNT_BAD, LEGEND, MEMORY_STEPS
 from dashboards.promql import (
     count_or_zero,
     num,
-    sel,
     sel_record,
     with_hostname,
 )
 from dashboards.variables import HOST_USER
-from exporter import metrics, thresholds
+from exporter import thresholds
 
 UID = "gpu-exporter-users"
-USER_MEM = sel(metrics.USER_MEMORY, HOST_USER)
-USED, TOTAL = sel(metrics.MEMORY_USED, variables.HOST), sel(metrics.MEMORY_TOTAL, variables.HOST)
+# Fleet-wide views read per-(host, user) and per-host records: one series per user and node.
+USER_MEM = sel_record(recording.INSTANCE_USER_MEMORY, HOST_USER)
+TOTAL = sel_record(recording.INSTANCE_MEMORY_TOTAL, variables.HOST)
 PROCESS_HIDDEN = ("Time", "__name__", "job", "uuid", "uid")
 COMPLETE = (
     "Per-user numbers are complete only where the exporter sees every user's processes (host "
@@ -31,8 +31,7 @@ def _users(grid: panels.Layout) -> None:
     grid.add(panels.timeseries_panel(
         "GPU memory by user", "GPU memory held by each user's processes over time, stacked. "
         + COMPLETE, "bytes",
-        [panels.query(f"sum by (user) ({sel_record(recording.INSTANCE_USER_MEMORY, HOST_USER)})",
-                      "{{user}}")],
+        [panels.query(f"sum by (user) ({USER_MEM})", "{{user}}")],
         stacked=True,
         min_val=0,
     ), 16)
@@ -50,9 +49,10 @@ def _users(grid: panels.Layout) -> None:
             panels.Column("Memory", f"sum by (user) ({USER_MEM})", "bytes"),
             panels.Column("Share of fleet", f"sum by (user) ({USER_MEM}) / scalar(sum({TOTAL}))",
                    "percentunit"),
-            panels.Column("Processes",
-                          f"sum by (user) ({sel(metrics.USER_PROCESSES, HOST_USER)})", "short"),
-            panels.Column("GPUs", f"count by (user) ({USER_MEM} > 0)", "short"),
+            panels.Column("Processes", f"sum by (user) ("
+                          f"{sel_record(recording.INSTANCE_USER_PROCESSES, HOST_USER)})", "short"),
+            panels.Column("GPUs", f"sum by (user) ("
+                          f"{sel_record(recording.INSTANCE_USER_GPUS, HOST_USER)})", "short"),
         ],
         sort_by="Memory",
     ), 24, 8)
