@@ -21,7 +21,7 @@ from typing import Annotated, Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from fastapi.routing import APIRoute
 from pydantic import Field, TypeAdapter, ValidationError
 from starlette.concurrency import run_in_threadpool
@@ -41,6 +41,9 @@ SCRAPE_TIMEOUT_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
 #: Longest /readyz waits for a collection (kubelet probes time out after 1 s by default).
 READY_WAIT_SECONDS = 0.8
 _NO_STORE = {"Cache-Control": "no-store"}
+_TIMEOUT_HEADER_NAME = SCRAPE_TIMEOUT_HEADER.lower().encode("latin-1")
+#: Headers of every /metrics answer besides the renderer's.
+_METRICS_HEADERS = [(b"cache-control", b"no-store")]
 _PAGE_HEADERS = {
     **_NO_STORE,
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
@@ -109,24 +112,6 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
-def bare_asgi(
-    endpoint: Callable[[Request], Awaitable[Response]],
-) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
-    """``endpoint`` as a plain ASGI app, to replace a route's ``app``.
-
-    FastAPI wraps each request in exit stacks, dependency solving and exception wrappers; for
-    an endpoint with no parameters that is a third of the event loop's time per answer under
-    a flood of scrapes (py-spy on ``bench/bench_load.py``). The route keeps its path, methods
-    (405), OpenAPI entry and the app's middleware; the endpoint's ``Response`` is sent as is.
-    """
-
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        response = await endpoint(Request(scope, receive, send))
-        await response(scope, receive, send)
-
-    return app
-
-
 def _snapshot_model() -> type[Any]:
     from exporter.exposition.json_model import SnapshotResponse  # noqa: PLC0415
 
@@ -166,9 +151,17 @@ def create_app(
 
     waiting = [0]  # scrapes in the threadpool; only touched on the event loop
 
-    async def metrics(request: Request) -> Response:
+    async def serve_metrics(scope: Scope, receive: Receive, send: Send) -> None:
+        # Plain ASGI, reached before FastAPI's middleware and routing (see ``dispatch``).
         start = time.perf_counter()
-        accept, encoding = request.headers.get("accept"), request.headers.get("accept-encoding")
+        accept = encoding = timeout_header = None
+        for name, value in scope["headers"]:  # the first of each, as Starlette's get()
+            if name == b"accept" and accept is None:
+                accept = value.decode("latin-1")
+            elif name == b"accept-encoding" and encoding is None:
+                encoding = value.decode("latin-1")
+            elif name == _TIMEOUT_HEADER_NAME and timeout_header is None:
+                timeout_header = value.decode("latin-1")
         if config.max_requests and waiting[0] >= config.max_requests:
             # Beyond --web.max-requests: the last collected data, at once, rendered here
             # (its families are cached per snapshot): no thread, no wait, so a flood of
@@ -176,17 +169,18 @@ def create_app(
             # there is nothing to serve: 503 at once.
             state = scheduler.latest()
             if state is None:
-                return PlainTextResponse(
+                await PlainTextResponse(
                     f"too many concurrent scrapes (--web.max-requests={config.max_requests}) "
                     "and no collection finished yet; retry later\n",
-                    status_code=503, headers={**_NO_STORE, "Retry-After": "1"})
+                    status_code=503, headers={**_NO_STORE, "Retry-After": "1"},
+                )(scope, receive, send)
+                return
             mid = time.perf_counter()
             body, headers = metrics_renderer.render(state, options, accept, encoding)
             state_s, render_s = mid - start, time.perf_counter() - mid
             timing = "latest, "  # tells benchmarks (and curious humans) this answer's kind
         else:
-            timeout = scrape_timeout(request.headers.get(SCRAPE_TIMEOUT_HEADER),
-                                     config.timeout_offset)
+            timeout = scrape_timeout(timeout_header, config.timeout_offset)
             waiting[0] += 1
             try:
                 body, headers, state_s, render_s = await run_in_threadpool(
@@ -195,23 +189,30 @@ def create_app(
                 waiting[0] -= 1
             timing = ""
         total = time.perf_counter() - start
-        headers.update(_NO_STORE)
-        headers["Server-Timing"] = (
+        raw = [(name.lower().encode("latin-1"), value.encode("latin-1"))
+               for name, value in headers.items()]
+        raw += _METRICS_HEADERS
+        raw.append((b"content-length", b"%d" % len(body)))
+        raw.append((b"server-timing", (
             f"{timing}state;dur={state_s * 1e3:.3f}, render;dur={render_s * 1e3:.3f}, "
-            f"total;dur={total * 1e3:.3f}"
-        )
-        return Response(content=body, headers=headers)
+            f"total;dur={total * 1e3:.3f}").encode("latin-1")))
+        await send({"type": "http.response.start", "status": 200, "headers": raw})
+        await send({"type": "http.response.body", "body": body})
 
     app.state.metrics_waiting = waiting  # for tests and debugging
+    # The route describes /metrics in /openapi.json and answers other methods (405); a GET
+    # goes to ``serve_metrics`` straight from ``dispatch`` below.
+    async def metrics() -> None:
+        """Never called (the route's ``app`` is ``serve_metrics``)."""
+
     app.add_api_route(
-        config.telemetry_path, metrics, methods=["GET"], response_class=PlainTextResponse,
-        summary="Prometheus metrics", tags=["metrics"],
+        config.telemetry_path, metrics, methods=["GET"],
+        response_class=PlainTextResponse, summary="Prometheus metrics", tags=["metrics"],
         description="Text 0.0.4 or OpenMetrics by Accept header; gzip by Accept-Encoding.",
     )
     route = app.router.routes[-1]
     assert isinstance(route, APIRoute)
-    assert route.endpoint is metrics
-    route.app = bare_asgi(metrics)
+    route.app = serve_metrics
 
     @app.get("/healthz", response_class=PlainTextResponse, tags=["health"])
     async def healthz() -> PlainTextResponse:
@@ -263,4 +264,18 @@ def create_app(
         )
         return HTMLResponse(page, headers=_PAGE_HEADERS)
 
+    # A GET of the telemetry path skips FastAPI's seven middleware layers and its routing:
+    # under a flood of scrapes they cost ~15 % of the event loop's time per answer
+    # (``bench/bench_load.py``). An exception in ``serve_metrics`` reaches uvicorn, which logs it
+    # and answers 500, as FastAPI's error middleware would.
+    stack = app.build_middleware_stack()
+    path = config.telemetry_path
+
+    async def dispatch(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == path and scope["method"] == "GET":
+            await serve_metrics(scope, receive, send)
+        else:
+            await stack(scope, receive, send)
+
+    app.middleware_stack = dispatch
     return app
