@@ -173,12 +173,37 @@ class MetricsRenderer:
         compressed). Odd headers fall back to text 0.0.4 / identity; nothing is raised for
         them. Errors in building families (a bug) propagate.
         """
+        rendered = self._render(state, options, accept, accept_encoding, cached_only=False)
+        assert rendered is not None
+        return rendered
+
+    def render_cached(
+        self,
+        state: ExporterState,
+        options: ExpositionOptions,
+        accept: str | None = None,
+        accept_encoding: str | None = None,
+    ) -> tuple[bytes, dict[str, str]] | None:
+        """As ``render``, but None unless the snapshot's part is cached in that format.
+
+        Cheap enough (the fresh part only) for the event loop.
+        """
+        return self._render(state, options, accept, accept_encoding, cached_only=True)
+
+    def _render(
+        self, state: ExporterState, options: ExpositionOptions, accept: str | None,
+        accept_encoding: str | None, *, cached_only: bool,
+    ) -> tuple[bytes, dict[str, str]] | None:
         encoder, content_type = negotiate(accept)
         use_gzip = gzip_accepted(accept_encoding)
         own, process = self._fresh_parts(encoder, content_type, state)
         headers = {"Content-Type": content_type, "Vary": "Accept, Accept-Encoding"}
         with self._lock:
-            body = self._body(state.snapshot, options, content_type)
+            body = self._cached_body(state.snapshot, options, content_type)
+            if body is None or (use_gzip and body.gzip_chunks is None):
+                if cached_only:
+                    return None
+                body = body or self._body(state.snapshot, options, content_type)
             if not use_gzip:
                 return b"".join((body.prefix, own, process.text)), headers
             chunks = self._gzip_chunks(body)
@@ -229,8 +254,16 @@ class MetricsRenderer:
                 self._encoders[content_type] = encoder
         return encoder
 
+    def _cached_body(self, snapshot: Snapshot, options: ExpositionOptions,
+                     content_type: str) -> _Body | None:
+        """The snapshot part if cached (caller holds the lock)."""
+        entry = self._entry
+        if entry is None or entry.snapshot is not snapshot or entry.options != options:
+            return None
+        return entry.bodies.get(content_type)
+
     def _body(self, snapshot: Snapshot, options: ExpositionOptions, content_type: str) -> _Body:
-        """The cached snapshot part (caller holds the lock)."""
+        """The snapshot part, rendered and cached if it is not (caller holds the lock)."""
         entry = self._entry
         if entry is None or entry.snapshot is not snapshot or entry.options != options:
             # A new snapshot replaces the old one: exited processes vanish at once.

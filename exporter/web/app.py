@@ -6,8 +6,10 @@ Scheduler waits and rendering run in the threadpool so the event loop never bloc
 collection therefore costs a pool thread for at most the collection timeout.
 
 ``/metrics`` answers ``Server-Timing: state;dur=..,render;dur=..,total;dur=..`` (milliseconds,
-measured in the handler) so that benchmarks can read server-side latency; a scrape beyond
-``--web.max-requests``, answered at once with the last collected data, starts it with ``latest``.
+measured in the handler) so that benchmarks can read server-side latency. It starts with
+``cached`` for a scrape answered at once on the event loop (fresh data, its snapshot part
+rendered already), with ``latest`` for one beyond ``--web.max-requests`` answered at once with
+the last collected data; other scrapes waited for a collection (or rendered) in a thread.
 """
 
 from __future__ import annotations
@@ -162,7 +164,17 @@ def create_app(
                 encoding = value.decode("latin-1")
             elif name == _TIMEOUT_HEADER_NAME and timeout_header is None:
                 timeout_header = value.decode("latin-1")
-        if config.max_requests and waiting[0] >= config.max_requests:
+        state = scheduler.current()
+        mid = time.perf_counter()
+        rendered = (None if state is None
+                    else metrics_renderer.render_cached(state, options, accept, encoding))
+        if rendered is not None:
+            # Fresh data whose snapshot part is rendered already: answered here at once, as
+            # cheap as an answer beyond the limit. A thread is for waiting on a collection.
+            body, headers = rendered
+            state_s, render_s = mid - start, time.perf_counter() - mid
+            timing = "cached, "
+        elif config.max_requests and waiting[0] >= config.max_requests:
             # Beyond --web.max-requests: the last collected data, at once, rendered here
             # (its families are cached per snapshot): no thread, no wait, so a flood of
             # scrapes cannot crowd a well-behaved scraper out. Before the first collection

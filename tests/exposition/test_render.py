@@ -242,3 +242,17 @@ def test_stored_blocks_inflate_back_to_the_data(size: int) -> None:
     assert len(blocks) == size + 5 * -(-size // 0xFFFF)  # a 5-byte header per 64 KiB
     assert zlib.decompress(blocks + b"\x03\x00", -15) == data  # with the empty final block
 
+
+def test_render_cached_serves_only_what_is_rendered_already() -> None:
+    renderer = MetricsRenderer(process_metrics=False)
+    state = factory.state(factory.fleet(2, 4))
+    assert renderer.render_cached(state, OPTIONS, OM, None) is None
+    plain = renderer.render(state, OPTIONS, OM, None)
+    assert renderer.render_cached(state, OPTIONS, OM, None) == plain
+    assert renderer.render_cached(state, OPTIONS, OM, "gzip") is None  # no chunks yet
+    compressed = renderer.render(state, OPTIONS, OM, "gzip")
+    assert renderer.render_cached(state, OPTIONS, OM, "gzip") == compressed
+    newer = factory.state(factory.fleet(2, 4))
+    assert newer.snapshot is not state.snapshot
+    assert renderer.render_cached(newer, OPTIONS, OM, None) is None
+
