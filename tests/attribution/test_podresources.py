@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter.attribution.defaults import MAX_MESSAGE_BYTES_LIMIT
 from exporter.attribution.podresources.allocations import (
     Allocation,
     AllocationTable,
@@ -21,7 +22,6 @@ from exporter.attribution.podresources.allocations import (
     parse_device_id,
 )
 from exporter.attribution.podresources.client import (
-    MAX_MESSAGE_BYTES_LIMIT,
     PodResourcesClient,
     PodResourcesPoller,
     PollStatus,
