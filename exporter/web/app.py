@@ -112,6 +112,27 @@ def refresh_seconds(query: Mapping[str, str]) -> int:
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class _ExporterApp(FastAPI):
+    """FastAPI answering a GET of the telemetry path before anything of its own.
+
+    FastAPI's per-request telemetry check, its seven middleware layers and its routing cost
+    ~15 % of the event loop's time per answer under a flood of scrapes
+    (``bench/bench_load.py``). An exception in the telemetry app reaches uvicorn, which logs
+    it and answers 500, as FastAPI's error middleware would.
+    """
+
+    telemetry: tuple[str, ASGIApp] | None = None  # (path, app)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        telemetry = self.telemetry
+        if (telemetry is not None and scope["type"] == "http" and scope["path"] == telemetry[0]
+                and scope["method"] == "GET"):
+            await telemetry[1](scope, receive, send)
+        else:
+            await super().__call__(scope, receive, send)
 
 
 def _snapshot_model() -> type[Any]:
@@ -131,7 +152,7 @@ def create_app(
     # gzip level 1: ~1 ms less per fresh 8-GPU body than level 6 for ~15 % more bytes.
     metrics_renderer = renderer if renderer is not None else MetricsRenderer(gzip_level=1)
     docs = config.api_docs
-    app = FastAPI(
+    app = _ExporterApp(
         title="gpu-exporter",
         version=__version__,
         description="Prometheus exporter for NVIDIA GPUs: who and what is using GPU memory.",
@@ -154,7 +175,7 @@ def create_app(
     waiting = [0]  # scrapes in the threadpool; only touched on the event loop
 
     async def serve_metrics(scope: Scope, receive: Receive, send: Send) -> None:
-        # Plain ASGI, reached before FastAPI's middleware and routing (see ``dispatch``).
+        # Plain ASGI, reached before anything of FastAPI's (see ``_ExporterApp``).
         start = time.perf_counter()
         accept = encoding = timeout_header = None
         for name, value in scope["headers"]:  # the first of each, as Starlette's get()
@@ -213,7 +234,7 @@ def create_app(
 
     app.state.metrics_waiting = waiting  # for tests and debugging
     # The route describes /metrics in /openapi.json and answers other methods (405); a GET
-    # goes to ``serve_metrics`` straight from ``dispatch`` below.
+    # goes to ``serve_metrics`` straight from ``_ExporterApp``.
     async def metrics() -> None:
         """Never called (the route's ``app`` is ``serve_metrics``)."""
 
@@ -276,18 +297,5 @@ def create_app(
         )
         return HTMLResponse(page, headers=_PAGE_HEADERS)
 
-    # A GET of the telemetry path skips FastAPI's seven middleware layers and its routing:
-    # under a flood of scrapes they cost ~15 % of the event loop's time per answer
-    # (``bench/bench_load.py``). An exception in ``serve_metrics`` reaches uvicorn, which logs it
-    # and answers 500, as FastAPI's error middleware would.
-    stack = app.build_middleware_stack()
-    path = config.telemetry_path
-
-    async def dispatch(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] == path and scope["method"] == "GET":
-            await serve_metrics(scope, receive, send)
-        else:
-            await stack(scope, receive, send)
-
-    app.middleware_stack = dispatch
+    app.telemetry = (config.telemetry_path, serve_metrics)
     return app
