@@ -3,7 +3,9 @@
 Routes: ``<telemetry path>`` (exact, default ``/metrics``), ``/healthz``, ``/readyz``,
 ``/api/v1/snapshot`` (typed JSON, in ``/openapi.json`` and ``/docs``) and ``/`` (landing page).
 Scheduler waits and rendering run in the threadpool so the event loop never blocks; a hung
-collection therefore costs a pool thread for at most the collection timeout.
+collection therefore costs a pool thread for at most the collection timeout. The exceptions
+cost microseconds: a scrape of fresh data whose snapshot part is rendered already, and one
+beyond ``--web.max-requests``, are answered on the event loop.
 
 ``/metrics`` answers ``Server-Timing: state;dur=..,render;dur=..,total;dur=..`` (milliseconds,
 measured in the handler) so that benchmarks can read server-side latency. It starts with
