@@ -195,7 +195,8 @@ _SERVER_TOTAL = re.compile(r"total;dur=([0-9.]+)")
 @dataclass
 class Flood:
     """What ``hammer`` saw, by kind of answer: the HTTP status, with `` latest`` appended when
-    the exporter's ``Server-Timing`` says the answer came from beyond ``--web.max-requests``."""
+    the exporter's ``Server-Timing`` says the answer came from beyond ``--web.max-requests``,
+    `` cached`` when it was answered at once from fresh data already rendered."""
 
     client_ms: dict[str, list[float]] = field(default_factory=dict)  # request sent -> body read
     server_ms: dict[str, list[float]] = field(default_factory=dict)  # Server-Timing total
@@ -229,7 +230,8 @@ async def _hammer_one(port: int, request: bytes, deadline: float, flood: Flood) 
                 elif name == "connection" and value.lower() == "close":
                     closing = True
                 elif name == "server-timing":
-                    kind += " latest" if value.startswith("latest") else ""
+                    mark = value.split(",", 1)[0]
+                    kind += f" {mark}" if mark in ("latest", "cached") else ""
                     match = _SERVER_TOTAL.search(value)
                     server = float(match.group(1)) if match else None
             await reader.readexactly(length)

@@ -14,12 +14,12 @@ import os
 import socket
 import sys
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from exporter import __version__
 from exporter.attribution.enrich import Enricher, ProcessEnricher, chain
 from exporter.attribution.owners import OwnerResolver, ProcfsError, check_procfs
 from exporter.attribution.passwd import PasswdFileError, check_passwd_file
-from exporter.attribution.podresources.client import PodResourcesClient, PodResourcesPoller
 from exporter.attribution.torchtotals import TorchUserTotals
 from exporter.config import (
     Config,
@@ -39,6 +39,9 @@ from exporter.sources.simulated import list_presets
 from exporter.web.app import create_app
 from exporter.web.server import ServerLimits, build_server
 from exporter.web.webconfig import WebConfigError, WebConfigWatcher
+
+if TYPE_CHECKING:  # imported by build_poller only with --kubernetes
+    from exporter.attribution.podresources.client import PodResourcesPoller
 
 __all__ = ["build_enricher", "build_poller", "build_source", "main", "parse_config"]
 
@@ -118,6 +121,11 @@ def build_poller(config: Config) -> PodResourcesPoller | None:
     and a socket path; None otherwise (the simulated source simulates allocations)."""
     if config.source == "simulated" or not config.kubernetes or not config.pod_resources_socket:
         return None
+    from exporter.attribution.podresources.client import (  # noqa: PLC0415 (only when on)
+        PodResourcesClient,
+        PodResourcesPoller,
+    )
+
     client = PodResourcesClient(
         config.pod_resources_socket, max_message_bytes=config.pod_resources_max_bytes,
         extra_resource_names=config.gpu_resources,

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from exporter import __version__
-from exporter.attribution.container_names import DEFAULT_DOCKER_ROOT, DEFAULT_PODMAN_STORAGE
-from exporter.attribution.podresources.client import (
+from exporter.attribution.defaults import (
+    DEFAULT_DOCKER_ROOT,
     DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_PODMAN_STORAGE,
     DEFAULT_SOCKET,
     MAX_MESSAGE_BYTES_LIMIT,
     MIN_INTERVAL_SECONDS,

@@ -201,6 +201,17 @@ class Scheduler:
             self._count_overrun(now)
             return self._build(now, timed_out=True)
 
+    def current(self) -> ExporterState | None:
+        """What ``state()`` would return at once (the data is fresh), else None; never waits.
+
+        A scrape of fresh data needs no thread to wait in (``exporter/web/app.py``).
+        """
+        with self._lock:
+            now = self._clock()
+            if self._fresh(now) or self._closed:
+                return self._build(now, timed_out=False)
+            return None
+
     def latest(self) -> ExporterState | None:
         """The last collected state at once (None before any): never starts or waits.
 

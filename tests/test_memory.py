@@ -36,10 +36,14 @@ def test_real_glibc_accepts_the_settings() -> None:
 
 
 def test_start_up_leaves_out_what_a_scrape_never_needs() -> None:
-    # YAML and the simulator (NVML users), Kubernetes code (--kubernetes off), the landing
-    # page and the JSON models (loaded on their first request), bcrypt (basic auth users
-    # only): each costs resident memory.
+    # YAML and the simulator (NVML users), Kubernetes code (--kubernetes off: the pod
+    # resolver, the kubelet PodResources client and its allocation join), the container-name
+    # resolver (--containers off), the landing page and the JSON models (loaded on their first
+    # request), bcrypt (basic auth users only): each costs resident memory.
     lazy = ("yaml", "exporter.sources.simulated.scenario", "exporter.attribution.kubernetes",
+            "exporter.attribution.podresources.client",
+            "exporter.attribution.podresources.allocations",
+            "exporter.attribution.podresources.join", "exporter.attribution.container_names",
             "exporter.web.page", "exporter.exposition.json_model", "bcrypt")
     code = ("import sys, exporter.cli; "
             f"print(','.join(m for m in {lazy!r} if m in sys.modules))")

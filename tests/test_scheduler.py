@@ -46,6 +46,23 @@ def test_single_flight_under_concurrent_callers() -> None:
     sched.close()
 
 
+def test_current_is_the_fresh_state_or_none_and_never_collects() -> None:
+    clock = FakeClock()
+    source = FakeSource()
+    sched = scheduler(source, clock=clock, min_interval=1.0)
+    assert sched.current() is None  # nothing collected yet
+    first = sched.state()
+    clock.advance(0.5)
+    fresh = sched.current()
+    assert fresh is not None
+    assert fresh.snapshot is first.snapshot
+    assert fresh.data_age_seconds == pytest.approx(0.5)
+    clock.advance(0.5)
+    assert sched.current() is None  # due for a collection: state() would wait for it
+    assert source.collect_calls == 1
+    sched.close()
+
+
 def test_min_interval_reuses_the_snapshot() -> None:
     clock = FakeClock()
     source = FakeSource()

@@ -24,10 +24,10 @@ import threading
 import time
 from collections.abc import Callable
 
+from exporter.attribution.defaults import DEFAULT_DOCKER_ROOT, DEFAULT_PODMAN_STORAGE
+
 #: Kind counted in ``Snapshot.errors`` when a runtime file exists but cannot be read.
 ERROR_KIND = "container_name"
-DEFAULT_DOCKER_ROOT = "/var/lib/docker"
-DEFAULT_PODMAN_STORAGE = "/var/lib/containers/storage"
 
 
 class _Unreadable(Exception):

@@ -32,8 +32,6 @@ from typing import TYPE_CHECKING, Protocol
 
 from exporter.attribution.cgroup import CgroupIdentity
 from exporter.attribution.owners import OwnerResolver, OwnerStatus
-from exporter.attribution.podresources.client import PollStatus
-from exporter.attribution.podresources.join import join_allocations
 from exporter.snapshot import ContainerRef, GpuProcess, GpuReading, PodResourcesHealth, Snapshot
 
 if TYPE_CHECKING:  # imported by the CLI only when switched on
@@ -94,6 +92,10 @@ class ProcessEnricher:
         return self._with_allocations(snapshot) if self.allocations is not None else snapshot
 
     def _with_allocations(self, snapshot: Snapshot) -> Snapshot:
+        # Imported here: only a poller (--kubernetes) brings allocations.
+        from exporter.attribution.podresources.client import PollStatus  # noqa: PLC0415
+        from exporter.attribution.podresources.join import join_allocations  # noqa: PLC0415
+
         assert self.allocations is not None
         state = self.allocations.state()
         rows = () if state.table is None else join_allocations(

@@ -13,10 +13,13 @@ gzip reuses the work too, down to single families: each family's text of the cac
 is deflated on its own and ended with a full flush (byte-aligned, no reference to earlier
 data), so its compressed chunk can be spliced into any later body; the chunks of families
 whose text is unchanged from the previous snapshot (the encoder hands back the same
-``str``) are reused. Each scrape appends the deflated fresh part with the final block and
-the CRC-32/size trailer: one ordinary gzip member, whatever ``gzip.decompress`` or any
-inflater accepts. (Families compressed apart lose some cross-family matches: ~25 % more
-bytes than deflating the body in one go.)
+``str``) are reused. Each scrape appends the fresh part, the final block and the CRC-32/size
+trailer: one ordinary gzip member, whatever ``gzip.decompress`` or any inflater accepts. Of
+the fresh part, ``process_*`` (read at most once a second) is deflated when read and the
+chunk reused; the self families (~1.5 KB) go in stored (uncompressed) blocks: deflating them
+on every scrape cost ~20-40 us, a tenth of the event loop's time per answer in a flood of
+scrapes (py-spy, ``bench/bench_load.py``), for ~1 KB fewer bytes. (Families compressed apart
+lose some cross-family matches: ~25 % more bytes than deflating the body in one go.)
 
 Only the latest snapshot is cached (bounded memory); the cache is guarded by a lock because
 scrapes run in a threadpool.
@@ -62,13 +65,21 @@ class _Families:
 MAX_CACHED_FORMATS = 8
 #: Seconds the exporter's own process_* figures (CPU, memory, open files) are reused.
 PROCESS_METRICS_TTL = 1.0
-#: Window and memory level of the per-scrape deflate stream of the fresh part (~3 KB): with
-#: zlib's defaults each stream allocates ~270 KB that is given back to the kernel when freed,
-#: so every gzip scrape paid ~20 page faults: 9 % of the event loop's time in a flood of
-#: scrapes (py-spy, bench/bench_load.py); 62 -> 37 us of CPU per stream here. A 4 KB window
-#: spans the part; the output is the same size within a few bytes.
-_FRESH_WINDOW_BITS = 12
-_FRESH_MEM_LEVEL = 4
+#: The final deflate block, empty (fixed Huffman codes): what ``flush()`` writes after a full
+#: flush.
+_FINAL_BLOCK = b"\x03\x00"
+#: Most bytes in one stored deflate block.
+_STORED_MAX = 0xFFFF
+
+
+def stored_blocks(data: bytes) -> bytes:
+    """``data`` as non-final stored deflate blocks (byte-aligned, no compression)."""
+    out = []
+    for start in range(0, len(data), _STORED_MAX):
+        piece = data[start:start + _STORED_MAX]
+        out.append(struct.pack("<BHH", 0, len(piece), len(piece) ^ 0xFFFF))
+        out.append(piece)
+    return b"".join(out)
 
 
 def negotiate(accept: str | None) -> tuple[ClientEncoder, str]:
@@ -87,6 +98,17 @@ def negotiate(accept: str | None) -> tuple[ClientEncoder, str]:
 def gzip_accepted(accept_encoding: str | None) -> bool:
     """True when the ``Accept-Encoding`` header lists gzip."""
     return _gzip_accepted(accept_encoding or "")
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """A fresh-part text and its deflated, full-flushed chunk."""
+
+    text: bytes
+    deflated: bytes
+
+
+_NO_PART = _Part(b"", b"")
 
 
 @dataclass(slots=True)
@@ -124,8 +146,8 @@ class MetricsRenderer:
             raise ValueError(f"gzip_level must be within 0..9, got {gzip_level}")
         self._process = ProcessCollector(registry=None) if process_metrics else None
         self._clock = clock
-        # Encoded process_* families by content type: (clock when read, bytes).
-        self._process_parts: dict[str, tuple[float, bytes]] = {}
+        # Encoded process_* families by content type: (clock when read, part).
+        self._process_parts: dict[str, tuple[float, _Part]] = {}
         self._gzip_level = gzip_level
         # The 10-byte header zlib writes for this level (mtime 0, its OS code).
         self._gzip_header = zlib.compressobj(gzip_level, zlib.DEFLATED, 31).flush()[:10]
@@ -151,27 +173,49 @@ class MetricsRenderer:
         compressed). Odd headers fall back to text 0.0.4 / identity; nothing is raised for
         them. Errors in building families (a bug) propagate.
         """
+        rendered = self._render(state, options, accept, accept_encoding, cached_only=False)
+        assert rendered is not None
+        return rendered
+
+    def render_cached(
+        self,
+        state: ExporterState,
+        options: ExpositionOptions,
+        accept: str | None = None,
+        accept_encoding: str | None = None,
+    ) -> tuple[bytes, dict[str, str]] | None:
+        """As ``render``, but None unless the snapshot's part is cached in that format.
+
+        Cheap enough (the fresh part only) for the event loop.
+        """
+        return self._render(state, options, accept, accept_encoding, cached_only=True)
+
+    def _render(
+        self, state: ExporterState, options: ExpositionOptions, accept: str | None,
+        accept_encoding: str | None, *, cached_only: bool,
+    ) -> tuple[bytes, dict[str, str]] | None:
         encoder, content_type = negotiate(accept)
         use_gzip = gzip_accepted(accept_encoding)
-        fresh = self._fresh_part(encoder, content_type, state)
+        own, process = self._fresh_parts(encoder, content_type, state)
         headers = {"Content-Type": content_type, "Vary": "Accept, Accept-Encoding"}
         with self._lock:
-            body = self._body(state.snapshot, options, content_type)
+            body = self._cached_body(state.snapshot, options, content_type)
+            if body is None or (use_gzip and body.gzip_chunks is None):
+                if cached_only:
+                    return None
+                body = body or self._body(state.snapshot, options, content_type)
             if not use_gzip:
-                return body.prefix + fresh, headers
+                return b"".join((body.prefix, own, process.text)), headers
             chunks = self._gzip_chunks(body)
         headers["Content-Encoding"] = "gzip"
-        stream = zlib.compressobj(self._gzip_level, zlib.DEFLATED, -_FRESH_WINDOW_BITS,
-                                  _FRESH_MEM_LEVEL)  # raw deflate
-        tail = stream.compress(fresh) + stream.flush()  # ends with the final block
-        trailer = struct.pack(
-            "<II", zlib.crc32(fresh, body.crc), (len(body.prefix) + len(fresh)) & 0xFFFFFFFF
-        )
-        return b"".join((self._gzip_header, chunks, tail, trailer)), headers
+        crc = zlib.crc32(process.text, zlib.crc32(own, body.crc))
+        size = len(body.prefix) + len(own) + len(process.text)
+        return b"".join((self._gzip_header, chunks, stored_blocks(own), process.deflated,
+                         _FINAL_BLOCK, struct.pack("<II", crc, size & 0xFFFFFFFF))), headers
 
-    def _fresh_part(self, client_encoder: ClientEncoder, content_type: str,
-                    state: ExporterState) -> bytes:
-        """Self and ``process_*`` families, ending with OpenMetrics' ``# EOF``."""
+    def _fresh_parts(self, client_encoder: ClientEncoder, content_type: str,
+                     state: ExporterState) -> tuple[bytes, _Part]:
+        """The self families and ``process_*``; together they end with OpenMetrics' ``# EOF``."""
         encoder = self._self_encoders.get(content_type)
         if encoder is None:  # two racing scrapes may both build one: harmless
             encoder = Encoder(content_type)
@@ -179,10 +223,10 @@ class MetricsRenderer:
                 self._self_encoders[content_type] = encoder
         text = encoder.encode(self_families(state))
         if self._process is not None:
-            return text.encode("utf-8") + self._process_part(client_encoder, content_type)
-        return (text + EOF if encoder.openmetrics else text).encode("utf-8")
+            return text.encode("utf-8"), self._process_part(client_encoder, content_type)
+        return (text + EOF if encoder.openmetrics else text).encode("utf-8"), _NO_PART
 
-    def _process_part(self, client_encoder: ClientEncoder, content_type: str) -> bytes:
+    def _process_part(self, client_encoder: ClientEncoder, content_type: str) -> _Part:
         """The ``process_*`` families, read at most once per ``PROCESS_METRICS_TTL``.
 
         Reading them (``/proc/self/stat``, ``status``, ``limits``, a listing of
@@ -194,7 +238,9 @@ class MetricsRenderer:
         cached = self._process_parts.get(content_type)
         if cached is not None and now - cached[0] < PROCESS_METRICS_TTL:
             return cached[1]
-        part = client_encoder(_Families(list(self._process.collect())))
+        text = client_encoder(_Families(list(self._process.collect())))
+        stream = zlib.compressobj(self._gzip_level, zlib.DEFLATED, -15)
+        part = _Part(text, stream.compress(text) + stream.flush(zlib.Z_FULL_FLUSH))
         if cached is not None or len(self._process_parts) < MAX_CACHED_FORMATS:
             self._process_parts[content_type] = (now, part)
         return part
@@ -208,8 +254,16 @@ class MetricsRenderer:
                 self._encoders[content_type] = encoder
         return encoder
 
+    def _cached_body(self, snapshot: Snapshot, options: ExpositionOptions,
+                     content_type: str) -> _Body | None:
+        """The snapshot part if cached (caller holds the lock)."""
+        entry = self._entry
+        if entry is None or entry.snapshot is not snapshot or entry.options != options:
+            return None
+        return entry.bodies.get(content_type)
+
     def _body(self, snapshot: Snapshot, options: ExpositionOptions, content_type: str) -> _Body:
-        """The cached snapshot part (caller holds the lock)."""
+        """The snapshot part, rendered and cached if it is not (caller holds the lock)."""
         entry = self._entry
         if entry is None or entry.snapshot is not snapshot or entry.options != options:
             # A new snapshot replaces the old one: exited processes vanish at once.

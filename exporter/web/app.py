@@ -3,11 +3,15 @@
 Routes: ``<telemetry path>`` (exact, default ``/metrics``), ``/healthz``, ``/readyz``,
 ``/api/v1/snapshot`` (typed JSON, in ``/openapi.json`` and ``/docs``) and ``/`` (landing page).
 Scheduler waits and rendering run in the threadpool so the event loop never blocks; a hung
-collection therefore costs a pool thread for at most the collection timeout.
+collection therefore costs a pool thread for at most the collection timeout. The exceptions
+cost microseconds: a scrape of fresh data whose snapshot part is rendered already, and one
+beyond ``--web.max-requests``, are answered on the event loop.
 
 ``/metrics`` answers ``Server-Timing: state;dur=..,render;dur=..,total;dur=..`` (milliseconds,
-measured in the handler) so that benchmarks can read server-side latency; a scrape beyond
-``--web.max-requests``, answered at once with the last collected data, starts it with ``latest``.
+measured in the handler) so that benchmarks can read server-side latency. It starts with
+``cached`` for a scrape answered at once on the event loop (fresh data, its snapshot part
+rendered already), with ``latest`` for one beyond ``--web.max-requests`` answered at once with
+the last collected data; other scrapes waited for a collection (or rendered) in a thread.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Annotated, Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from fastapi.routing import APIRoute
 from pydantic import Field, TypeAdapter, ValidationError
 from starlette.concurrency import run_in_threadpool
@@ -41,6 +45,9 @@ SCRAPE_TIMEOUT_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
 #: Longest /readyz waits for a collection (kubelet probes time out after 1 s by default).
 READY_WAIT_SECONDS = 0.8
 _NO_STORE = {"Cache-Control": "no-store"}
+_TIMEOUT_HEADER_NAME = SCRAPE_TIMEOUT_HEADER.lower().encode("latin-1")
+#: Headers of every /metrics answer besides the renderer's.
+_METRICS_HEADERS = [(b"cache-control", b"no-store")]
 _PAGE_HEADERS = {
     **_NO_STORE,
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
@@ -107,24 +114,27 @@ def refresh_seconds(query: Mapping[str, str]) -> int:
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-def bare_asgi(
-    endpoint: Callable[[Request], Awaitable[Response]],
-) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
-    """``endpoint`` as a plain ASGI app, to replace a route's ``app``.
+class _ExporterApp(FastAPI):
+    """FastAPI answering a GET of the telemetry path before anything of its own.
 
-    FastAPI wraps each request in exit stacks, dependency solving and exception wrappers; for
-    an endpoint with no parameters that is a third of the event loop's time per answer under
-    a flood of scrapes (py-spy on ``bench/bench_load.py``). The route keeps its path, methods
-    (405), OpenAPI entry and the app's middleware; the endpoint's ``Response`` is sent as is.
+    FastAPI's per-request telemetry check, its seven middleware layers and its routing cost
+    ~15 % of the event loop's time per answer under a flood of scrapes
+    (``bench/bench_load.py``). An exception in the telemetry app reaches uvicorn, which logs
+    it and answers 500, as FastAPI's error middleware would.
     """
 
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        response = await endpoint(Request(scope, receive, send))
-        await response(scope, receive, send)
+    telemetry: tuple[str, ASGIApp] | None = None  # (path, app)
 
-    return app
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        telemetry = self.telemetry
+        if (telemetry is not None and scope["type"] == "http" and scope["path"] == telemetry[0]
+                and scope["method"] == "GET"):
+            await telemetry[1](scope, receive, send)
+        else:
+            await super().__call__(scope, receive, send)
 
 
 def _snapshot_model() -> type[Any]:
@@ -144,7 +154,7 @@ def create_app(
     # gzip level 1: ~1 ms less per fresh 8-GPU body than level 6 for ~15 % more bytes.
     metrics_renderer = renderer if renderer is not None else MetricsRenderer(gzip_level=1)
     docs = config.api_docs
-    app = FastAPI(
+    app = _ExporterApp(
         title="gpu-exporter",
         version=__version__,
         description="Prometheus exporter for NVIDIA GPUs: who and what is using GPU memory.",
@@ -166,27 +176,46 @@ def create_app(
 
     waiting = [0]  # scrapes in the threadpool; only touched on the event loop
 
-    async def metrics(request: Request) -> Response:
+    async def serve_metrics(scope: Scope, receive: Receive, send: Send) -> None:
+        # Plain ASGI, reached before anything of FastAPI's (see ``_ExporterApp``).
         start = time.perf_counter()
-        accept, encoding = request.headers.get("accept"), request.headers.get("accept-encoding")
-        if config.max_requests and waiting[0] >= config.max_requests:
+        accept = encoding = timeout_header = None
+        for name, value in scope["headers"]:  # the first of each, as Starlette's get()
+            if name == b"accept" and accept is None:
+                accept = value.decode("latin-1")
+            elif name == b"accept-encoding" and encoding is None:
+                encoding = value.decode("latin-1")
+            elif name == _TIMEOUT_HEADER_NAME and timeout_header is None:
+                timeout_header = value.decode("latin-1")
+        state = scheduler.current()
+        mid = time.perf_counter()
+        rendered = (None if state is None
+                    else metrics_renderer.render_cached(state, options, accept, encoding))
+        if rendered is not None:
+            # Fresh data whose snapshot part is rendered already: answered here at once, as
+            # cheap as an answer beyond the limit. A thread is for waiting on a collection.
+            body, headers = rendered
+            state_s, render_s = mid - start, time.perf_counter() - mid
+            timing = "cached, "
+        elif config.max_requests and waiting[0] >= config.max_requests:
             # Beyond --web.max-requests: the last collected data, at once, rendered here
             # (its families are cached per snapshot): no thread, no wait, so a flood of
             # scrapes cannot crowd a well-behaved scraper out. Before the first collection
             # there is nothing to serve: 503 at once.
             state = scheduler.latest()
             if state is None:
-                return PlainTextResponse(
+                await PlainTextResponse(
                     f"too many concurrent scrapes (--web.max-requests={config.max_requests}) "
                     "and no collection finished yet; retry later\n",
-                    status_code=503, headers={**_NO_STORE, "Retry-After": "1"})
+                    status_code=503, headers={**_NO_STORE, "Retry-After": "1"},
+                )(scope, receive, send)
+                return
             mid = time.perf_counter()
             body, headers = metrics_renderer.render(state, options, accept, encoding)
             state_s, render_s = mid - start, time.perf_counter() - mid
             timing = "latest, "  # tells benchmarks (and curious humans) this answer's kind
         else:
-            timeout = scrape_timeout(request.headers.get(SCRAPE_TIMEOUT_HEADER),
-                                     config.timeout_offset)
+            timeout = scrape_timeout(timeout_header, config.timeout_offset)
             waiting[0] += 1
             try:
                 body, headers, state_s, render_s = await run_in_threadpool(
@@ -195,23 +224,30 @@ def create_app(
                 waiting[0] -= 1
             timing = ""
         total = time.perf_counter() - start
-        headers.update(_NO_STORE)
-        headers["Server-Timing"] = (
+        raw = [(name.lower().encode("latin-1"), value.encode("latin-1"))
+               for name, value in headers.items()]
+        raw += _METRICS_HEADERS
+        raw.append((b"content-length", b"%d" % len(body)))
+        raw.append((b"server-timing", (
             f"{timing}state;dur={state_s * 1e3:.3f}, render;dur={render_s * 1e3:.3f}, "
-            f"total;dur={total * 1e3:.3f}"
-        )
-        return Response(content=body, headers=headers)
+            f"total;dur={total * 1e3:.3f}").encode("latin-1")))
+        await send({"type": "http.response.start", "status": 200, "headers": raw})
+        await send({"type": "http.response.body", "body": body})
 
     app.state.metrics_waiting = waiting  # for tests and debugging
+    # The route describes /metrics in /openapi.json and answers other methods (405); a GET
+    # goes to ``serve_metrics`` straight from ``_ExporterApp``.
+    async def metrics() -> None:
+        """Never called (the route's ``app`` is ``serve_metrics``)."""
+
     app.add_api_route(
-        config.telemetry_path, metrics, methods=["GET"], response_class=PlainTextResponse,
-        summary="Prometheus metrics", tags=["metrics"],
+        config.telemetry_path, metrics, methods=["GET"],
+        response_class=PlainTextResponse, summary="Prometheus metrics", tags=["metrics"],
         description="Text 0.0.4 or OpenMetrics by Accept header; gzip by Accept-Encoding.",
     )
     route = app.router.routes[-1]
     assert isinstance(route, APIRoute)
-    assert route.endpoint is metrics
-    route.app = bare_asgi(metrics)
+    route.app = serve_metrics
 
     @app.get("/healthz", response_class=PlainTextResponse, tags=["health"])
     async def healthz() -> PlainTextResponse:
@@ -263,4 +299,5 @@ def create_app(
         )
         return HTMLResponse(page, headers=_PAGE_HEADERS)
 
+    app.telemetry = (config.telemetry_path, serve_metrics)
     return app

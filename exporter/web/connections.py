@@ -16,8 +16,13 @@ are open: ~1,100 of them exhausted file descriptors and stopped every scrape. He
 - a sweep every ``SWEEP_SECONDS`` shuts down connections past their deadline: the request
   head must be complete within ``header_timeout`` of the connection (or of the first byte
   after an idle spell), and an idle keep-alive connection lasts ``idle_timeout``;
-- ``guarded_protocol`` is uvicorn's h11 protocol reporting those transitions, and checking
-  ``client_allowed_sans`` of a verified client certificate.
+- ``guarded_protocol`` is uvicorn's httptools protocol reporting those transitions, bounding
+  a request head to ``MAX_HEAD_BYTES`` (431 beyond it: the httptools parser has no bound of
+  its own) and checking ``client_allowed_sans`` of a verified client certificate.
+
+httptools (llhttp, in C) rather than uvicorn's pure-Python h11 protocol: under a flood of
+scrapes it halved the exporter's CPU per answer (``bench/bench_load.py``,
+docs/performance.md).
 
 Everything runs on the event loop thread; ``shutdown(SHUT_RDWR)`` lets asyncio see EOF and
 close the transport (and the file descriptor) the normal way.
@@ -36,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 __all__ = ["ConnectionTable", "GuardedSocket", "guarded_protocol"]
 
@@ -44,6 +49,14 @@ log = logging.getLogger(__name__)
 
 #: How often overdue connections are looked for (the timeouts' resolution).
 SWEEP_SECONDS = 0.5
+#: Longest request head (request line and headers) accepted: h11's default bound, which the
+#: server applied while it parsed with h11.
+MAX_HEAD_BYTES = 16 * 1024
+_HEAD_TOO_LARGE_TEXT = b"request head over %d bytes\n" % MAX_HEAD_BYTES
+_HEAD_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+                   b"content-type: text/plain; charset=utf-8\r\n"
+                   b"content-length: %d\r\nconnection: close\r\n\r\n%s"
+                   % (len(_HEAD_TOO_LARGE_TEXT), _HEAD_TOO_LARGE_TEXT))
 
 
 class State(enum.Enum):
@@ -255,15 +268,17 @@ def _peer_names(peercert: Any) -> set[str]:
 
 def guarded_protocol(
     table: ConnectionTable, allowed_sans: Callable[[], frozenset[str]] | None = None,
-) -> type[H11Protocol]:
-    """uvicorn's h11 protocol reporting its state to ``table``.
+) -> type[HttpToolsProtocol]:
+    """uvicorn's httptools protocol reporting its state to ``table``.
 
     ``allowed_sans`` returns the web config's ``client_allowed_sans`` (empty: any verified
     client certificate is accepted).
     """
 
-    class GuardedH11Protocol(H11Protocol):
+    class GuardedHttpToolsProtocol(HttpToolsProtocol):
         _fd = -1
+        _in_head = False  # a request head has begun and is not complete yet
+        _head_bytes = 0  # bytes received since it began (counted per read: a close bound)
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -277,9 +292,23 @@ def guarded_protocol(
         def _in_request(self) -> bool:
             return self.cycle is not None and not self.cycle.response_complete
 
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._in_head, self._head_bytes = True, 0
+
+        def on_headers_complete(self) -> None:
+            self._in_head = False
+            super().on_headers_complete()
+
         def data_received(self, data: bytes) -> None:
             table.mark(self._fd, State.READING)
             super().data_received(data)
+            if self._in_head:
+                self._head_bytes += len(data)
+                if self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
+                    self.transport.write(_HEAD_TOO_LARGE)
+                    self.transport.close()
+                    return
             if self._in_request():
                 table.mark(self._fd, State.BUSY)
 
@@ -287,4 +316,4 @@ def guarded_protocol(
             super().on_response_complete()
             table.mark(self._fd, State.BUSY if self._in_request() else State.IDLE)
 
-    return GuardedH11Protocol
+    return GuardedHttpToolsProtocol

@@ -1,8 +1,8 @@
 """The HTTP server: uvicorn on our listening socket, with TLS, admission and connection guards.
 
-``build_server`` puts together what uvicorn lacks (see ``connections`` and ``access``) with
-what it has: ``timeout_keep_alive`` (idle keep-alive connections), h11's 16 KiB bound on a
-request head (larger: 400), and a graceful-shutdown timeout. TLS uses the web config
+``build_server`` puts together what uvicorn lacks (see ``connections`` and ``access``: a 16 KiB
+bound on a request head among them) with what it has: ``timeout_keep_alive`` (idle keep-alive
+connections) and a graceful-shutdown timeout. TLS uses the web config
 watcher's one ``SSLContext``, so rotated certificates apply without a restart; plain HTTP
 sent to a TLS port fails the handshake and the connection is closed.
 """

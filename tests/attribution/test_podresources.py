@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter.attribution.defaults import MAX_MESSAGE_BYTES_LIMIT
 from exporter.attribution.podresources.allocations import (
     Allocation,
     AllocationTable,
@@ -22,7 +23,6 @@ from exporter.attribution.podresources.allocations import (
 )
 from exporter.attribution.podresources.client import (
     LIST_METHOD,
-    MAX_MESSAGE_BYTES_LIMIT,
     SERVICE,
     PodResourcesClient,
     PodResourcesPoller,

@@ -14,7 +14,7 @@ from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST
 
 from exporter import metrics
 from exporter.exposition import ExporterCollector, MetricsRenderer
-from exporter.exposition.render import MAX_CACHED_FORMATS
+from exporter.exposition.render import MAX_CACHED_FORMATS, stored_blocks
 from exporter.state import ExporterState, ExpositionOptions
 from tests.exposition import factory
 from tests.exposition.parse import openmetrics_families, samples, series, value
@@ -84,9 +84,11 @@ def test_process_metrics_are_read_at_most_once_a_second() -> None:
     assert len(reads) == 3
 
 
+@pytest.mark.parametrize("process_metrics", [False, True])
 @pytest.mark.parametrize("accept", [None, OM])
-def test_gzip_round_trip(accept: str | None) -> None:
-    renderer = MetricsRenderer(process_metrics=False)
+def test_gzip_round_trip(accept: str | None, process_metrics: bool) -> None:
+    # A frozen clock: process_* are read once, the same figures in every body.
+    renderer = MetricsRenderer(process_metrics=process_metrics, clock=lambda: 0.0)
     state = factory.state(factory.fleet(2, 4))
     plain, _ = renderer.render(state, OPTIONS, accept, None)
     for encoding in ("gzip", "br;q=1.0, gzip;q=0.8", "GZIP"):
@@ -231,3 +233,26 @@ def test_gzip_chunks_of_unchanged_families_are_reused_across_snapshots(
     assert reused[1] == families  # an equal snapshot: every chunk reused
     assert 0 < reused[2] < families  # one temperature changed: only its family redone
     assert reused[4] < families  # -0.0 -> 0.0: equal values, different text
+
+
+@pytest.mark.parametrize("size", [0, 1, 0xFFFF, 0xFFFF + 1, 150_000])
+def test_stored_blocks_inflate_back_to_the_data(size: int) -> None:
+    data = bytes(i % 251 for i in range(size))
+    blocks = stored_blocks(data)
+    assert len(blocks) == size + 5 * -(-size // 0xFFFF)  # a 5-byte header per 64 KiB
+    assert zlib.decompress(blocks + b"\x03\x00", -15) == data  # with the empty final block
+
+
+def test_render_cached_serves_only_what_is_rendered_already() -> None:
+    renderer = MetricsRenderer(process_metrics=False)
+    state = factory.state(factory.fleet(2, 4))
+    assert renderer.render_cached(state, OPTIONS, OM, None) is None
+    plain = renderer.render(state, OPTIONS, OM, None)
+    assert renderer.render_cached(state, OPTIONS, OM, None) == plain
+    assert renderer.render_cached(state, OPTIONS, OM, "gzip") is None  # no chunks yet
+    compressed = renderer.render(state, OPTIONS, OM, "gzip")
+    assert renderer.render_cached(state, OPTIONS, OM, "gzip") == compressed
+    newer = factory.state(factory.fleet(2, 4))
+    assert newer.snapshot is not state.snapshot
+    assert renderer.render_cached(newer, OPTIONS, OM, None) is None
+

@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from exporter.web.connections import ConnectionTable, State
+from exporter.web.connections import MAX_HEAD_BYTES, ConnectionTable, State
 from exporter.web.server import ServerLimits
 from tests.web.serving import serving, small_app
 
@@ -46,6 +46,28 @@ def test_silent_and_slowloris_connections_are_closed() -> None:
         assert _closed_within(slow, 5) < 5
         assert server.table.timed_out >= 2
         assert httpx.get(server.url("/metrics")).status_code == 200
+
+
+def test_request_head_over_the_bound_gets_431_and_is_closed() -> None:
+    with serving() as server:
+        big = socket.create_connection(("127.0.0.1", server.port))
+        big.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        line = b"X-Filler: " + b"a" * 1000 + b"\r\n"
+        sent = 0
+        try:  # header lines a read at a time, never ending the head
+            while sent <= 2 * MAX_HEAD_BYTES:
+                big.sendall(line)
+                sent += len(line)
+                time.sleep(0.001)
+        except OSError:
+            pass
+        big.settimeout(5)
+        answer = big.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 431 "), answer
+        _closed_within(big, 5)
+        # A head just under the bound is served.
+        filler = "a" * (MAX_HEAD_BYTES - 200)
+        assert httpx.get(server.url("/metrics"), headers={"X-Filler": filler}).status_code == 200
 
 
 def test_idle_keep_alive_connection_is_closed_after_idle_timeout() -> None:

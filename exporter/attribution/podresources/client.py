@@ -33,15 +33,18 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from exporter.attribution.defaults import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_SOCKET,
+    MAX_MESSAGE_BYTES_LIMIT,
+    MIN_INTERVAL_SECONDS,
+    MIN_MESSAGE_BYTES,
+    check_max_message_bytes,
+)
 from exporter.attribution.podresources.allocations import AllocationTable, allocations_from_pods
 
 log = logging.getLogger("exporter.attribution.podresources")
 
-DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
-DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-MIN_MESSAGE_BYTES = 64 * 1024
-MAX_MESSAGE_BYTES_LIMIT = 256 * 1024 * 1024
-MIN_INTERVAL_SECONDS = 1.0
 #: Kind counted in ``Snapshot.errors`` for each failed poll.
 ERROR_KIND = "pod_resources"
 #: The gRPC service and the one method called (gRPC's path is ``/<package>.<service>/<method>``).
@@ -83,16 +86,6 @@ class PollError(Exception):
     def __init__(self, status: PollStatus, message: str) -> None:
         super().__init__(message)
         self.status = status
-
-
-def check_max_message_bytes(value: int) -> int:
-    """Validate a receive limit. Raises ValueError with a message for users."""
-    if not MIN_MESSAGE_BYTES <= value <= MAX_MESSAGE_BYTES_LIMIT:
-        raise ValueError(
-            f"PodResources receive limit must be between {MIN_MESSAGE_BYTES} and "
-            f"{MAX_MESSAGE_BYTES_LIMIT} bytes, got {value}"
-        )
-    return value
 
 
 class _Grpc:
