@@ -247,9 +247,10 @@ def _add_unmerged(gpu: GpuReading, options: ExpositionOptions,
         ]
     if len(set(keys)) != len(keys):
         return False  # a repeated pid (odd NVML answer): merge as process_series does
+    groups = options.groups
     for row, target in zip(PROCESS_ROWS, families, strict=True):
         read = row.process_value
-        if read is None:
+        if read is None or row.group not in groups:  # a group that is off: dropped anyway
             continue
         values = [(key, read(proc)) for key, proc in zip(keys, processes, strict=True)]
         if row.fold is Fold.SUM_RATIO:  # as _fold starts a series
