@@ -27,8 +27,6 @@ INSTANCE_TEMPERATURE = f"instance:{metrics.TEMPERATURE.name}:max"
 INSTANCE_GPUS_UP = f"instance:{metrics.GPU_UP.name}:sum"
 INSTANCE_GPUS = "instance:gpus:count"
 INSTANCE_USER_MEMORY = f"instance_user:{metrics.USER_MEMORY.name}:sum"
-INSTANCE_USER_PROCESSES = f"instance_user:{metrics.USER_PROCESSES.name}:sum"
-INSTANCE_USER_GPUS = "instance_user:gpus:count"  # GPUs on which the user holds memory
 INSTANCE_OVERFLOW = f"instance:{metrics.PROCESS_SERIES_OVERFLOW.name}:sum"
 POD_UTILIZATION = f"namespace_pod:{metrics.UTILIZATION.name}:avg"
 POD_POWER = f"namespace_pod:{metrics.POWER_USAGE.name}:sum"
@@ -62,12 +60,6 @@ def instance_group() -> RuleGroup:
         RecordingRule(INSTANCE_GPUS_UP, f"sum without ({_GPU}) ({metrics.GPU_UP.name})"),
         RecordingRule(INSTANCE_GPUS, f"count without ({_GPU}) ({metrics.GPU_UP.name})"),
         RecordingRule(INSTANCE_USER_MEMORY, f"sum without ({_GPU}) ({metrics.USER_MEMORY.name})"),
-        # Per user and host for the users dashboard's fleet table: one series per user and node
-        # instead of one per user and GPU.
-        RecordingRule(INSTANCE_USER_PROCESSES,
-                      f"sum without ({_GPU}) ({metrics.USER_PROCESSES.name})"),
-        RecordingRule(INSTANCE_USER_GPUS,
-                      f"count without ({_GPU}) ({metrics.USER_MEMORY.name} > 0)"),
         RecordingRule(
             INSTANCE_OVERFLOW, f"sum without ({_GPU}) ({metrics.PROCESS_SERIES_OVERFLOW.name})"
         ),

@@ -9,11 +9,12 @@ from dashboards.fleet import COUNT_BAD, LEGEND, MEMORY_STEPS
 from dashboards.promql import (
     count_or_zero,
     num,
+    sel,
     sel_record,
     with_hostname,
 )
 from dashboards.variables import HOST_USER
-from exporter import thresholds
+from exporter import metrics, thresholds
 
 UID = "gpu-exporter-users"
 # Fleet-wide views read per-(host, user) and per-host records: one series per user and node.
@@ -49,10 +50,12 @@ def _users(grid: panels.Layout) -> None:
             panels.Column("Memory", f"sum by (user) ({USER_MEM})", "bytes"),
             panels.Column("Share of fleet", f"sum by (user) ({USER_MEM}) / scalar(sum({TOTAL}))",
                    "percentunit"),
-            panels.Column("Processes", f"sum by (user) ("
-                          f"{sel_record(recording.INSTANCE_USER_PROCESSES, HOST_USER)})", "short"),
-            panels.Column("GPUs", f"sum by (user) ("
-                          f"{sel_record(recording.INSTANCE_USER_GPUS, HOST_USER)})", "short"),
+            # Per (GPU, user) on purpose: records of these would cost every rule evaluation
+            # ~250 ms at 100 nodes to save one instant query of ~50 ms (docs/scale.md).
+            panels.Column("Processes",
+                          f"sum by (user) ({sel(metrics.USER_PROCESSES, HOST_USER)})", "short"),
+            panels.Column("GPUs", f"count by (user) ({sel(metrics.USER_MEMORY, HOST_USER)} > 0)",
+                          "short"),
         ],
         sort_by="Memory",
     ), 24, 8)
