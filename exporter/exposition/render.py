@@ -257,15 +257,20 @@ class MetricsRenderer:
     def _cached_body(self, snapshot: Snapshot, options: ExpositionOptions,
                      content_type: str) -> _Body | None:
         """The snapshot part if cached (caller holds the lock)."""
+        entry = self._current(snapshot, options)
+        return None if entry is None else entry.bodies.get(content_type)
+
+    def _current(self, snapshot: Snapshot, options: ExpositionOptions) -> _Entry | None:
+        """The cache entry if it holds ``snapshot`` rendered with ``options``."""
         entry = self._entry
         if entry is None or entry.snapshot is not snapshot or entry.options != options:
             return None
-        return entry.bodies.get(content_type)
+        return entry
 
     def _body(self, snapshot: Snapshot, options: ExpositionOptions, content_type: str) -> _Body:
         """The snapshot part, rendered and cached if it is not (caller holds the lock)."""
-        entry = self._entry
-        if entry is None or entry.snapshot is not snapshot or entry.options != options:
+        entry = self._current(snapshot, options)
+        if entry is None:
             # A new snapshot replaces the old one: exited processes vanish at once.
             families = snapshot_families(snapshot, options)
             entry = self._entry = _Entry(snapshot, options, families)
