@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from exporter.cli import parse_config
+from exporter.cli import build_accounting, parse_config
 from exporter.exposition import MetricsRenderer
 from exporter.sources.simulated.scenario import synthetic_fleet
 from exporter.sources.simulated.source import SimulatedSource
@@ -82,9 +82,12 @@ def node_bodies(spec: FleetSpec, node: int) -> Iterator[tuple[float, str]]:
     # The simulation starts (t = 0) at the first scrape; processes already have ages then.
     renderer = MetricsRenderer(process_metrics=False)
     groups, exposition_options = config.collect_groups(), config.exposition_options()
+    accounting = build_accounting(config)
     for at in spec.times():
         now[0] = at
         snapshot = source.collect(groups)
+        if accounting is not None:
+            snapshot = accounting.enrich(snapshot)
         state = ExporterState(snapshot, 0.05, False, snapshot.taken_at)
         body, _ = renderer.render(state, exposition_options)
         yield at, body.decode("utf-8")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
+from exporter.attribution.accounting import IdleAccounting
 from exporter.attribution.torchtotals import TorchUserTotals
 from exporter.exposition.collector import snapshot_families
 from exporter.exposition.encode import Encoder
@@ -24,6 +25,7 @@ from exporter.state import ExpositionOptions
 GOLDEN_DIR = "tests/golden"
 #: The simulated moment of the golden bodies: ten minutes into each scenario.
 START, SECONDS = 1_700_000_000.0, 600.0
+COLLECTION_INTERVAL = 60.0
 
 
 def golden_body(preset: str) -> str:
@@ -32,12 +34,15 @@ def golden_body(preset: str) -> str:
     source = SimulatedSource(load_scenario(preset), clock=lambda: clock[0])
     source.start()
     groups = frozenset(SWITCHABLE_GROUPS)
-    totals = TorchUserTotals()  # the per-user counters count from the first collection
-    totals.enrich(source.collect(groups))
-    clock[0] = START + SECONDS
-    snapshot = totals.enrich(source.collect(groups))
-    options = ExpositionOptions(groups=frozenset(Group),
-                                kubernetes_labels=preset == "kubernetes-node")
+    kubernetes = preset == "kubernetes-node"
+    # As the CLI chains them: the per-user counters count from the first collection; idle
+    # accounting integrates every collection (one a minute here) since the first.
+    totals, accounting = TorchUserTotals(), IdleAccounting(pods=kubernetes)
+    snapshot = accounting.enrich(totals.enrich(source.collect(groups)))
+    while clock[0] < START + SECONDS:
+        clock[0] += COLLECTION_INTERVAL
+        snapshot = accounting.enrich(totals.enrich(source.collect(groups)))
+    options = ExpositionOptions(groups=frozenset(Group), kubernetes_labels=kubernetes)
     return Encoder(CONTENT_TYPE_PLAIN_0_0_4).encode(snapshot_families(snapshot, options))
 
 

@@ -8,7 +8,7 @@ from grafana_foundation_sdk.builders import dashboard
 from dashboards import panels, variables
 from dashboards.fleet import MEMORY_STEPS, TEMPERATURE_STEPS
 from dashboards.gpu_health_panels import GPU_LEGEND, node_health_rows, node_mig_rows
-from dashboards.promql import NOT_OVERFLOW, idle_process_filter, num, seconds, sel, sel_record
+from dashboards.promql import NOT_OVERFLOW, idle_process_filter, num, seconds, sel
 from exporter import metrics, thresholds
 from exporter.metrics import allocator
 from exporter.report import records
@@ -186,25 +186,27 @@ def _processes(grid: panels.Layout) -> None:
 
 
 def _forgotten(grid: panels.Layout) -> None:
-    """Forgotten processes of this node: from the idle-accounting records over the range, and
-    by the time their kernels last ran (one node's processes, never the fleet's)."""
+    """Forgotten processes of this node, by the time their kernels last ran (one node's
+    processes, never the fleet's)."""
     grid.row("Forgotten processes")
-    idle = sel_record(records.PROCESS_IDLE_MEMORY, HOST_GPU)
-    best = f"topk({TOP_TABLE}, sum_over_time({idle}[$__range]))"
-    per = f" * {records.INTERVAL_SECONDS}"
     hidden = ("Time", "__name__", "job", "instance", "uuid", "uid")
+    memory = sel(metrics.PROCESS_MEMORY, HOST_GPU, NOT_OVERFLOW)
+    stretch = (f"(time() - {records.idle_since(f'{HOST_GPU}, {NOT_OVERFLOW}')} "
+               f"> {thresholds.FORGOTTEN_MIN_IDLE_SECONDS})")
+    best = f"topk({TOP_TABLE}, max_over_time(({memory} * {stretch})[$__range:$__interval]))"
     grid.add(panels.table_panel(
-        "Top idle holders over the range", f"The {TOP_TABLE} processes of this node that held "
-        "the most memory while idle over the range: GiB-hours, time idle, largest memory held "
-        "idle (idle-accounting records: a process is idle in a minute when its SM utilisation "
-        f"averages under {thresholds.IDLE_UTILIZATION_RATIO:.0%}). Fleet-wide, per user: the GPU "
-        "efficiency dashboard; per process over weeks: gpu-exporter report.",
+        "Longest idle holders over the range", f"The {TOP_TABLE} processes of this node that "
+        "held the most memory through one idle stretch within the range (since their kernels "
+        "last ran, or since they started if no kernel was seen; stretches over "
+        f"{thresholds.FORGOTTEN_MIN_IDLE_SECONDS // 60} minutes): GiB-hours (memory x time), "
+        "longest stretch, most memory held. Fleet-wide, per user: the GPU efficiency dashboard; "
+        "per process over weeks: gpu-exporter report.",
         [
-            panels.Column("Idle GiB-hours", f"{best}{per} / {num(thresholds.GIB)} / 3600", "short"),
-            panels.Column("Time idle", f"count_over_time({idle}[$__range]){per} and {best}",
-                          "s"),
-            panels.Column("Memory held idle (max)",
-                          f"max_over_time({idle}[$__range]) and {best}", "bytes"),
+            panels.Column("Idle GiB-hours", f"{best} / {num(thresholds.GIB)} / 3600", "short"),
+            panels.Column("Longest idle",
+                          f"max_over_time({stretch}[$__range:$__interval]) and {best}", "s"),
+            panels.Column("Memory held (max)", f"max_over_time({memory}[$__range]) and {best}",
+                          "bytes"),
         ],
         hidden=hidden, sort_by="Idle GiB-hours",
     ), 24, 8)

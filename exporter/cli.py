@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from exporter import __version__
+from exporter.attribution.accounting import IdleAccounting
 from exporter.attribution.enrich import Enricher, ProcessEnricher, chain
 from exporter.attribution.owners import OwnerResolver, ProcfsError, check_procfs
 from exporter.attribution.passwd import PasswdFileError, check_passwd_file
@@ -43,7 +44,8 @@ from exporter.web.webconfig import WebConfigError, WebConfigWatcher
 if TYPE_CHECKING:  # imported by build_poller only with --kubernetes
     from exporter.attribution.podresources.client import PodResourcesPoller
 
-__all__ = ["build_enricher", "build_poller", "build_source", "main", "parse_config"]
+__all__ = ["build_accounting", "build_enricher", "build_poller", "build_source", "main",
+           "parse_config"]
 
 log = logging.getLogger("exporter")
 
@@ -131,6 +133,14 @@ def build_poller(config: Config) -> PodResourcesPoller | None:
         extra_resource_names=config.gpu_resources,
     )
     return PodResourcesPoller(client, interval_seconds=config.pod_resources_interval)
+
+
+def build_accounting(config: Config) -> IdleAccounting | None:
+    """Idle accounting, run after attribution, when processes are collected (rows kept apart
+    by the pod and job labels the exposition shows)."""
+    if not {Group.PROCESSES, Group.PROCESS_UTILIZATION} & config.groups:
+        return None
+    return IdleAccounting(pods=config.kubernetes, jobs=config.slurm)
 
 
 def build_enricher(config: Config, poller: PodResourcesPoller | None = None) -> Enricher | None:
@@ -288,9 +298,11 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{exc.strerror or exc}", file=sys.stderr)
         return 1
     poller = build_poller(config)
+    steps = [step for step in (build_enricher(config, poller), build_accounting(config))
+             if step is not None]
     scheduler = Scheduler(
         source,
-        build_enricher(config, poller),
+        chain(*steps) if steps else None,
         groups=config.collect_groups(),
         min_interval=config.min_interval,
         timeout=config.timeout,

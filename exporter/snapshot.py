@@ -154,6 +154,22 @@ class GpuReading:
 
 
 @dataclass(frozen=True, slots=True)
+class AccountingRow:
+    """Running totals of one user's processes on this host (one pod's, one Slurm job's where
+    those labels are on), integrated over the collections since the exporter started.
+
+    ``totals`` maps a ``Scope.ACCOUNTING`` metric name to its counter value (byte-seconds,
+    GPU-seconds, joules); a total that could not be measured (no power reading) is absent.
+    """
+
+    user: str
+    namespace: str = ""  # "" outside Kubernetes or with pod labels off
+    pod: str = ""
+    slurm_job: str = ""
+    totals: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """One collection across all GPUs of this host.
 
@@ -177,3 +193,4 @@ class Snapshot:
     errors: Mapping[str, int] = field(default_factory=dict)
     allocations: tuple[AllocationRow, ...] = ()  # the kubelet's device allocations
     pod_resources: PodResourcesHealth | None = None  # None when PodResources is not polled
+    accounting: tuple[AccountingRow, ...] = ()  # filled by exporter.attribution.accounting

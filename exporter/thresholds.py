@@ -37,7 +37,8 @@ LEAK_FOR: Final = "10m"
 #: Utilisation below which a GPU (on average over IDLE_AVG_WINDOW) or a process (at every
 #: collection within IDLE_AVG_WINDOW: a process that computed at all in the window is not idle)
 #: counts as idle. The exporter applies it per process when it sums idle memory per user
-#: (``gpu_user_idle_memory_bytes``), with IDLE_PROCESS_MEMORY_BYTES.
+#: (``gpu_user_idle_memory_bytes``), with IDLE_PROCESS_MEMORY_BYTES, and at every collection
+#: of its idle-accounting counters (``exporter.attribution.accounting``).
 IDLE_UTILIZATION_RATIO: Final = 0.05
 IDLE_AVG_WINDOW: Final = "15m"
 #: A GPU is "held" when at least this share of its memory is used (a bare CUDA context is
@@ -48,6 +49,8 @@ IDLE_GPU_MEMORY_RATIO: Final = 0.1
 IDLE_PROCESS_MEMORY_BYTES: Final = 1 * GIB
 IDLE_USER_MEMORY_BYTES: Final = 4 * GIB
 IDLE_FOR: Final = "1h"
+#: Forgotten-process lists (node dashboard, report) rank idle stretches at least this long.
+FORGOTTEN_MIN_IDLE_SECONDS: Final = 900
 
 #: Starved (CPU- or input-bound): processes hold the GPU, it is not idle, yet average
 #: utilisation stays under STARVED_UTILIZATION_RATIO and power under STARVED_POWER_RATIO of the

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 
+from exporter.exposition.accounting import accounting_families
 from exporter.exposition.families import Family, FamilyData
 from exporter.exposition.gpu import gpu_families
 from exporter.exposition.health import health_families
@@ -28,7 +29,7 @@ StateProvider = Callable[[], ExporterState]
 def snapshot_families(snapshot: Snapshot, options: ExpositionOptions) -> list[FamilyData]:
     """Every per-GPU and per-process family of ``snapshot`` under ``options`` (as data)."""
     return [*gpu_families(snapshot, options.groups), *health_families(snapshot, options.groups),
-            *process_families(snapshot, options)]
+            *process_families(snapshot, options), *accounting_families(snapshot, options)]
 
 
 class ExporterCollector:

@@ -1,7 +1,8 @@
 """The one catalogue of every metric gpu-exporter exposes: one row (``Metric``) per metric.
 
 Rows live in ``gpu`` (per GPU), ``process`` (per process and per user), ``allocator`` (per
-process, PyTorch's allocator as the process publishes it) and ``self_metrics`` (the exporter
+process, PyTorch's allocator as the process publishes it), ``accounting`` (per user on the
+host, the idle-accounting counters) and ``self_metrics`` (the exporter
 itself); ``core`` says what a row holds. The NVML read, the simulated value,
 the families, the JSON model, the README table and the dashboards' names all follow from the
 rows. ``CATALOGUE`` is every row in documentation order; ``GPU_ROWS`` and ``PROCESS_ROWS``
@@ -11,7 +12,16 @@ are the rows the generic code paths walk.
 
 from __future__ import annotations
 
-from exporter.metrics import allocator, attribution, gpu, health, process, self_metrics
+from exporter.metrics import (
+    accounting,
+    allocator,
+    attribution,
+    gpu,
+    health,
+    process,
+    self_metrics,
+)
+from exporter.metrics.accounting import ACCOUNTING_LABELS
 from exporter.metrics.attribution import (
     ALLOCATION_INFO,
     ALLOCATION_LABELS,
@@ -114,7 +124,7 @@ from exporter.metrics.self_metrics import (
 from exporter.snapshot import Value
 
 #: The modules holding rows, in documentation order (a new row module is added here).
-_ROW_MODULES = (gpu, health, process, allocator, attribution, self_metrics)
+_ROW_MODULES = (gpu, health, process, allocator, attribution, accounting, self_metrics)
 
 #: Every row, in documentation order (per GPU, per process, the exporter itself).
 CATALOGUE: tuple[Metric, ...] = tuple(
@@ -125,6 +135,8 @@ BY_NAME: dict[str, Metric] = {metric.name: metric for metric in CATALOGUE}
 GPU_ROWS: tuple[Metric, ...] = tuple(m for m in CATALOGUE if m.scope is Scope.GPU)
 #: One series per process (exposition order within each group).
 PROCESS_ROWS: tuple[Metric, ...] = tuple(m for m in CATALOGUE if m.scope is Scope.PROCESS)
+#: Per user (pod, Slurm job) on the host: the idle-accounting counters.
+ACCOUNTING_ROWS: tuple[Metric, ...] = tuple(m for m in CATALOGUE if m.scope is Scope.ACCOUNTING)
 
 
 def markdown_table() -> str:
@@ -140,6 +152,8 @@ def markdown_table() -> str:
 
 
 __all__ = [
+    "ACCOUNTING_LABELS",
+    "ACCOUNTING_ROWS",
     "ALLOCATION_INFO",
     "ALLOCATION_LABELS",
     "BUILD_INFO",

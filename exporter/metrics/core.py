@@ -79,6 +79,7 @@ class Scope(str, Enum):
     XID = "xid"  # per (GPU, XID code) from ``GpuReading.xids`` (exposition/health.py)
     MIG = "mig"  # per MIG instance from ``GpuReading.mig`` (exposition/health.py)
     ALLOCATION = "allocation"  # one series per kubelet allocation (``Snapshot.allocations``)
+    ACCOUNTING = "accounting"  # per user (pod, job) on the host, from ``Snapshot.accounting``
     EXPORTER = "exporter"  # the exporter's own health
 
 

@@ -4,7 +4,9 @@ Per day of the range and per level (user, namespace/pod, job), one instant query
 recorded quantity over that day (``sum_over_time`` of 1-minute records: about 1,440 samples a
 series), so a week costs 21 small queries and a progress line can count them. The day windows
 are ``(day start, day end]`` (the window is one millisecond short of a day), so a sample on a
-boundary is counted once. The forgotten processes come from one query over the whole range.
+boundary is counted once. The forgotten processes come from one query over the whole range,
+on the exporter's per-process series (``records.idle_since``): each process's longest idle
+stretch within the range, sampled every ``forgotten_step`` seconds.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from exporter import thresholds
 from exporter.report import records
 from exporter.report.client import PrometheusClient, ReportError, Sample
 from exporter.report.model import Day, ProcessRow, Report, Row, Usage
@@ -31,18 +34,13 @@ FIELDS = {
     records.POWER: "energy_joules",
 }
 _TAG = "__report_field"
-START_TIME = "gpu_process_start_time_seconds"
-LAST_ACTIVE = "gpu_process_last_active_timestamp_seconds"
-PROCESS_MEMORY = "gpu_process_memory_used_bytes"
+#: Samples of each process's idle stretch over the range (at least one a minute).
+FORGOTTEN_SAMPLES = 1000
 
 
 def _window(span: TimeRange) -> str:
     """A range selector covering ``(start, end]`` when evaluated at ``end``."""
     return f"[{round(span.seconds * 1000) - 1}ms]"
-
-
-def _sel(name: str, matchers: str) -> str:
-    return f"{name}{{{matchers}}}" if matchers else name
 
 
 def _tagged(expr: str, tag: str) -> str:
@@ -53,25 +51,40 @@ def level_query(level: records.Level, span: TimeRange, matchers: str) -> str:
     """One query for every quantity of ``level`` summed over ``span``."""
     by = ", ".join(level.keeps)
     parts = [
-        _tagged(f"sum by ({by}) (sum_over_time({_sel(level.record(q), matchers)}"
+        _tagged(f"sum by ({by}) (sum_over_time({records.selector(level.record(q), matchers)}"
                 f"{_window(span)}))", q)
         for q in records.level_quantities(level)
     ]
     return "\nor ".join(parts)
 
 
+def forgotten_step(span: TimeRange) -> int:
+    """Seconds between the samples of idle stretches (``FORGOTTEN_SAMPLES`` over the range)."""
+    return max(60, round(span.seconds / FORGOTTEN_SAMPLES))
+
+
 def process_query(span: TimeRange, matchers: str, top: int) -> str:
-    """Details of the ``top`` processes by idle byte-seconds over the whole range."""
+    """Details of the ``top`` processes by memory held in one idle stretch within the range.
+
+    A process's idle stretch runs from when its kernels last ran (or its start, or the range's
+    start, whichever is latest) to each sample; only stretches longer than
+    ``thresholds.FORGOTTEN_MIN_IDLE_SECONDS`` count. Its size is memory held times stretch.
+    """
     window = _window(span)
-    idle = _sel(records.PROCESS_IDLE_MEMORY, matchers)
-    best = f"topk({top}, sum_over_time({idle}{window}))"
+    steps = f"{window[:-1]}:{forgotten_step(span)}s]"
+    memory = records.selector(records.PROCESS_MEMORY, matchers)
+    started = records.selector(records.START_TIME, matchers)
+    active = records.selector(records.LAST_ACTIVE, matchers)
+    idle_for = (f"(time() - clamp_min({records.idle_since(matchers)}, {span.start:.3f}) "
+                f"> {thresholds.FORGOTTEN_MIN_IDLE_SECONDS})")
+    best = f"topk({top}, max_over_time(({memory} * {idle_for}){steps}))"
     parts = {
         "sum": best,
-        "count": f"count_over_time({idle}{window}) and {best}",
-        "max": f"max_over_time({idle}{window}) and {best}",
-        "start": f"last_over_time({_sel(START_TIME, matchers)}{window}) and {best}",
-        "active": f"last_over_time({_sel(LAST_ACTIVE, matchers)}{window}) and {best}",
-        "running": f"{_sel(PROCESS_MEMORY, matchers)} and {best}",
+        "count": f"max_over_time({idle_for}{steps}) and {best}",
+        "max": f"max_over_time({memory}{window}) and {best}",
+        "start": f"last_over_time({started}{window}) and {best}",
+        "active": f"last_over_time({active}{window}) and {best}",
+        "running": f"{memory} and {best}",
     }
     return "\nor ".join(_tagged(f"({expr})", tag) for tag, expr in parts.items())
 
@@ -93,7 +106,7 @@ def rule_interval(client: PrometheusClient) -> float | None:
 
 def _explain_empty(client: PrometheusClient, span: TimeRange, matchers: str,
                    loaded: bool) -> ReportError:
-    probe = _sel(records.USER.record(records.HELD_MEMORY), matchers)
+    probe = records.selector(records.USER.record(records.HELD_MEMORY), matchers)
     if client.series_exist(probe):
         return ReportError(
             f"empty range: no idle-accounting data between {iso(span.start)} and "
@@ -162,22 +175,22 @@ def build_report(client: PrometheusClient, span: TimeRange, *, matchers: str = "
             value = getattr(row.usage, name)
             if value is not None:
                 report.totals.add(name, value)
-    report.processes = _processes(client, span, matchers, top, interval)
+    report.processes = _processes(client, span, matchers, top)
     if progress is not None:
         progress(total, total)
     return report
 
 
-def _processes(client: PrometheusClient, span: TimeRange, matchers: str, top: int,
-               interval: float) -> list[ProcessRow]:
+def _processes(client: PrometheusClient, span: TimeRange, matchers: str,
+               top: int) -> list[ProcessRow]:
     rows: dict[tuple[tuple[str, str], ...], ProcessRow] = {}
     for sample in client.query(process_query(span, matchers, top), span.end):
         tag, key = _split(sample)
         row = rows.setdefault(key, ProcessRow(dict(key)))
         if tag == "sum":
-            row.idle_byte_seconds = sample.value * interval
+            row.idle_byte_seconds = sample.value
         elif tag == "count":
-            row.idle_seconds = sample.value * interval
+            row.idle_seconds = sample.value
         elif tag == "max":
             row.peak_idle_bytes = sample.value
         elif tag == "start":

@@ -83,7 +83,8 @@ def sections(report: Report) -> list[tuple[str, list[str], list[list[str]]]]:
     usage_table("Idle GPU time by job", [records.JOB_LABEL, "user"], report.jobs, False)
     if report.processes:
         out.append((
-            "Top forgotten processes (memory held while idle)", ["#", *PROCESS_HEADER],
+            "Top forgotten processes (memory held through their longest idle stretch)",
+            ["#", *PROCESS_HEADER],
             [[str(i), *_process_cells(report, p)] for i, p in enumerate(report.processes, 1)],
         ))
     return out

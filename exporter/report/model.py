@@ -42,12 +42,12 @@ class Row:
 
 @dataclass(slots=True)
 class ProcessRow:
-    """A process that held memory while idle during the range."""
+    """A process that held memory while idle during the range (``collect.process_query``)."""
 
     labels: dict[str, str]  # instance, gpu, pid, process, user, namespace, pod, ...
-    idle_byte_seconds: float = 0.0
-    idle_seconds: float = 0.0
-    peak_idle_bytes: float = 0.0
+    idle_byte_seconds: float = 0.0  # memory held x its idle stretch, largest in the range
+    idle_seconds: float = 0.0  # its longest idle stretch within the range
+    peak_idle_bytes: float = 0.0  # the most memory it held within the range
     started_at: float | None = None
     last_active_at: float | None = None  # newest kernel seen (needs the exporter's metric)
     running_at_end: bool = False

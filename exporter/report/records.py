@@ -1,7 +1,8 @@
 """The idle-accounting recording rules' names: shared by the rule generator and the report.
 
-The rules (``dashboards/accounting.py``) run in one group every ``INTERVAL_SECONDS``. Each
-recorded sample is a rate held over the last interval (bytes, GPUs, watts), so a range's total is
+The rules (``dashboards/accounting.py``) run in one group every ``INTERVAL_SECONDS`` and take
+the rate of the exporter's accounting counters (``exporter.metrics.accounting``) over
+``RATE_WINDOW``. Each recorded sample is a rate (bytes, GPUs, watts), so a range's total is
 ``sum_over_time(record[range]) * INTERVAL_SECONDS`` (byte-seconds, GPU-seconds, joules): one
 cheap query per record, whatever the number of raw samples behind it.
 """
@@ -11,9 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from exporter import metrics
+
 #: How often the accounting group runs; every total multiplies by it.
 INTERVAL: Final = "1m"
 INTERVAL_SECONDS: Final = 60
+#: The counters' rate window: two intervals, so that a 1-minute scrape still gives two samples
+#: (summed every interval, overlapping windows count each minute twice at half weight).
+RATE_WINDOW: Final = "2m"
 GROUP: Final = "gpu-exporter-accounting"
 RULE_FILE: Final = "gpu-exporter-accounting.yaml"
 
@@ -38,11 +44,6 @@ POD: Final = Level("instance_namespace_pod", ("namespace", "pod"))
 JOB: Final = Level("instance_job", (JOB_LABEL, "user"))
 LEVELS: Final = (USER, POD, JOB)
 
-#: Per process, recorded only while idle: the bytes it holds.
-PROCESS_IDLE_MEMORY: Final = "process:gpu_idle_memory_bytes:1m"
-#: Per user and GPU: the user's processes' SM utilisation (feeds used GPUs and power shares).
-GPU_USER_USED: Final = "instance_gpu_user:gpu_used_gpus:sum1m"
-
 #: Quantities recorded at every level (unit of the sample, unit of its range total).
 IDLE_MEMORY = "idle_memory_bytes"  # bytes held by idle processes -> byte-seconds
 IDLE_GPUS = "idle_gpus"  # share of GPUs held while the GPU was idle -> GPU-seconds
@@ -60,5 +61,26 @@ def level_quantities(level: Level) -> tuple[str, ...]:
 
 def all_records() -> tuple[str, ...]:
     """Every record name, in rule-file order."""
-    return (PROCESS_IDLE_MEMORY, GPU_USER_USED,
-            *(lv.record(q) for lv in LEVELS for q in level_quantities(lv)))
+    return tuple(lv.record(q) for lv in LEVELS for q in level_quantities(lv))
+
+
+#: Per-process series the forgotten-process views read (the exporter's own, not records).
+PROCESS_MEMORY: Final = metrics.PROCESS_MEMORY.name
+START_TIME: Final = metrics.PROCESS_START_TIME.name
+LAST_ACTIVE: Final = metrics.PROCESS_LAST_ACTIVE.name
+
+
+def selector(name: str, matchers: str) -> str:
+    """``name{matchers}`` (``name`` alone without matchers)."""
+    return f"{name}{{{matchers}}}" if matchers else name
+
+
+def idle_since(matchers: str) -> str:
+    """Per process: when its kernels last ran, or its start if they never ran since the
+    exporter saw it (only processes with utilisation samples: without them nothing says idle).
+
+    Forgotten processes are ranked on this instead of a per-process record, which would cost
+    a rule reading every process series each minute (docs/scale.md).
+    """
+    return (f"({selector(LAST_ACTIVE, matchers)} or ({selector(START_TIME, matchers)} "
+            f"and {selector(metrics.PROCESS_UTILIZATION.name, matchers)}))")

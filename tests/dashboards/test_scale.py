@@ -1,9 +1,9 @@
 """Structure that keeps rules and dashboards cheap on a large fleet (issue 15).
 
 Timings are measured by ``bench/fleet.py`` (figures in ``docs/scale.md``); these tests pin the
-shape those figures depend on: no rule (alerting or recording) reads per-process series, fleet
-panels read recording rules, and per-process panels are scoped to one node or capped with
-``topk``.
+shape those figures depend on: no rule (alerting, recording or accounting) reads per-process
+series, fleet panels read recording rules, and per-process panels are scoped to one node or
+capped with ``topk``.
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from exporter import metrics
 from exporter.report import records as accounting_records
 from tests.dashboards.grafana import GRAFANA_DIR, Json, load, targets, variables
 
-#: Series with one per process (a ``process`` label): the fleet's largest families, and the
-#: idle-accounting record kept per idle process.
-PER_PROCESS = (*(m.name for m in metrics.PROCESS_ROWS), accounting_records.PROCESS_IDLE_MEMORY)
+#: Series with one per process (a ``process`` label): the fleet's largest families.
+PER_PROCESS = tuple(m.name for m in metrics.PROCESS_ROWS)
 RAW = tuple(m.name for m in metrics.CATALOGUE)
 RECORDS = {r.record for r in (*recording.all_records(), *alerts.all_records())}
 
@@ -47,8 +46,8 @@ def test_no_alert_reads_per_process_series(alert: alerts.AlertRule) -> None:
     assert _reads(alert.expr, PER_PROCESS) == set(), alert.alert
 
 
-@pytest.mark.parametrize("rule", [*recording.all_records(), *alerts.all_records()],
-                         ids=lambda r: r.record)
+@pytest.mark.parametrize("rule", [*recording.all_records(), *alerts.all_records(),
+                                  *accounting.all_records()], ids=lambda r: r.record)
 def test_no_recording_rule_reads_per_process_series(rule: rules.RecordingRule) -> None:
     """The exporter sums per GPU and user what the rules need (idle memory, busiest process),
     so every rule group costs in proportion to GPUs and users, not processes."""
@@ -94,11 +93,13 @@ def test_per_process_panels_are_scoped_to_one_node_or_capped(path: object) -> No
         assert not _range_over_process_series(expr), panel["title"]
 
 
-def test_accounting_writes_one_per_process_record() -> None:
-    """Idle accounting reads process series (it accounts processes), but writes per process
-    only the idle memory the report lists; every other record is per GPU and row or coarser."""
-    per_process = [r.record for r in accounting.all_records() if r.record.startswith("process:")]
-    assert per_process == [accounting_records.PROCESS_IDLE_MEMORY]
+def test_accounting_reads_one_series_per_user_pod_or_job() -> None:
+    """Idle accounting reads the exporter's accounting counters (per user, pod or job on a
+    host: their cost grows with users, not processes) and writes nothing per process."""
+    counters = {m.name for m in metrics.ACCOUNTING_ROWS}
+    for rule in accounting.all_records():
+        assert _reads(rule.expr, RAW) <= counters, rule.record
+        assert rule.record.startswith(tuple(f"{lv.name}:" for lv in accounting_records.LEVELS))
 
 
 @pytest.mark.parametrize("name", ["GpuProcessIdle", "GpuUserMemoryIdle"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from exporter import metrics
+from exporter.attribution.accounting import IdleAccounting
 from exporter.attribution.torchtotals import TorchUserTotals
 from exporter.health import MigDevice, MigProcess, XidKey, XidStat
 from exporter.metrics import allocator
@@ -191,9 +192,13 @@ def fleet(gpus: int = 8, processes_per_gpu: int = 32) -> Snapshot:
     )
     if readings:
         readings[0] = with_health(readings[0])
-    # The per-user PyTorch counters, as the exporter's enrichment adds them (first collection).
-    return TorchUserTotals().enrich(snapshot(*readings, allocations=allocations,
-                                             pod_resources=PodResourcesHealth(True, "ok")))
+    # The per-user PyTorch counters, as the exporter's enrichment adds them (first collection),
+    # and idle accounting over one 15-second interval.
+    first = TorchUserTotals().enrich(snapshot(*readings, allocations=allocations,
+                                              pod_resources=PodResourcesHealth(True, "ok")))
+    accounting = IdleAccounting(pods=True)
+    accounting.enrich(replace(first, taken_at=first.taken_at - 15.0))
+    return accounting.enrich(first)
 
 
 def with_health(gpu: GpuReading) -> GpuReading:

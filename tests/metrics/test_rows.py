@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from exporter import metrics
+from exporter.attribution.accounting import IdleAccounting
 from exporter.attribution.torchtotals import TorchUserTotals
 from exporter.exposition.json_model import GpuModel, ProcessModel
 from exporter.metrics import SWITCHABLE_GROUPS, Group, Metric, Scope
@@ -80,8 +81,12 @@ def _exposed_names() -> set[str]:
     snapshots = [nvml.collect(ALL)]
     nvml.close()
     for preset in list_presets():
-        source = SimulatedSource(load_scenario(preset), clock=lambda: 1_000.0)
-        snapshots.append(TorchUserTotals().enrich(source.collect(ALL)))  # as the CLI chains it
+        now = [1_000.0]
+        source = SimulatedSource(load_scenario(preset), clock=lambda now=now: now[0])
+        accounting, totals = IdleAccounting(), TorchUserTotals()  # as the CLI chains them
+        accounting.enrich(totals.enrich(source.collect(ALL)))
+        now[0] += 10.0  # a second collection: accounting needs an interval
+        snapshots.append(accounting.enrich(totals.enrich(source.collect(ALL))))
     snapshots.append(factory.fleet(1, 2))  # processes in pods: the workload families
     options = ExpositionOptions(groups=frozenset(Group), kubernetes_labels=True,
                                 container_labels=True, slurm_labels=True)

@@ -23,6 +23,10 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from exporter import snapshot
+from exporter.attribution.accounting import IdleAccounting
+from exporter.metrics import ACCOUNTING_ROWS, POWER_USAGE, UTILIZATION
+
 GIB = 1024**3
 DAY = 86400
 SCRAPE = 60
@@ -102,6 +106,11 @@ def _labels(host: str, gpu: str, **extra: str) -> str:
     return "{" + ",".join(f'{k}="{v}"' for k, v in pairs.items()) + "}"
 
 
+def _host_labels(host: str, **extra: str) -> str:
+    pairs = {"instance": f"{host}:9400", **extra}
+    return "{" + ",".join(f'{k}="{v}"' for k, v in pairs.items()) + "}"
+
+
 def _process_labels(p: Process) -> str:
     return _labels(p.host, p.gpu, pid=p.pid, process=p.name, user=p.user,
                    uid=str(1000 + sum(map(ord, p.user)) % 1000), **p.labels)
@@ -129,6 +138,45 @@ def _last_busy(pid: str) -> dict[int, int]:
             last = step
         if last is not None:
             table[step] = last
+    return table
+
+
+def _snapshot(host: str, t: float) -> snapshot.Snapshot:
+    """What the host's exporter collected at ``t`` (only what idle accounting reads)."""
+    gpus = []
+    for h, g in GPUS:
+        if h != host:
+            continue
+        processes = tuple(
+            snapshot.GpuProcess(
+                int(p.pid), snapshot.ProcessType.COMPUTE, round(p.memory(t)), p.util(t),
+                owner=snapshot.ProcessOwner(1000, p.user, p.name, p.start),
+                pod=(snapshot.PodRef("uid", namespace=p.labels["namespace"],
+                                     pod=p.labels["pod"]) if "pod" in p.labels else None),
+                slurm_job=p.labels.get("slurm_job"))
+            for p in on_gpu(h, g, t))
+        values = {UTILIZATION.name: gpu_util(h, g, t), POWER_USAGE.name: gpu_power(h, g, t)}
+        identity = snapshot.GpuIdentity(int(g), f"GPU-{h}-{g}", "H100", g, GPU_TOTAL)
+        gpus.append(snapshot.GpuReading(identity, values=values, processes=processes))
+    return snapshot.Snapshot("nvml", host, t, 0.0, gpus=tuple(gpus))
+
+
+@functools.lru_cache(maxsize=4)
+def _accounting(host: str) -> dict[int, list[tuple[str, str, float]]]:
+    """Scrape step -> (counter name, labels, value) of the host's accounting counters, from
+    the exporter's own ``IdleAccounting`` fed every scrape (a fresh one after h2's restart,
+    so its counters start again from 0)."""
+    table: dict[int, list[tuple[str, str, float]]] = {}
+    accounting = IdleAccounting(pods=True, jobs=True)
+    for step in range(0, WEEK + DAY, SCRAPE):
+        if not visible(host, step):
+            accounting = IdleAccounting(pods=True, jobs=True)
+            continue
+        rows = accounting.enrich(_snapshot(host, float(step))).accounting
+        table[step] = [
+            (name, _host_labels(host, user=row.user, namespace=row.namespace, pod=row.pod,
+                                slurm_job=row.slurm_job), value)
+            for row in rows for name, value in row.totals.items()]
     return table
 
 
@@ -174,6 +222,13 @@ def openmetrics(t0: float, begin: int, end: int) -> Iterator[str]:
         for step in steps:
             for labels, value in fn(float(step)):
                 yield f"{name}{labels} {value:.17g} {t0 + step:.0f}\n"
+    for row in ACCOUNTING_ROWS:
+        yield f"# TYPE {row.family_name} counter\n"
+        for step in steps:
+            for host in ("h1", "h2"):
+                for name, labels, value in _accounting(host).get(step, ()):
+                    if name == row.name:
+                        yield f"{name}{labels} {value:.17g} {t0 + step:.0f}\n"
     # The opt-in energy counter, on h1 only (h2's energy comes from its power gauge).
     yield "# TYPE gpu_energy_consumed_joules counter\n"
     for step in steps:
@@ -239,3 +294,23 @@ def truth(start: float, end: float, step: float = 10.0) -> Truth:
                     row["idle_byte_seconds"] += p.memory(t) * step
                     row["idle_seconds"] += step
     return Truth(users, pods, jobs, procs)
+
+
+def forgotten(start: float, end: float, minimum: float) -> dict[str, dict[str, float]]:
+    """Per process, its longest idle stretch within ``[start, end]`` (seconds from the scenario
+    start) and the largest memory x stretch, on the scrape grid: a stretch runs from the last
+    scrape that saw its kernels run (or its start, or ``start``) and counts over ``minimum``."""
+    found: dict[str, dict[str, float]] = {}
+    for p in PROCESSES:
+        busy = _last_busy(p.pid)
+        row = {"idle_byte_seconds": 0.0, "idle_seconds": 0.0}
+        for step in range(0, WEEK + DAY, SCRAPE):
+            if not start <= step <= end or not p.alive(step) or not visible(p.host, step):
+                continue
+            stretch = step - max(busy.get(step, p.start), start)
+            if stretch > minimum:
+                row["idle_seconds"] = max(row["idle_seconds"], stretch)
+                row["idle_byte_seconds"] = max(row["idle_byte_seconds"], p.memory(step) * stretch)
+        if row["idle_seconds"]:
+            found[p.pid] = row
+    return found

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from dashboards import accounting, rules
-from exporter import thresholds
+from exporter import metrics
 from exporter.metrics import SLURM_LABELS
 from exporter.report import records
 from tests.dashboards import promtool
@@ -32,12 +32,10 @@ def test_promtool_unit_tests_pass_as_documented() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("value", [0.04, 0.81])
-def test_a_shifted_idle_threshold_is_caught(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: float
-) -> None:
-    """0.04 makes the 4 % process busy; 0.81 makes bob's 80 % job idle: promtool must fail."""
-    monkeypatch.setattr(accounting, "_IDLE", repr(value))
+def test_a_wrong_level_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per-pod records that kept host processes' rows (no pod matcher): promtool must fail."""
+    monkeypatch.setattr(records, "POD", records.Level("instance_namespace_pod", ("user",)))
+    monkeypatch.setattr(records, "LEVELS", (records.USER, records.POD, records.JOB))
     (tmp_path / "tests").mkdir()
     (tmp_path / records.RULE_FILE).write_text(rules.render(accounting.groups(), "accounting.py"))
     staged = Path(shutil.copy(TEST_FILE, tmp_path / "tests" / TEST_FILE.name))
@@ -61,8 +59,11 @@ def test_every_record_is_unit_tested_and_named_in_records() -> None:
         assert re.fullmatch(r"[a-z_]+:[a-z_]+:[a-z_0-9]+", name), name
 
 
-def test_idle_threshold_comes_from_the_thresholds_module() -> None:
-    assert f"< {thresholds.IDLE_UTILIZATION_RATIO}" in RULE_FILE.read_text()
+def test_rules_read_only_the_accounting_counters() -> None:
+    """Each rule reads one exporter counter per user, pod or job: never a process series."""
+    read = {name for rule in accounting.all_records()
+            for name in re.findall(r"[a-z_]+(?=[{\[])", rule.expr)}
+    assert read == {row.name for row in metrics.ACCOUNTING_ROWS}
 
 
 def test_job_label_is_the_exporters_slurm_label() -> None:

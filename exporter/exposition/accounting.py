@@ -1,0 +1,44 @@
+"""The idle-accounting counters: one series per row of ``Snapshot.accounting``.
+
+Labels are ``user`` plus ``namespace``/``pod`` (``--kubernetes``) and ``slurm_job``
+(``--slurm``); the enricher (``exporter.attribution.accounting``) keeps rows apart by exactly
+the labels switched on, so no two rows share a series.
+"""
+
+from __future__ import annotations
+
+from exporter.exposition.families import FamilyData, family
+from exporter.metrics import ACCOUNTING_ROWS
+from exporter.snapshot import AccountingRow, Snapshot
+from exporter.state import ExpositionOptions
+
+__all__ = ["accounting_families", "accounting_label_names"]
+
+
+def accounting_label_names(options: ExpositionOptions) -> tuple[str, ...]:
+    """Label names of the accounting counters under ``options``."""
+    return ("user", *(("namespace", "pod") if options.kubernetes_labels else ()),
+            *(("slurm_job",) if options.slurm_labels else ()))
+
+
+def _values(row: AccountingRow, options: ExpositionOptions) -> tuple[str, ...]:
+    return (row.user, *((row.namespace, row.pod) if options.kubernetes_labels else ()),
+            *((row.slurm_job,) if options.slurm_labels else ()))
+
+
+def accounting_families(snapshot: Snapshot, options: ExpositionOptions) -> list[FamilyData]:
+    """One family per accounting row whose group is on (families without samples left out)."""
+    if not snapshot.accounting:
+        return []
+    names = accounting_label_names(options)
+    keys = [_values(row, options) for row in snapshot.accounting]
+    found = []
+    for metric in ACCOUNTING_ROWS:
+        if metric.group not in options.groups:
+            continue
+        result = family(metric, names)
+        result.rows = [(key, total) for key, row in zip(keys, snapshot.accounting, strict=True)
+                       if (total := row.totals.get(metric.name)) is not None]
+        if result.rows:
+            found.append(result)
+    return found
