@@ -165,7 +165,7 @@ def _processes(grid: panels.Layout) -> None:
     grid.add(panels.timeseries_panel(
         "Process memory by user", "GPU memory of all processes of each user on the selected "
         "GPUs, stacked: who is filling this node.", "bytes",
-        [panels.query(f"sum by (user) ({_on_gpus(metrics.USER_MEMORY)})", "{{user}}")],
+        [panels.sum_by("user", _on_gpus(metrics.USER_MEMORY))],
         stacked=True,
         min_val=0,
     ), 12)

@@ -126,6 +126,11 @@ def query(
     return q
 
 
+def sum_by(label: str, expr: str) -> prometheus.Dataquery:
+    """``expr`` summed into one series per value of ``label``, each named by its value."""
+    return query(f"sum by ({label}) ({expr})", f"{{{{{label}}}}}")
+
+
 def _legend() -> common_builder.VizLegendOptions:
     return (
         common_builder.VizLegendOptions()
