@@ -6,7 +6,7 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard, prometheus
 
 from dashboards import panels, variables
-from dashboards.fleet import MEMORY_STEPS, TEMPERATURE_STEPS
+from dashboards.fleet import MEMORY_STEPS, TEMPERATURE_STEPS, temperature_graph
 from dashboards.gpu_health_panels import GPU_LEGEND, node_health_rows, node_mig_rows
 from dashboards.promql import NOT_OVERFLOW, idle_process_filter, num, seconds, sel, sel_record
 from exporter import metrics, thresholds
@@ -77,12 +77,11 @@ def _device(grid: panels.Layout) -> None:
          panels.query(_on_gpus(metrics.MEMORY_UTILIZATION), f"{GPU_LEGEND} memory", ref="B")],
         min_val=0, max_val=1,
     ), 12)
-    grid.add(panels.timeseries_panel(
+    grid.add(temperature_graph(
         "Temperature", "Core temperature; dashed lines at "
         f"{thresholds.TEMPERATURE_WARNING_CELSIUS:.0f} °C (watch the cooling) and "
-        f"{thresholds.TEMPERATURE_CRITICAL_CELSIUS:.0f} °C.", "celsius",
-        [panels.query(_on_gpus(metrics.TEMPERATURE), GPU_LEGEND)],
-        thresholds=panels.steps(*TEMPERATURE_STEPS),
+        f"{thresholds.TEMPERATURE_CRITICAL_CELSIUS:.0f} °C.",
+        panels.query(_on_gpus(metrics.TEMPERATURE), GPU_LEGEND),
     ), 12)
     grid.add(panels.timeseries_panel(
         "Power vs limit", "Board power against the enforced limit. Power that stays low while "
