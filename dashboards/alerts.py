@@ -17,15 +17,11 @@ from dashboards.promql import (
     reason_in,
     sel,
 )
-from dashboards.rules import AlertRule, RecordingRule, RuleGroup
+from dashboards.rules import GPU_TEXT, HOST_TEXT, AlertRule, RecordingRule, RuleGroup
 from exporter import metrics, thresholds
 from exporter.metrics import allocator
 
 UNCORRECTED = 'type="uncorrected"'
-# On Kubernetes the instance is a pod address; the ServiceMonitor's node label says where.
-_NODE = "{{ with $labels.node }} (node {{ . }}){{ end }}"
-_HOST = "{{ $labels.instance }}" + _NODE
-_WHERE = "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on " + _HOST
 _HW_POWER_REASONS = tuple(r for r in metrics.POWER_THROTTLE_REASONS if r.startswith("hw_"))
 _SW_POWER_REASONS = tuple(r for r in metrics.POWER_THROTTLE_REASONS if not r.startswith("hw_"))
 
@@ -52,7 +48,7 @@ def memory_group() -> RuleGroup:
         severity="warning",
         summary="GPU memory is almost full.",
         description=(
-            f"{_WHERE} has {{{{ $value | humanizePercentage }}}} of its memory in use (over "
+            f"{GPU_TEXT} has {{{{ $value | humanizePercentage }}}} of its memory in use (over "
             f"{thresholds.MEMORY_USED_RATIO:.0%} for {thresholds.MEMORY_USED_FOR}). New "
             "allocations will fail with CUDA out-of-memory errors; see which processes and users "
             "hold it."
@@ -77,7 +73,7 @@ def memory_group() -> RuleGroup:
         severity="warning",
         summary="GPU memory keeps growing and will run out.",
         description=(
-            f"Used memory of {_WHERE} has grown steadily over the last {thresholds.LEAK_WINDOW} "
+            f"Used memory of {GPU_TEXT} has grown steadily over the last {thresholds.LEAK_WINDOW} "
             "and, at that rate, reaches the total in about {{ $value | humanizeDuration }}. A "
             "process is probably leaking (tensors kept alive, a growing cache)."
         ),
@@ -160,7 +156,7 @@ def idle_group() -> RuleGroup:
         severity="warning",
         summary="A GPU holds memory but runs nothing.",
         description=(
-            f"{_WHERE} holds {{{{ $value | humanize1024 }}}}B of memory while its utilisation "
+            f"{GPU_TEXT} holds {{{{ $value | humanize1024 }}}}B of memory while its utilisation "
             f"stayed under {thresholds.IDLE_UTILIZATION_RATIO:.0%} for {thresholds.IDLE_FOR}: a "
             "forgotten notebook or a hung job is blocking it for everyone else."
         ),
@@ -183,7 +179,7 @@ def idle_group() -> RuleGroup:
         severity="info",
         summary="A GPU in use is starved: low utilisation and power for a long time.",
         description=(
-            f"{_WHERE} has processes but averaged only {{{{ $value | humanizePercentage }}}} "
+            f"{GPU_TEXT} has processes but averaged only {{{{ $value | humanizePercentage }}}} "
             f"utilisation and under {thresholds.STARVED_POWER_RATIO:.0%} of its power limit for "
             f"{thresholds.STARVED_FOR}: the job waits on the CPU, data loading or I/O, not on the "
             "GPU."
@@ -199,7 +195,7 @@ def idle_group() -> RuleGroup:
         summary="A pod holds an allocated GPU and does nothing with it.",
         description=(
             "Pod {{ $labels.namespace }}/{{ $labels.pod }} (container {{ $labels.container }}) was "
-            f"given {_WHERE} by the kubelet, and for {thresholds.IDLE_FOR} either none of its "
+            f"given {GPU_TEXT} by the kubelet, and for {thresholds.IDLE_FOR} either none of its "
             "processes was on that GPU or the GPU, its alone, stayed under "
             f"{thresholds.IDLE_UTILIZATION_RATIO:.0%} utilisation. Nobody else can be scheduled on "
             "it."
@@ -265,7 +261,7 @@ def thermal_group() -> RuleGroup:
         severity="warning",
         summary="A GPU is running hot.",
         description=(
-            f"{_WHERE} is at {{{{ $value }}}} °C (over "
+            f"{GPU_TEXT} is at {{{{ $value }}}} °C (over "
             f"{num(thresholds.TEMPERATURE_WARNING_CELSIUS)} °C for "
             f"{thresholds.TEMPERATURE_WARNING_FOR}). Check fans, airflow and the room's cooling."
         ),
@@ -277,7 +273,7 @@ def thermal_group() -> RuleGroup:
         severity="critical",
         summary="A GPU is dangerously hot.",
         description=(
-            f"{_WHERE} is at {{{{ $value }}}} °C (over "
+            f"{GPU_TEXT} is at {{{{ $value }}}} °C (over "
             f"{num(thresholds.TEMPERATURE_CRITICAL_CELSIUS)} °C for "
             f"{thresholds.TEMPERATURE_CRITICAL_FOR}); it is throttling hard and may shut down."
         ),
@@ -290,7 +286,7 @@ def thermal_group() -> RuleGroup:
         severity="warning",
         summary="A GPU slows its clocks because it is too hot.",
         description=(
-            f"{_WHERE} reports clock event reason {{{{ $labels.reason }}}} for "
+            f"{GPU_TEXT} reports clock event reason {{{{ $labels.reason }}}} for "
             f"{thresholds.THROTTLE_FOR}: it runs slower than it could until it cools down."
         ),
     )
@@ -301,7 +297,7 @@ def thermal_group() -> RuleGroup:
         severity="warning",
         summary="A GPU's hardware slowdown or power brake is active.",
         description=(
-            f"{_WHERE} reports {{{{ $labels.reason }}}} for {thresholds.THROTTLE_FOR}: the board "
+            f"{GPU_TEXT} reports {{{{ $labels.reason }}}} for {thresholds.THROTTLE_FOR}: the board "
             "halves its clocks because of an external power brake, a power-supply problem "
             "or overheating."
         ),
@@ -313,7 +309,7 @@ def thermal_group() -> RuleGroup:
         severity="info",
         summary="A GPU runs at its power limit.",
         description=(
-            f"{_WHERE} has been held at its power limit ({{{{ $labels.reason }}}}) for "
+            f"{GPU_TEXT} has been held at its power limit ({{{{ $labels.reason }}}}) for "
             f"{thresholds.POWER_CAP_FOR}. Normal for heavy jobs; if the limit was lowered, raise "
             "it."
         ),
@@ -331,7 +327,7 @@ def health_group() -> RuleGroup:
         severity="critical",
         summary="A GPU stopped answering.",
         description=(
-            f"{_WHERE} does not answer NVML (lost, needs a reset, or hung) for "
+            f"{GPU_TEXT} does not answer NVML (lost, needs a reset, or hung) for "
             f"{thresholds.GPU_DOWN_FOR}. The other GPUs of the host still report."
         ),
     )
@@ -345,7 +341,7 @@ def health_group() -> RuleGroup:
         severity="critical",
         summary="A GPU disappeared from its host.",
         description=(
-            f"{_WHERE} was reported during the last {thresholds.GPU_MISSING_LOOKBACK} but no "
+            f"{GPU_TEXT} was reported during the last {thresholds.GPU_MISSING_LOOKBACK} but no "
             "longer is, while the exporter answers: it fell off the bus or the driver no longer "
             f"sees it. Resolves by itself {thresholds.GPU_MISSING_LOOKBACK} after a deliberate "
             "removal."
@@ -358,7 +354,7 @@ def health_group() -> RuleGroup:
         severity="critical",
         summary="A GPU reported uncorrectable memory errors.",
         description=(
-            f"{_WHERE} counted {{{{ $value | humanize }}}} uncorrected ECC errors in the last "
+            f"{GPU_TEXT} counted {{{{ $value | humanize }}}} uncorrected ECC errors in the last "
             f"{thresholds.ECC_WINDOW}: data was lost. Drain the GPU and reset it."
         ),
     )
@@ -374,7 +370,7 @@ def exporter_group() -> RuleGroup:
         severity="warning",
         summary="Prometheus cannot scrape a gpu-exporter.",
         description=(
-            "Target " + _HOST + " of job {{ $labels.job }} has been down for "
+            "Target " + HOST_TEXT + " of job {{ $labels.job }} has been down for "
             f"{thresholds.EXPORTER_DOWN_FOR}: no GPU data or GPU alerts for that host."
         ),
     )
@@ -385,7 +381,7 @@ def exporter_group() -> RuleGroup:
         severity="critical",
         summary="The exporter cannot read the GPUs at all.",
         description=(
-            "The {{ $labels.source }} source of " + _HOST + " is down (NVML missing "
+            "The {{ $labels.source }} source of " + HOST_TEXT + " is down (NVML missing "
             f"or failing) for {thresholds.SOURCE_DOWN_FOR}; the exporter keeps retrying."
         ),
     )
@@ -396,7 +392,7 @@ def exporter_group() -> RuleGroup:
         severity="warning",
         summary="The exporter's collections keep failing.",
         description=(
-            "Collections on " + _HOST + " have not read every GPU without error for "
+            "Collections on " + HOST_TEXT + " have not read every GPU without error for "
             f"{thresholds.COLLECTION_FAILING_FOR}; see gpu_exporter_errors_total by kind."
         ),
     )
@@ -407,7 +403,7 @@ def exporter_group() -> RuleGroup:
         severity="warning",
         summary="The exporter serves old data.",
         description=(
-            "The data " + _HOST + " serves is {{ $value | humanizeDuration }} old: "
+            "The data " + HOST_TEXT + " serves is {{ $value | humanizeDuration }} old: "
             "collections hang or fail and the last good snapshot is repeated."
         ),
     )
@@ -421,7 +417,7 @@ def exporter_group() -> RuleGroup:
         severity="info",
         summary="The exporter meets many errors while collecting.",
         description=(
-            _HOST + " counted {{ $value | humanize }} errors of kind "
+            HOST_TEXT + " counted {{ $value | humanize }} errors of kind "
             f"{{{{ $labels.kind }}}} in the last {thresholds.ERRORS_WINDOW}."
         ),
     )
@@ -432,7 +428,7 @@ def exporter_group() -> RuleGroup:
         severity="warning",
         summary="The exporter cannot read the kubelet's GPU allocations.",
         description=(
-            "The kubelet's PodResources API has not answered " + _HOST + " for "
+            "The kubelet's PodResources API has not answered " + HOST_TEXT + " for "
             f"{thresholds.POD_RESOURCES_FAILING_FOR} (see gpu_exporter_pod_resources_status): "
             "gpu_allocation_info is missing and GpuAllocatedIdle cannot fire there."
         ),
@@ -477,7 +473,7 @@ def torch_group() -> RuleGroup:
         severity="warning",
         summary="A user's process hit a CUDA out-of-memory error in PyTorch.",
         description=(
-            "Processes of user {{ $labels.user }} on " + _HOST + " raised "
+            "Processes of user {{ $labels.user }} on " + HOST_TEXT + " raised "
             "{{ $value | humanize }} PyTorch out-of-memory error(s) in the last "
             f"{thresholds.TORCH_OOM_WINDOW} (counted whether or not the program caught them). The "
             "node dashboard's row Inside the processes shows which one, with its tensors, cache "
@@ -491,7 +487,7 @@ def torch_group() -> RuleGroup:
         severity="warning",
         summary="PyTorch keeps flushing its cache to satisfy allocations (fragmentation).",
         description=(
-            "Processes of user {{ $labels.user }} on " + _HOST + " retried "
+            "Processes of user {{ $labels.user }} on " + HOST_TEXT + " retried "
             "{{ $value | humanize }} failed cudaMalloc calls in "
             f"{thresholds.TORCH_RETRIES_WINDOW}, for {thresholds.TORCH_RETRIES_FOR}: each retry "
             "frees the allocator's cache and synchronises (slow steps), and the next failure is an "

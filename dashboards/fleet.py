@@ -6,7 +6,7 @@ costs the same whatever runs on the GPUs, and one series per node over long rang
 
 from __future__ import annotations
 
-from grafana_foundation_sdk.builders import dashboard
+from grafana_foundation_sdk.builders import dashboard, prometheus, timeseries
 
 from dashboards import alerts, panels, recording, variables
 from dashboards.promql import count_or_zero, num, sel_record, with_hostname
@@ -25,6 +25,13 @@ COUNT_BAD = (("green", None), ("red", 1.0))
 COUNT_WARN = (("green", None), ("orange", 1.0))
 LEGEND = "{{hostname}} GPU {{gpu}}"
 NODE_LEGEND = "{{hostname}}"
+
+
+def temperature_graph(title: str, description: str,
+                      target: prometheus.Dataquery) -> timeseries.Panel:
+    """Temperatures over time, the alert thresholds drawn as dashed lines."""
+    return panels.timeseries_panel(title, description, "celsius", [target],
+                                   thresholds=panels.steps(*TEMPERATURE_STEPS))
 
 
 def _rec(record: str) -> str:
@@ -124,13 +131,11 @@ def _per_node(grid: panels.Layout) -> None:
         panels.query(f"topk(10, sum by (user) ({_rec(recording.INSTANCE_USER_MEMORY)}))",
                      "{{user}}", instant=True),
     ), 12)
-    grid.add(panels.timeseries_panel(
+    grid.add(temperature_graph(
         "Hottest GPU per node", "Core temperature of each node's hottest GPU. Above "
         f"{num(thresholds.TEMPERATURE_WARNING_CELSIUS)} °C check the cooling; above "
         f"{num(thresholds.TEMPERATURE_CRITICAL_CELSIUS)} °C the GPU throttles hard (dashed lines: "
-        "alert thresholds).", "celsius",
-        [panels.query(_by_node(recording.INSTANCE_TEMPERATURE), NODE_LEGEND)],
-        thresholds=panels.steps(*TEMPERATURE_STEPS),
+        "alert thresholds).", panels.query(_by_node(recording.INSTANCE_TEMPERATURE), NODE_LEGEND),
     ), 12)
     grid.add(panels.timeseries_panel(
         "Power per node", "Board power draw summed per node. Power that never rises while a job "

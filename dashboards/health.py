@@ -77,16 +77,13 @@ def _collections(grid: panels.Layout) -> None:
     grid.add(panels.timeseries_panel(
         "Errors by kind", "Problems met while collecting, per interval and kind (gpu_lost, "
         "nvml_call, garbled_process_entry, collection_timeout, owner_lookup ...).", "short",
-        [panels.query(f"sum by (kind) (increase({sel(metrics.ERRORS, HOST)}[$__rate_interval]))",
-                      "{{kind}}")],
+        [panels.sum_by("kind", f"increase({sel(metrics.ERRORS, HOST)}[$__rate_interval])")],
         min_val=0,
     ), 12)
     grid.add(panels.timeseries_panel(
         "Process series folded into overflow", "Processes per GPU beyond the exporter's "
         "--process.max-series-per-gpu cap, summed into one overflow series.", "short",
-        [panels.query(f"sum by (instance) ({sel_record(recording.INSTANCE_OVERFLOW, HOST)})",
-                      "{{instance}}")],
-        min_val=0,
+        [panels.sum_by("instance", sel_record(recording.INSTANCE_OVERFLOW, HOST))], min_val=0,
     ), 12)
     grid.add(panels.table_panel(
         "Exporters", "Version and data source of each exporter.",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dashboards import xids
 from dashboards.promql import num
-from dashboards.rules import AlertRule, RuleGroup
+from dashboards.rules import GPU_TEXT, AlertRule, RuleGroup
 from exporter import metrics
 from exporter.thresholds import (
     REMAP_PENDING_FOR,
@@ -28,9 +28,6 @@ REMAP_PENDING = metrics.REMAP_PENDING.name
 REMAP_FAILURE = metrics.REMAP_FAILURE.name
 RETIRED_PENDING = metrics.RETIRED_PENDING.name
 
-_NODE = "{{ with $labels.node }} (node {{ . }}){{ end }}"
-_HOST = "{{ $labels.instance }}" + _NODE
-_WHERE = "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on " + _HOST
 _MIG = ("{{ with $labels.gpu_instance }}, MIG GPU instance {{ . }}"
         "{{ with $labels.gpu_profile }} ({{ . }}){{ end }}{{ end }}")
 
@@ -50,7 +47,7 @@ def xid_group() -> RuleGroup:
         severity="critical",
         summary="A GPU reported an XID that means a hardware fault or lost data.",
         description=(
-            f"{_WHERE} reported XID {{{{ $labels.xid }}}}{_MIG} "
+            f"{GPU_TEXT} reported XID {{{{ $labels.xid }}}}{_MIG} "
             "{{ $value | humanizeDuration }} ago: a hardware fault or lost data (uncorrectable "
             "memory error, NVLink, fallen off the bus, GPU firmware). Drain the GPU and follow "
             "the runbook's XID table. "
@@ -64,7 +61,7 @@ def xid_group() -> RuleGroup:
         severity="info",
         summary="An application caused an XID on a GPU.",
         description=(
-            f"{_WHERE} reported XID {{{{ $labels.xid }}}}{_MIG} "
+            f"{GPU_TEXT} reported XID {{{{ $labels.xid }}}}{_MIG} "
             "{{ $value | humanizeDuration }} ago: a job's own fault (kernel exception, illegal "
             "memory access); the GPU stays healthy. NVML does not say which process: the "
             "kernel log line (dmesg | grep Xid) carries its pid."
@@ -78,7 +75,7 @@ def xid_group() -> RuleGroup:
         severity="warning",
         summary="A GPU reports XIDs continuously.",
         description=(
-            f"{_WHERE} has reported more than one XID every {1 / XID_STORM_RATE:.0f} s for "
+            f"{GPU_TEXT} has reported more than one XID every {1 / XID_STORM_RATE:.0f} s for "
             f"{XID_STORM_FOR} (now {{{{ $value | humanize }}}} per second): something fails in a "
             "loop (a job restarting on a broken GPU, a firmware fault)."
         ),
@@ -90,7 +87,7 @@ def xid_group() -> RuleGroup:
         severity="info",
         summary="XID errors of a GPU cannot be counted.",
         description=(
-            f"NVML does not deliver XID events for {_WHERE} (registration not supported or "
+            f"NVML does not deliver XID events for {GPU_TEXT} (registration not supported or "
             "failing): the XID alerts are blind for it. See the exporter's log."
         ),
     )
@@ -106,7 +103,7 @@ def memory_repair_group() -> RuleGroup:
         severity="warning",
         summary="A GPU needs a reset to remap faulty memory rows.",
         description=(
-            f"{_WHERE} has memory rows remapped after ECC errors that take effect only after a "
+            f"{GPU_TEXT} has memory rows remapped after ECC errors that take effect only after a "
             "GPU reset. Jobs keep running; reset the GPU at the next convenient moment."
         ),
     )
@@ -117,7 +114,7 @@ def memory_repair_group() -> RuleGroup:
         severity="critical",
         summary="A GPU failed to remap faulty memory rows: it needs replacing.",
         description=(
-            f"{_WHERE} reports a failed row remap: a memory bank has no spare rows left, so "
+            f"{GPU_TEXT} reports a failed row remap: a memory bank has no spare rows left, so "
             "further memory errors cannot be repaired. Drain it and contact the vendor (RMA)."
         ),
     )
@@ -128,7 +125,7 @@ def memory_repair_group() -> RuleGroup:
         severity="warning",
         summary="A GPU needs a reset to retire faulty memory pages.",
         description=(
-            f"{_WHERE} has memory pages waiting for retirement after ECC errors; they are "
+            f"{GPU_TEXT} has memory pages waiting for retirement after ECC errors; they are "
             "retired at the next GPU reset or reboot."
         ),
     )

@@ -3,10 +3,10 @@ for processes that publish them, PyTorch's allocator figures."""
 
 from __future__ import annotations
 
-from grafana_foundation_sdk.builders import dashboard
+from grafana_foundation_sdk.builders import dashboard, prometheus
 
 from dashboards import panels, variables
-from dashboards.fleet import MEMORY_STEPS, TEMPERATURE_STEPS
+from dashboards.fleet import MEMORY_STEPS, TEMPERATURE_STEPS, temperature_graph
 from dashboards.gpu_health_panels import GPU_LEGEND, node_health_rows, node_mig_rows
 from dashboards.promql import NOT_OVERFLOW, idle_process_filter, num, seconds, sel
 from exporter import metrics, thresholds
@@ -33,6 +33,12 @@ NVML_GAP = (
 def _on_gpus(metric: metrics.Metric) -> str:
     """A metric's series on the selected host's selected GPUs."""
     return sel(metric, HOST_GPU)
+
+
+def _top_processes(metric: metrics.Metric) -> prometheus.Dataquery:
+    """A per-process metric of the TOP_PROCESSES processes with the highest value at each
+    moment, on the selected GPUs."""
+    return panels.query(f"topk({TOP_PROCESSES}, {_on_gpus(metric)})", PROCESS_LEGEND)
 
 
 def _device(grid: panels.Layout) -> None:
@@ -71,12 +77,11 @@ def _device(grid: panels.Layout) -> None:
          panels.query(_on_gpus(metrics.MEMORY_UTILIZATION), f"{GPU_LEGEND} memory", ref="B")],
         min_val=0, max_val=1,
     ), 12)
-    grid.add(panels.timeseries_panel(
+    grid.add(temperature_graph(
         "Temperature", "Core temperature; dashed lines at "
         f"{thresholds.TEMPERATURE_WARNING_CELSIUS:.0f} °C (watch the cooling) and "
-        f"{thresholds.TEMPERATURE_CRITICAL_CELSIUS:.0f} °C.", "celsius",
-        [panels.query(_on_gpus(metrics.TEMPERATURE), GPU_LEGEND)],
-        thresholds=panels.steps(*TEMPERATURE_STEPS),
+        f"{thresholds.TEMPERATURE_CRITICAL_CELSIUS:.0f} °C.",
+        panels.query(_on_gpus(metrics.TEMPERATURE), GPU_LEGEND),
     ), 12)
     grid.add(panels.timeseries_panel(
         "Power vs limit", "Board power against the enforced limit. Power that stays low while "
@@ -159,7 +164,7 @@ def _processes(grid: panels.Layout) -> None:
     grid.add(panels.timeseries_panel(
         "Process memory by user", "GPU memory of all processes of each user on the selected "
         "GPUs, stacked: who is filling this node.", "bytes",
-        [panels.query(f"sum by (user) ({_on_gpus(metrics.USER_MEMORY)})", "{{user}}")],
+        [panels.sum_by("user", _on_gpus(metrics.USER_MEMORY))],
         stacked=True,
         min_val=0,
     ), 12)
@@ -167,17 +172,13 @@ def _processes(grid: panels.Layout) -> None:
         "Process memory", f"GPU memory of the {TOP_PROCESSES} processes holding the most at "
         "each moment. A process whose line only climbs is "
         "leaking; check torch.cuda.memory_summary() inside it.", "bytes",
-        [panels.query(f"topk({TOP_PROCESSES}, {_on_gpus(metrics.PROCESS_MEMORY)})",
-                      PROCESS_LEGEND)],
-        min_val=0,
+        [_top_processes(metrics.PROCESS_MEMORY)], min_val=0,
     ), 12)
     grid.add(panels.timeseries_panel(
         "Process utilisation", f"Share of time the kernels of the {TOP_PROCESSES} busiest "
         "processes ran on the GPU. 0 with "
         "memory held means the process is idle or waiting for input.", "percentunit",
-        [panels.query(f"topk({TOP_PROCESSES}, {_on_gpus(metrics.PROCESS_UTILIZATION)})",
-                      PROCESS_LEGEND)],
-        min_val=0, max_val=1,
+        [_top_processes(metrics.PROCESS_UTILIZATION)], min_val=0, max_val=1,
     ), 12)
     grid.add(panels.timeseries_panel(
         "Processes per GPU", "Number of processes holding a context on each GPU.", "short",

@@ -13,6 +13,7 @@ from typing import Protocol, TypeVar
 from grafana_foundation_sdk.builders import bargauge, dashboard, prometheus, stat, table, timeseries
 from grafana_foundation_sdk.builders import common as common_builder
 from grafana_foundation_sdk.cog import builder as cogbuilder
+from grafana_foundation_sdk.cog import variants as cogvariants
 from grafana_foundation_sdk.models import common as common_model
 from grafana_foundation_sdk.models import dashboard as dashboard_model
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
@@ -34,6 +35,21 @@ class _PanelHead(Protocol):
     def description(self: _P, description: str) -> _P: ...
     def datasource(self: _P, datasource: common_model.DataSourceRef) -> _P: ...
     def unit(self: _P, unit: str) -> _P: ...
+
+
+_V = TypeVar("_V", bound="_ValuePanel")
+
+
+class _ValuePanel(_PanelHead, Protocol):
+    """The builder methods of the panels that show each series' last value (stat, bar gauge)."""
+
+    def reduce_options(
+        self: _V, reduce_options: cogbuilder.Builder[common_model.ReduceDataOptions]
+    ) -> _V: ...
+    def with_target(self: _V, target: cogbuilder.Builder[cogvariants.Dataquery]) -> _V: ...
+    def thresholds(
+        self: _V, thresholds: cogbuilder.Builder[dashboard_model.ThresholdsConfig]
+    ) -> _V: ...
 
 
 def _head(panel: _P, title: str, description: str, unit: str) -> _P:
@@ -83,6 +99,19 @@ def _or_plain(thresholds: dashboard.ThresholdsConfig | None) -> dashboard.Thresh
     return thresholds if thresholds is not None else steps(("green", None))
 
 
+def _last_value(panel: _V, title: str, description: str, unit: str,
+                target: prometheus.Dataquery, *,
+                thresholds: dashboard.ThresholdsConfig | None) -> _V:
+    """``panel`` showing the last value of each series of ``target``, coloured by
+    ``thresholds``."""
+    return (
+        _head(panel, title, description, unit)
+        .reduce_options(common_builder.ReduceDataOptions().calcs(["lastNotNull"]))
+        .with_target(target)
+        .thresholds(_or_plain(thresholds))
+    )
+
+
 def query(
     expr: str, legend: str = "", *, instant: bool = False, table: bool = False, ref: str = "A"
 ) -> prometheus.Dataquery:
@@ -95,6 +124,11 @@ def query(
     if table:
         q = q.format(PromQueryFormat.TABLE)
     return q
+
+
+def sum_by(label: str, expr: str) -> prometheus.Dataquery:
+    """``expr`` summed into one series per value of ``label``, each named by its value."""
+    return query(f"sum by ({label}) ({expr})", f"{{{{{label}}}}}")
 
 
 def _legend() -> common_builder.VizLegendOptions:
@@ -150,14 +184,11 @@ def stat_panel(
     thresholds: dashboard.ThresholdsConfig | None = None,
 ) -> stat.Panel:
     """A single big number (the last value), coloured by ``thresholds``."""
-    panel = (
-        _head(stat.Panel(), title, description, unit)
+    return (
+        _last_value(stat.Panel(), title, description, unit, target, thresholds=thresholds)
         .color_mode(common_model.BigValueColorMode.VALUE)
         .graph_mode(common_model.BigValueGraphMode.AREA)
-        .reduce_options(common_builder.ReduceDataOptions().calcs(["lastNotNull"]))
-        .with_target(target)
     )
-    return panel.thresholds(_or_plain(thresholds))
 
 
 def bar_panel(
@@ -171,13 +202,11 @@ def bar_panel(
 ) -> bargauge.Panel:
     """Horizontal bars, one per series (top-N lists; use an instant time-series query)."""
     panel = (
-        _head(bargauge.Panel(), title, description, unit)
+        _last_value(bargauge.Panel(), title, description, unit, target,
+                    thresholds=thresholds)
         .orientation(common_model.VizOrientation.HORIZONTAL)
         .display_mode(common_model.BarGaugeDisplayMode.GRADIENT)
-        .reduce_options(common_builder.ReduceDataOptions().calcs(["lastNotNull"]))
         .min(0)
-        .with_target(target)
-        .thresholds(_or_plain(thresholds))
     )
     if max_val is not None:
         panel = panel.max(max_val)

@@ -18,6 +18,10 @@ RUNBOOK_BASE_URL = "https://github.com/gpu-exporter/gpu-exporter/blob/main/dashb
 RUNBOOK_FILE = "gpu-exporter-alerts.md"
 
 Severity = Literal["critical", "warning", "info"]
+#: Where an alert fired, for its description template: the scrape target, and one GPU of it.
+#: On Kubernetes the instance is a pod address; the ServiceMonitor's node label says where.
+HOST_TEXT = "{{ $labels.instance }}{{ with $labels.node }} (node {{ . }}){{ end }}"
+GPU_TEXT = "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on " + HOST_TEXT
 
 
 @dataclass(frozen=True, slots=True)

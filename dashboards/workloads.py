@@ -18,6 +18,7 @@ from dashboards.panels import (
     query,
     stat_panel,
     steps,
+    sum_by,
     table_panel,
     timeseries_panel,
 )
@@ -135,8 +136,7 @@ def _usage(grid: Layout) -> None:
     grid.row("Namespaces and pods")
     grid.add(timeseries_panel(
         "GPU memory by namespace", "Memory held by each namespace's GPU processes, stacked.",
-        "bytes", [query(f"sum by (namespace) ({POD_MEM})", "{{namespace}}")], stacked=True,
-        min_val=0,
+        "bytes", [sum_by("namespace", POD_MEM)], stacked=True, min_val=0,
     ), 12)
     grid.add(timeseries_panel(
         "GPU memory by pod", "Memory held by each pod's GPU processes.", "bytes",

@@ -23,14 +23,15 @@ from exporter.snapshot import GpuReading, Snapshot
 __all__ = ["health_families"]
 
 
-def _xid_families(gpus: list[GpuReading]) -> Iterator[FamilyData]:
+#: Answering GPUs with the values of their GPU labels.
+_Labelled = list[tuple[tuple[str, str], GpuReading]]
+
+
+def _xid_families(gpus: _Labelled) -> Iterator[FamilyData]:
     errors = family(metrics.XID_ERRORS)
     last = family(metrics.LAST_XID)
     per_device = family(metrics.MIG_XID_ERRORS)
-    for gpu in gpus:
-        if not gpu.xids:
-            continue
-        labels = gpu_label_values(gpu.identity)
+    for labels, gpu in gpus:  # a GPU without XIDs adds no row
         by_code: dict[int, list[XidStat]] = {}
         for key, stat in gpu.xids.items():
             by_code.setdefault(key.xid, []).append(stat)
@@ -45,16 +46,15 @@ def _xid_families(gpus: list[GpuReading]) -> Iterator[FamilyData]:
     yield from (f for f in (errors, last, per_device) if f.rows)
 
 
-def _mig_families(gpus: list[GpuReading]) -> Iterator[FamilyData]:
+def _mig_families(gpus: _Labelled) -> Iterator[FamilyData]:
     info = family(metrics.MIG_INFO)
     used = family(metrics.MIG_MEMORY_USED)
     total = family(metrics.MIG_MEMORY_TOTAL)
     processes = family(metrics.MIG_PROCESSES)
     users = family(metrics.MIG_USER_MEMORY)
-    for gpu in gpus:
+    for labels, gpu in gpus:
         if not gpu.mig:
             continue
-        labels = gpu_label_values(gpu.identity)
         memory_seen: set[int] = set()
         by_user: dict[tuple[int, int, str], float] = {}
         for process in gpu.processes:
@@ -81,7 +81,7 @@ def _mig_families(gpus: list[GpuReading]) -> Iterator[FamilyData]:
 
 def health_families(snapshot: Snapshot, groups: frozenset[Group]) -> Iterator[FamilyData]:
     """XID families (group ``xid``) and MIG families (group ``mig``) of answering GPUs."""
-    healthy = [gpu for gpu in snapshot.gpus if gpu.up]
+    healthy = [(gpu_label_values(gpu.identity), gpu) for gpu in snapshot.gpus if gpu.up]
     if Group.XID in groups:
         yield from _xid_families(healthy)
     if Group.MIG in groups:

@@ -37,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -64,6 +65,16 @@ def load_nvml(fake: bool) -> ModuleType:
     from tests.sources.fake_nvml_health import FakeHealthNvml, h200_health  # noqa: PLC0415
 
     return FakeHealthNvml([h200_health(0)])
+
+
+def durations(call: Callable[[], object], count: int) -> list[float]:
+    """How long each of ``count`` calls of ``call`` took, in seconds."""
+    samples = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - t0)
+    return samples
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:
@@ -128,12 +139,7 @@ def _timed_block(nvml: ModuleType, watch_events: bool, groups: frozenset[Any], c
     try:
         for _ in range(10):  # warm-up
             source.collect(groups)
-        samples = []
-        for _ in range(count):
-            t0 = time.perf_counter()
-            source.collect(groups)
-            samples.append(time.perf_counter() - t0)
-        return samples
+        return durations(lambda: source.collect(groups), count)
     finally:
         source.close()
 
@@ -151,12 +157,8 @@ def check_scrape_cost(nvml: ModuleType, iterations: int, wait_ms: int) -> dict[s
         (on if watch else off).extend(_timed_block(nvml, watch, groups, per_block, wait_ms))
     waiter = EventWaiter(nvml, wait_ms=wait_ms)
     waiter.start()
-    counts_cost = []
     try:
-        for _ in range(iterations):
-            t0 = time.perf_counter()
-            waiter.counts()
-            counts_cost.append(time.perf_counter() - t0)
+        counts_cost = durations(waiter.counts, iterations)
     finally:
         waiter.stop()
     repair = frozenset({Group.REMAPPING})
