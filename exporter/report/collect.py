@@ -151,11 +151,8 @@ def build_report(client: PrometheusClient, span: TimeRange, *, matchers: str = "
                     continue
                 value = sample.value * interval
                 tables[level.name].setdefault(key, Usage()).add(FIELDS[quantity], value)
-                if level is records.USER and quantity in (
-                        records.IDLE_GPUS, records.IDLE_MEMORY, records.HELD_GPUS,
-                        records.USED_GPUS):
-                    name = FIELDS[quantity]
-                    setattr(day, name, getattr(day, name) + value)
+                if level is records.USER:
+                    day.usage.add(FIELDS[quantity], value)
             done += 1
             if progress is not None:
                 progress(done, total)

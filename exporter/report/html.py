@@ -79,7 +79,7 @@ def _user_chart(users: list[Row]) -> str:
 def _day_chart(report: Report) -> str:
     """Idle GPU-hours per day (columns), against GPU-hours held that day (grey)."""
     days = report.days
-    top = max((d.held_gpu_seconds for d in days), default=0.0) or 1.0
+    top = max((d.usage.held_gpu_seconds for d in days), default=0.0) or 1.0
     plot_h, col_w, gap = 160, 28, 10
     width = max(200, len(days) * (col_w + gap) + 50)
     height = plot_h + 40
@@ -88,8 +88,8 @@ def _day_chart(report: Report) -> str:
              'aria-label="Idle GPU-hours per day against GPU-hours held">']
     for i, day in enumerate(days):
         x = 40 + i * (col_w + gap)
-        held_h = day.held_gpu_seconds / top * plot_h
-        idle_h = day.idle_gpu_seconds / top * plot_h
+        held_h = day.usage.held_gpu_seconds / top * plot_h
+        idle_h = day.usage.idle_gpu_seconds / top * plot_h
         parts.append(f'<rect x="{x}" y="{10 + plot_h - held_h:.1f}" width="{col_w}" '
                      f'height="{held_h:.1f}" fill="{COLOURS["held"]}"/>')
         if idle_h > 0:

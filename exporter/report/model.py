@@ -55,14 +55,11 @@ class ProcessRow:
 
 @dataclass(slots=True)
 class Day:
-    """One chunk of the range (a day, the last one maybe shorter)."""
+    """One chunk of the range (a day, the last one maybe shorter): every user's usage in it."""
 
     start: float
     end: float
-    idle_gpu_seconds: float = 0.0
-    idle_byte_seconds: float = 0.0
-    held_gpu_seconds: float = 0.0
-    used_gpu_seconds: float = 0.0
+    usage: Usage = field(default_factory=Usage)
 
 
 @dataclass(slots=True)

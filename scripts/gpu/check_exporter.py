@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from exporter import metrics  # noqa: E402
+from exporter.metrics import accounting  # noqa: E402
 from scripts.gpu.probes import ensure_user, get, scrape, sh, smi_apps, stop, wait_ready  # noqa: E402
 from scripts.gpu.results import check, save  # noqa: E402
 
@@ -181,6 +182,31 @@ def check_gpus(series: dict[str, list[Any]], loads: list[Load],
               f"{count} (ours {mine})")
 
 
+def check_accounting(base: str, loads: list[Load], apps: dict[int, float]) -> None:
+    """Idle-accounting counters over a few seconds against nvidia-smi's memory per process:
+    each user's held (and, for the idle load, idle) byte-seconds = memory x time."""
+    first, start = scrape(base), time.monotonic()
+    time.sleep(3.0)
+    last, seconds = scrape(base), time.monotonic() - start
+    for user in sorted({ld.user for ld in loads}):
+        mine = [ld for ld in loads if ld.user == user]
+
+        def grew(metric: metrics.Metric, user: str = user) -> float:
+            return (value(last, metric, user=user) or 0.0) - (value(first, metric, user=user)
+                                                              or 0.0)
+
+        held = sum(apps.get(ld.pid, 0.0) for ld in mine) * MIB * seconds
+        idle = sum(apps.get(ld.pid, 0.0) for ld in mine if not ld.busy) * MIB * seconds
+        got_held, got_idle = grew(accounting.HELD_MEMORY_SECONDS), grew(
+            accounting.IDLE_MEMORY_SECONDS)
+        check(f"user {user}: accounted held memory = memory x time (15 %)",
+              abs(got_held - held) <= 0.15 * held,
+              f"{got_held / MIB:.0f} vs {held / MIB:.0f} MiB-s over {seconds:.1f} s")
+        check(f"user {user}: accounted idle memory = idle processes' memory x time (15 %)",
+              abs(got_idle - idle) <= 0.15 * held,
+              f"{got_idle / MIB:.0f} vs {idle / MIB:.0f} MiB-s")
+
+
 def timings(base: str, n: int = 30) -> dict[str, Any]:
     lat, sizes, durations = [], [], []
     for _ in range(n):
@@ -233,6 +259,7 @@ def run_checks(args: argparse.Namespace, base: str, *, exporter: subprocess.Pope
     check_processes(series, snap, loads, apps)
     check_gpus(series, loads, smi_now)
     check_every_row(series, smi_features())
+    check_accounting(base, loads, apps)
     result["timings_loaded"] = timings(base)
     print("timings with load:", result["timings_loaded"], flush=True)
     for ld in loads:

@@ -228,7 +228,7 @@ def test_day_boundaries_count_each_sample_once(week: Week) -> None:
         parts = getattr(first.totals, quantity) + getattr(second.totals, quantity)
         assert parts == pytest.approx(getattr(whole.totals, quantity), rel=1e-9), quantity
     assert len(whole.days) == 7
-    assert sum(d.idle_gpu_seconds for d in whole.days) == pytest.approx(
+    assert sum(d.usage.idle_gpu_seconds for d in whole.days) == pytest.approx(
         whole.totals.idle_gpu_seconds, rel=1e-9)
 
 
