@@ -1,7 +1,7 @@
 """Dashboard 5: GPU efficiency - held versus used over the chosen range, and who holds it idle.
 
 Range panels read the idle-accounting records (``dashboards/accounting.py``): one
-``sum_over_time`` over per-minute records, never the raw per-process series over the range.
+``sum_over_time`` over per-minute records, never raw series over the range.
 Which processes: the node dashboard's *Forgotten processes* row (one node at a time: a
 fleet-wide per-process table read every process series and was the slowest query of the fleet
 benchmark, docs/scale.md) and ``gpu-exporter report``.
@@ -25,10 +25,10 @@ _GIB_HOURS = f" * {records.INTERVAL_SECONDS} / {num(thresholds.GIB)} / 3600"
 _KWH = f" * {records.INTERVAL_SECONDS} / 3600000"
 USED_STEPS = panels.steps(("red", None), ("orange", 0.25), ("green", 0.6))
 ACCOUNTING = (
-    "From the idle-accounting recording rules (dashboards/rules/gpu-exporter-accounting.yaml); "
-    f"a process is idle in a minute when its SM utilisation averages under "
-    f"{thresholds.IDLE_UTILIZATION_RATIO:.0%}. GPU time is shared between a GPU's processes by the "
-    "memory they hold."
+    "From the idle-accounting recording rules (dashboards/rules/gpu-exporter-accounting.yaml), "
+    "the rates of the exporter's accounting counters; a process is idle at a collection when "
+    f"its SM utilisation is under {thresholds.IDLE_UTILIZATION_RATIO:.0%}. GPU time is shared "
+    "between a GPU's processes by the memory they hold."
 )
 
 

@@ -187,49 +187,33 @@ def _processes(grid: panels.Layout) -> None:
 
 
 def _forgotten(grid: panels.Layout) -> None:
-    """Forgotten processes of this node, by the time their kernels last ran (one node's
-    processes, never the fleet's)."""
+    """Forgotten processes of this node now, by the time their kernels last ran (one node's
+    processes at one instant; over weeks: gpu-exporter report)."""
     grid.row("Forgotten processes")
     hidden = ("Time", "__name__", "job", "instance", "uuid", "uid")
-    memory = sel(metrics.PROCESS_MEMORY, HOST_GPU, NOT_OVERFLOW)
-    stretch = (f"(time() - {records.idle_since(f'{HOST_GPU}, {NOT_OVERFLOW}')} "
-               f"> {thresholds.FORGOTTEN_MIN_IDLE_SECONDS})")
-    best = f"topk({TOP_TABLE}, max_over_time(({memory} * {stretch})[$__range:$__interval]))"
-    grid.add(panels.table_panel(
-        "Longest idle holders over the range", f"The {TOP_TABLE} processes of this node that "
-        "held the most memory through one idle stretch within the range (since their kernels "
-        "last ran, or since they started if no kernel was seen; stretches over "
-        f"{thresholds.FORGOTTEN_MIN_IDLE_SECONDS // 60} minutes): GiB-hours (memory x time), "
-        "longest stretch, most memory held. Fleet-wide, per user: the GPU efficiency dashboard; "
-        "per process over weeks: gpu-exporter report.",
-        [
-            panels.Column("Idle GiB-hours", f"{best} / {num(thresholds.GIB)} / 3600", "short"),
-            panels.Column("Longest idle",
-                          f"max_over_time({stretch}[$__range:$__interval]) and {best}", "s"),
-            panels.Column("Memory held (max)", f"max_over_time({memory}[$__range]) and {best}",
-                          "bytes"),
-        ],
-        hidden=hidden, sort_by="Idle GiB-hours",
-    ), 24, 8)
-    memory = sel(metrics.PROCESS_MEMORY, HOST_GPU, NOT_OVERFLOW)
-    idle_for = f"time() - {sel(metrics.PROCESS_LAST_ACTIVE, HOST_GPU, NOT_OVERFLOW)}"
-    forgotten = (f"topk({TOP_TABLE}, {memory} > {num(thresholds.IDLE_PROCESS_MEMORY_BYTES)} "
-                 f"and ({idle_for}) > {seconds(thresholds.IDLE_FOR)})")
+    process = f"{HOST_GPU}, {NOT_OVERFLOW}"
+    memory = sel(metrics.PROCESS_MEMORY, process)
+    idle_for = f"(time() - {records.idle_since(process)})"
+    held = (f"{memory} > {num(thresholds.IDLE_PROCESS_MEMORY_BYTES)} "
+            f"and {idle_for} > {seconds(thresholds.IDLE_FOR)}")
+    forgotten = f"topk({TOP_TABLE}, ({held}) * {idle_for})"
     grid.add(panels.table_panel(
         "Forgotten processes now", f"Processes holding over "
         f"{num(thresholds.IDLE_PROCESS_MEMORY_BYTES / thresholds.GIB)} GiB whose kernels last ran "
-        f"over {thresholds.IDLE_FOR} ago (gpu_process_last_active_timestamp_seconds), largest "
-        "first: idle for, age, memory. A process with no kernel seen since the exporter started "
-        "is not listed (its last activity is unknown).",
+        f"over {thresholds.IDLE_FOR} ago (gpu_process_last_active_timestamp_seconds; since they "
+        "started if no kernel was seen since the exporter watched them), ranked by GiB-hours "
+        "held idle (memory x idle time): memory, idle for, age. Fleet-wide, per user: the GPU "
+        "efficiency dashboard; per process over weeks: gpu-exporter report.",
         [
-            panels.Column("Memory", forgotten, "bytes"),
-            panels.Column("Idle for", f"({idle_for}) and {forgotten}", "s",
+            panels.Column("Idle GiB-hours", f"{forgotten} / {num(thresholds.GIB)} / 3600",
+                          "short"),
+            panels.Column("Memory", f"{memory} and {forgotten}", "bytes"),
+            panels.Column("Idle for", f"{idle_for} and {forgotten}", "s",
                           panels.steps(("orange", None), ("red", float(24 * 3600)))),
-            panels.Column("Age",
-                          f"(time() - {sel(metrics.PROCESS_START_TIME, HOST_GPU, NOT_OVERFLOW)}) "
+            panels.Column("Age", f"(time() - {sel(metrics.PROCESS_START_TIME, process)}) "
                           f"and {forgotten}", "s"),
         ],
-        hidden=hidden, sort_by="Memory",
+        hidden=hidden, sort_by="Idle GiB-hours",
     ), 24, 8)
 
 

@@ -4,9 +4,9 @@ Per day of the range and per level (user, namespace/pod, job), one instant query
 recorded quantity over that day (``sum_over_time`` of 1-minute records: about 1,440 samples a
 series), so a week costs 21 small queries and a progress line can count them. The day windows
 are ``(day start, day end]`` (the window is one millisecond short of a day), so a sample on a
-boundary is counted once. The forgotten processes come from one query over the whole range,
-on the exporter's per-process series (``records.idle_since``): each process's longest idle
-stretch within the range, sampled every ``forgotten_step`` seconds.
+boundary is counted once. The forgotten processes come from the exporter's per-process series
+(``records.idle_since``): one query ranks each process's longest idle stretch within the
+range, sampled every ``forgotten_step`` seconds, and one reads the details of the ranked ones.
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ FIELDS = {
     records.POWER: "energy_joules",
 }
 _TAG = "__report_field"
-#: Samples of each process's idle stretch over the range (at least one a minute).
-FORGOTTEN_SAMPLES = 1000
+#: Samples of each process's idle stretch over the range (at most one a minute): the ranking
+#: query reads every process series at that many instants.
+FORGOTTEN_SAMPLES = 250
 
 
 def _window(span: TimeRange) -> str:
@@ -63,28 +64,37 @@ def forgotten_step(span: TimeRange) -> int:
     return max(60, round(span.seconds / FORGOTTEN_SAMPLES))
 
 
-def process_query(span: TimeRange, matchers: str, top: int) -> str:
-    """Details of the ``top`` processes by memory held in one idle stretch within the range.
+def _idle_for(span: TimeRange, matchers: str) -> str:
+    """Per process: how long it has idled within the range (from when its kernels last ran, or
+    its start, or the range's start, whichever is latest), where over the minimum."""
+    return (f"(time() - clamp_min({records.idle_since(matchers)}, {span.start:.3f}) "
+            f"> {thresholds.FORGOTTEN_MIN_IDLE_SECONDS})")
 
-    A process's idle stretch runs from when its kernels last ran (or its start, or the range's
-    start, whichever is latest) to each sample; only stretches longer than
-    ``thresholds.FORGOTTEN_MIN_IDLE_SECONDS`` count. Its size is memory held times stretch.
-    """
-    window = _window(span)
-    steps = f"{window[:-1]}:{forgotten_step(span)}s]"
+
+def _samples(span: TimeRange) -> str:
+    """The subquery range ``[range:step]`` sampling idle stretches over the range."""
+    return f"{_window(span)[:-1]}:{forgotten_step(span)}s]"
+
+
+def forgotten_query(span: TimeRange, matchers: str, top: int) -> str:
+    """The ``top`` processes by memory held through one idle stretch within the range (memory
+    x stretch, largest sample). The one query that reads every process series of the range,
+    at ``FORGOTTEN_SAMPLES`` instants."""
     memory = records.selector(records.PROCESS_MEMORY, matchers)
-    started = records.selector(records.START_TIME, matchers)
-    active = records.selector(records.LAST_ACTIVE, matchers)
-    idle_for = (f"(time() - clamp_min({records.idle_since(matchers)}, {span.start:.3f}) "
-                f"> {thresholds.FORGOTTEN_MIN_IDLE_SECONDS})")
-    best = f"topk({top}, max_over_time(({memory} * {idle_for}){steps}))"
+    return f"topk({top}, max_over_time(({memory} * {_idle_for(span, matchers)}){_samples(span)}))"
+
+
+def details_query(span: TimeRange, matchers: str) -> str:
+    """Longest stretch, most memory, start, last activity and presence at the end of the
+    processes ``matchers`` select (the ranked ones: their pids)."""
+    window = _window(span)
+    memory = records.selector(records.PROCESS_MEMORY, matchers)
     parts = {
-        "sum": best,
-        "count": f"max_over_time({idle_for}{steps}) and {best}",
-        "max": f"max_over_time({memory}{window}) and {best}",
-        "start": f"last_over_time({started}{window}) and {best}",
-        "active": f"last_over_time({active}{window}) and {best}",
-        "running": f"{memory} and {best}",
+        "count": f"max_over_time({_idle_for(span, matchers)}{_samples(span)})",
+        "max": f"max_over_time({memory}{window})",
+        "start": f"last_over_time({records.selector(records.START_TIME, matchers)}{window})",
+        "active": f"last_over_time({records.selector(records.LAST_ACTIVE, matchers)}{window})",
+        "running": memory,
     }
     return "\nor ".join(_tagged(f"({expr})", tag) for tag, expr in parts.items())
 
@@ -180,22 +190,31 @@ def build_report(client: PrometheusClient, span: TimeRange, *, matchers: str = "
 
 def _processes(client: PrometheusClient, span: TimeRange, matchers: str,
                top: int) -> list[ProcessRow]:
+    """Rank with one query over every process, then read the details of the ranked ones only
+    (selected by pid; the label sets match them exactly)."""
     rows: dict[tuple[tuple[str, str], ...], ProcessRow] = {}
-    for sample in client.query(process_query(span, matchers, top), span.end):
-        tag, key = _split(sample)
-        row = rows.setdefault(key, ProcessRow(dict(key)))
-        if tag == "sum":
-            row.idle_byte_seconds = sample.value
-        elif tag == "count":
-            row.idle_seconds = sample.value
-        elif tag == "max":
-            row.peak_idle_bytes = sample.value
-        elif tag == "start":
-            row.started_at = sample.value
-        elif tag == "active":
-            row.last_active_at = sample.value
-        elif tag == "running":
-            row.running_at_end = True
-    ranked = [row for row in rows.values() if row.idle_byte_seconds > 0]
-    ranked.sort(key=lambda row: (-row.idle_byte_seconds, tuple(row.labels.items())))
+    for sample in client.query(forgotten_query(span, matchers, top), span.end):
+        _, key = _split(sample)
+        if sample.value > 0:
+            rows[key] = ProcessRow(dict(key), idle_byte_seconds=sample.value)
+    pids = sorted({row.labels["pid"] for row in rows.values() if "pid" in row.labels})
+    if pids:
+        selected = ", ".join(m for m in (matchers, f'pid=~"{"|".join(pids)}"') if m)
+        for sample in client.query(details_query(span, selected), span.end):
+            tag, key = _split(sample)
+            row = rows.get(key)
+            if row is None:
+                continue  # another process with one of these pids
+            if tag == "count":
+                row.idle_seconds = sample.value
+            elif tag == "max":
+                row.peak_idle_bytes = sample.value
+            elif tag == "start":
+                row.started_at = sample.value
+            elif tag == "active":
+                row.last_active_at = sample.value
+            elif tag == "running":
+                row.running_at_end = True
+    ranked = sorted(rows.values(), key=lambda row: (-row.idle_byte_seconds,
+                                                    tuple(row.labels.items())))
     return ranked[:top]

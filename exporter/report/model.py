@@ -42,7 +42,7 @@ class Row:
 
 @dataclass(slots=True)
 class ProcessRow:
-    """A process that held memory while idle during the range (``collect.process_query``)."""
+    """A process that held memory while idle during the range (``collect.forgotten_query``)."""
 
     labels: dict[str, str]  # instance, gpu, pid, process, user, namespace, pod, ...
     idle_byte_seconds: float = 0.0  # memory held x its idle stretch, largest in the range
