@@ -5,7 +5,7 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard
 
 from dashboards import alerts, panels, recording, variables
-from dashboards.fleet import COUNT_BAD, LEGEND, MEMORY_STEPS
+from dashboards.fleet import COUNT_BAD, MEMORY_STEPS, NODE_LEGEND
 from dashboards.promql import (
     count_or_zero,
     num,
@@ -99,25 +99,28 @@ def _idle(grid: panels.Layout) -> None:
 def _forecast(grid: panels.Layout) -> None:
     grid.row("Out-of-memory forecast")
     horizon = thresholds.LEAK_HORIZON_SECONDS
-    # The trend is recorded per GPU by the gpu-memory group: one sample per GPU and step.
-    future = sel_record(alerts.MEMORY_FORECAST, variables.HOST)
+    # The trend is recorded per GPU by the gpu-memory group; the graphs show each node's worst
+    # GPU: one series per node (a fleet of 8-GPU nodes would otherwise draw, and join the host
+    # name to, eight per node at every step). The node dashboard has every GPU.
+    future = f"max by (job, instance) ({sel_record(alerts.MEMORY_FORECAST, variables.HOST)})"
     grid.add(panels.timeseries_panel(
-        f"Memory forecast in {horizon // 3600} h", "Memory each GPU would use "
-        f"{horizon // 3600} h from now if the trend of the last {thresholds.LEAK_WINDOW} went on, "
-        "as a share of its total. Above 100 % (red) means it will run out: a leak, or a job that "
-        "keeps growing its batch or cache.", "percentunit",
-        [panels.query(with_hostname(future, variables.HOST), LEGEND)],
+        f"Memory forecast in {horizon // 3600} h", "Memory the fullest-to-be GPU of each node "
+        f"would use {horizon // 3600} h from now if the trend of the last "
+        f"{thresholds.LEAK_WINDOW} went on, as a share of its total. Above 100 % (red) means it "
+        "will run out: a leak, or a job that keeps growing its batch or cache.", "percentunit",
+        [panels.query(with_hostname(future, variables.HOST), NODE_LEGEND)],
         thresholds=panels.steps(("green", None), ("orange", thresholds.MEMORY_USED_RATIO),
                                 ("red", 1.0)),
         min_val=0,
     ), 12)
-    growing = f"{sel_record(alerts.TIME_TO_FULL, variables.HOST)} > 0"
+    growing = (f"min by (job, instance) "
+               f"({sel_record(alerts.TIME_TO_FULL, variables.HOST)} > 0)")
     grid.add(panels.timeseries_panel(
         "Time until memory is full", "At the last "
-        f"{thresholds.LEAK_WINDOW}'s growth rate, how long until each growing GPU is full. Only "
-        f"GPUs whose memory grows are shown; under {horizon // 3600} h for a while raises "
-        "GpuMemoryExhaustionForecast.", "s",
-        [panels.query(with_hostname(growing, variables.HOST), LEGEND)],
+        f"{thresholds.LEAK_WINDOW}'s growth rate, how long until the first growing GPU of each "
+        f"node is full. Only nodes with a GPU whose memory grows are shown; under "
+        f"{horizon // 3600} h for a while raises GpuMemoryExhaustionForecast.", "s",
+        [panels.query(with_hostname(growing, variables.HOST), NODE_LEGEND)],
         thresholds=panels.steps(("red", None), ("green", float(horizon))), min_val=0,
     ), 12)
     # Pending or firing: exactly the GPUs meeting the alert's condition now.
