@@ -194,9 +194,9 @@ def _forgotten(grid: panels.Layout) -> None:
     process = f"{HOST_GPU}, {NOT_OVERFLOW}"
     memory = sel(metrics.PROCESS_MEMORY, process)
     idle_for = f"(time() - {records.idle_since(process)})"
-    held = (f"{memory} > {num(thresholds.IDLE_PROCESS_MEMORY_BYTES)} "
-            f"and {idle_for} > {seconds(thresholds.IDLE_FOR)}")
-    forgotten = f"topk({TOP_TABLE}, ({held}) * {idle_for})"
+    # Memory x idle time of the processes over both floors (each filter drops the others).
+    forgotten = (f"topk({TOP_TABLE}, ({memory} > {num(thresholds.IDLE_PROCESS_MEMORY_BYTES)}) "
+                 f"* ({idle_for} > {seconds(thresholds.IDLE_FOR)}))")
     grid.add(panels.table_panel(
         "Forgotten processes now", f"Processes holding over "
         f"{num(thresholds.IDLE_PROCESS_MEMORY_BYTES / thresholds.GIB)} GiB whose kernels last ran "
