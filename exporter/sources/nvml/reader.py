@@ -46,6 +46,9 @@ class GpuState:
     last_seen_timestamp: int = 0  # newest process-utilisation sample seen (microseconds)
     last_active: LastActive = field(default_factory=LastActive)  # per pid, across collections
     garbled_seen: bool = False  # garbled process entries were already reported in the log
+    # ``exporter.sources.nvml.health.read_ecc``'s last complete read: the volatile counts, when
+    # (monotonic seconds), the values it returned (lifetime counts included).
+    ecc_read: tuple[tuple[int, int], float, dict[str, Value]] | None = None
 
 
 def placeholder_identity(index: int) -> GpuIdentity:
@@ -99,6 +102,7 @@ class NvmlCalls:
         self.mismatch: type[BaseException] | tuple[()] = (
             getattr(nvml, "NVMLLibraryMismatchError", None) or ())
         self._functions: dict[str, Callable[..., Any] | None] = {}
+        self._arguments: dict[str, tuple[int, ...]] = {}
         self._plans: dict[frozenset[Group], _Plan] = {}
         self.compute = ProcessLister(nvml, "Compute")
         self.graphics = ProcessLister(nvml, "Graphics")
@@ -115,6 +119,13 @@ class NvmlCalls:
         if isinstance(argument, Constant):
             return int(getattr(self.nvml, argument.name, argument.value))
         return argument
+
+    def arguments(self, key: str, arguments: tuple[int | Constant, ...]) -> tuple[int, ...]:
+        """The values of a special reader's ``arguments``, worked out once under ``key``."""
+        found = self._arguments.get(key)
+        if found is None:
+            found = self._arguments[key] = tuple(self.argument(a) for a in arguments)
+        return found
 
     def plan(self, groups: frozenset[Group]) -> _Plan:
         """The reads of ``groups`` a GPU read goes through, worked out once per set of groups:

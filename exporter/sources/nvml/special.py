@@ -22,7 +22,7 @@ from exporter.metrics import (
     XID_EVENTS_REGISTERED,
 )
 from exporter.snapshot import Value
-from exporter.sources.nvml.health import read_remapped_rows, read_retired_pages
+from exporter.sources.nvml.health import read_ecc, read_remapped_rows, read_retired_pages
 
 if TYPE_CHECKING:
     from exporter.sources.nvml.reader import GpuReader, GpuState
@@ -94,6 +94,7 @@ SPECIAL_READERS: dict[str, Callable[[GpuReader, GpuState], dict[str, Value]]] = 
     "throttle": read_throttle,
     "remapped_rows": read_remapped_rows,
     "retired_pages": read_retired_pages,
+    "ecc": read_ecc,
     "events": read_events,
     "mig": read_mig_mode,
 }
