@@ -8,6 +8,7 @@ different attributes of one struct); ``NvmlSpecial`` rows through the readers in
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections import Counter
@@ -107,6 +108,12 @@ class NvmlCalls:
         self.compute = ProcessLister(nvml, "Compute")
         self.graphics = ProcessLister(nvml, "Graphics")
         self.process_utilization = process_utilization_call(nvml)
+        version = getattr(nvml, "nvmlMemory_v2", None)
+        memory = self.function("nvmlDeviceGetMemoryInfo")
+        # Memory info asking for the v2 struct (None: the binding cannot).
+        self.memory_v2: Callable[..., Any] | None = (
+            None if version is None or memory is None
+            else functools.partial(memory, version=version))
 
     def function(self, name: str) -> Callable[..., Any] | None:
         """pynvml's ``name``, or None when the binding lacks it."""
