@@ -328,9 +328,13 @@ class GpuReader:
                     gpu.index, garbled)
             gpu.garbled_seen = True
             self.count("garbled_process_entry", garbled)
+        if not compute and not graphics:  # an idle GPU: most collections of most GPUs
+            if with_utilization:
+                gpu.last_active.forget()  # no process left
+            return ()
         utilization: dict[int, float] | None = None
         active: dict[int, float] | None = None
-        if with_utilization and (compute or graphics):
+        if with_utilization:
             samples = self.call(gpu, "process_utilization", calls.process_utilization,
                                 gpu.last_seen_timestamp)
             if samples is not None:
@@ -342,8 +346,6 @@ class GpuReader:
                 # The first call asks with timestamp 0: NVML's buffer is all a restart recovers.
                 active = gpu.last_active.update(samples, compute.keys() | graphics.keys(),
                                                 time.time())
-        elif with_utilization:
-            gpu.last_active.forget()  # no process left
         return merge_processes(compute, graphics, utilization, active)
 
 
