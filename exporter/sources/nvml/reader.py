@@ -272,7 +272,9 @@ class GpuReader:
             if key is not None and key in memo:
                 result = memo[key]
             else:
-                if direct and functions[0] not in unsupported:
+                if direct:
+                    if functions[0] in unsupported:  # answered unsupported once: not asked
+                        continue
                     try:
                         result = function(handle, *args)  # type: ignore[misc]
                     except Exception as exc:  # sorted out by ``failed``
