@@ -19,6 +19,7 @@ from enum import Enum
 from types import MappingProxyType
 from typing import TypeAlias
 
+from exporter.frozeninit import slot_init
 from exporter.health import MigDevice, XidKey, XidStat
 
 #: A per-GPU metric's value: a number, or a number per value of the metric's extra label.
@@ -88,6 +89,7 @@ class PodResourcesHealth:
     error: str | None = None
 
 
+@slot_init  # built on every collection: see exporter.frozeninit
 @dataclass(frozen=True, slots=True)
 class GpuProcess:
     """One process holding a context on one GPU."""
@@ -119,6 +121,7 @@ class GpuIdentity:
     power_limit_default_watts: float | None = None
 
 
+@slot_init  # built on every collection: see exporter.frozeninit
 @dataclass(frozen=True, slots=True)
 class GpuReading:
     """Everything read from one GPU in one collection.
@@ -153,6 +156,7 @@ class GpuReading:
         return found if isinstance(found, Mapping) else None
 
 
+@slot_init  # built on every collection: see exporter.frozeninit
 @dataclass(frozen=True, slots=True)
 class AccountingRow:
     """Running totals of one user's processes on this host (one pod's, one Slurm job's where

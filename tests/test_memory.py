@@ -39,12 +39,13 @@ def test_start_up_leaves_out_what_a_scrape_never_needs() -> None:
     # YAML and the simulator (NVML users), Kubernetes code (--kubernetes off: the pod
     # resolver, the kubelet PodResources client and its allocation join), the container-name
     # resolver (--containers off), the landing page and the JSON models (loaded on their first
-    # request), bcrypt (basic auth users only): each costs resident memory.
+    # request), bcrypt (basic auth users only), psutil (only when /proc/stat has no boot
+    # time): each costs resident memory.
     lazy = ("yaml", "exporter.sources.simulated.scenario", "exporter.attribution.kubernetes",
             "exporter.attribution.podresources.client",
             "exporter.attribution.podresources.allocations",
             "exporter.attribution.podresources.join", "exporter.attribution.container_names",
-            "exporter.web.page", "exporter.exposition.json_model", "bcrypt")
+            "exporter.web.page", "exporter.exposition.json_model", "bcrypt", "psutil")
     code = ("import sys, exporter.cli; "
             f"print(','.join(m for m in {lazy!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

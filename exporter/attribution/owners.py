@@ -38,8 +38,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import Enum
 
-import psutil
-
 from exporter.attribution.cgroup import CgroupIdentity, read_cgroup
 from exporter.attribution.passwd import PASSWD_ERROR_KIND, PasswdFile
 from exporter.attribution.pidcache import CollectionScoped
@@ -322,6 +320,9 @@ class OwnerResolver(CollectionScoped[_Entry, OwnerLookup]):
                 self._boot_time = read_boot_time(self._procfs or "/")
             except ProcfsError:
                 # Boot time is kernel-wide, so the exporter's own /proc/stat gives the same value.
+                # psutil only here: a scrape does not need its ~0.6 MB otherwise.
+                import psutil  # noqa: PLC0415
+
                 try:
                     self._boot_time = float(psutil.boot_time())
                 except (OSError, RuntimeError):

@@ -209,17 +209,14 @@ THROTTLE_ACTIVE = Metric(
 )
 
 
-def ecc_row(name: str, help_text: str, counter: Constant, json_field: str) -> Metric:
-    """ECC errors by type from ``nvmlDeviceGetTotalEccErrors`` with ``counter`` (volatile: since
-    the driver loaded; aggregate: the GPU's lifetime). A simulated GPU's whole life is the
-    scenario, so both counters simulate the same counts."""
+def ecc_row(name: str, help_text: str, json_field: str) -> Metric:
+    """ECC errors by type from ``nvmlDeviceGetTotalEccErrors`` (volatile: since the driver
+    loaded; aggregate: the GPU's lifetime), both rows read by the special reader ``ecc``. A
+    simulated GPU's whole life is the scenario, so both counters simulate the same counts."""
     return Metric(
         name, Kind.COUNTER, Group.ECC, help_text,
         labels=(*GPU_LABELS, "type"), label_values=("corrected", "uncorrected"),
-        nvml=nvml("nvmlDeviceGetTotalEccErrors", per_label={
-            "corrected": (Constant("NVML_MEMORY_ERROR_TYPE_CORRECTED", 0), counter),
-            "uncorrected": (Constant("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1), counter),
-        }),
+        nvml=NvmlSpecial("ecc"),
         simulate=lambda gpu: ({"corrected": gpu.ecc_corrected,
                                "uncorrected": gpu.ecc_uncorrected} if gpu.model.ecc else None),
         json_field=json_field, json_type=int,
@@ -230,5 +227,5 @@ ECC_ERRORS = ecc_row(
     "gpu_ecc_errors_total",
     "ECC memory errors since the driver loaded; type is corrected or uncorrected. Any "
     "uncorrected error means data loss: drain the GPU.",
-    Constant("NVML_VOLATILE_ECC", 0), "ecc",
+    "ecc",
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from exporter.metrics.core import GPU_LABELS, Constant, Group, Kind, Metric, NvmlSpecial, Scope
+from exporter.metrics.core import GPU_LABELS, Group, Kind, Metric, NvmlSpecial, Scope
 from exporter.metrics.gpu import ecc_row
 
 if TYPE_CHECKING:  # only for annotations, as in core
@@ -104,7 +104,7 @@ ECC_AGGREGATE = ecc_row(
     "gpu_ecc_aggregate_errors_total",
     "ECC memory errors over the lifetime of the GPU (NVML's aggregate counters, kept across "
     "driver reloads and reboots); type is corrected or uncorrected.",
-    Constant("NVML_AGGREGATE_ECC", 1), "ecc_aggregate",
+    "ecc_aggregate",
 )
 
 # --- XID errors and health events (NVML events, counted in the background) ----------------------

@@ -71,6 +71,37 @@ def test_remapped_rows_and_lifetime_ecc_read(nvml: ModuleType) -> None:
             handle, nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_AGGREGATE_ECC)
 
 
+def test_ecc_counts_follow_nvml_over_collections(nvml: ModuleType) -> None:
+    # The lifetime counts are reused while the volatile ones stay the same: each collection's
+    # counts must still lie between the driver's answers just before and just after it.
+    def raw(handle: Any, counter: int) -> dict[str, int]:
+        return {"corrected": nvml.nvmlDeviceGetTotalEccErrors(
+                    handle, nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, counter),
+                "uncorrected": nvml.nvmlDeviceGetTotalEccErrors(
+                    handle, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, counter)}
+
+    source = NvmlSource(hostname="gpu", watch_events=False)
+    source.start()
+    try:
+        for _ in range(20):
+            handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+            before = [(raw(h, nvml.NVML_VOLATILE_ECC), raw(h, nvml.NVML_AGGREGATE_ECC))
+                      for h in handles]
+            snapshot = source.collect(frozenset({Group.ECC}))
+            after = [(raw(h, nvml.NVML_VOLATILE_ECC), raw(h, nvml.NVML_AGGREGATE_ECC))
+                     for h in handles]
+            for gpu, low, high in zip(snapshot.gpus, before, after, strict=True):
+                for row, lowest, highest in ((metrics.ECC_ERRORS, low[0], high[0]),
+                                             (metrics.ECC_AGGREGATE, low[1], high[1])):
+                    found = gpu.labelled(row.name)
+                    assert found is not None, row.name
+                    assert all(lowest[t] <= found[t] <= highest[t] for t in lowest), (
+                        row.name, lowest, found, highest)
+            time.sleep(0.05)
+    finally:
+        source.close()
+
+
 def test_source_with_the_waiter_exposes_registered_events(nvml: ModuleType) -> None:
     source = NvmlSource(hostname="gpu", event_wait_ms=WAIT_MS)
     source.start()

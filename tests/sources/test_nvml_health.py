@@ -4,14 +4,17 @@ lifetime (aggregate) ECC."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from exporter import metrics
 from exporter.metrics import Group
 from exporter.snapshot import GpuReading
+from exporter.sources.nvml import health
 from exporter.sources.nvml.source import NvmlSource
 from tests.sources.fake_nvml_health import FakeHealthNvml, h200_health
+from tests.sources.fake_nvml_parts import NVMLError
 
 HEALTH = frozenset({Group.REMAPPING, Group.ECC})
 
@@ -78,3 +81,79 @@ def test_lost_gpu_is_down_not_half_read(sources: list[NvmlSource]) -> None:
     gpu = source.collect(HEALTH).gpus[0]
     assert not gpu.up
     assert not gpu.values
+
+
+def watch_ecc(fake: FakeHealthNvml, monkeypatch: pytest.MonkeyPatch,
+              failures: list[int] | None = None) -> list[int]:
+    """The counter of every ECC call (0 volatile, 1 aggregate), in order; each code in
+    ``failures`` fails one aggregate call (the next ones) with that NVML error."""
+    counters: list[int] = []
+    real = fake.nvmlDeviceGetTotalEccErrors
+
+    def counted(handle: Any, error_type: int, counter: int) -> int:
+        counters.append(counter)
+        if counter == fake.NVML_AGGREGATE_ECC and failures:
+            raise NVMLError(failures.pop(0))
+        return real(handle, error_type, counter)
+
+    monkeypatch.setattr(fake, "nvmlDeviceGetTotalEccErrors", counted)
+    return counters
+
+
+def test_lifetime_ecc_is_read_again_only_when_the_volatile_counts_change(
+        sources: list[NvmlSource], monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = h200_health(0, ecc={0: 5, 1: 0}, ecc_aggregate={0: 120, 1: 2})
+    fake = FakeHealthNvml([spec])
+    counters = watch_ecc(fake, monkeypatch)
+    source, gpu = read(fake, sources)
+    assert counters == [0, 0, 1, 1]
+    counters.clear()
+    gpu = source.collect(HEALTH).gpus[0]
+    assert counters == [0, 0]  # volatile counts unchanged: the lifetime ones too
+    assert gpu.labelled(metrics.ECC_ERRORS.name) == {"corrected": 5, "uncorrected": 0}
+    assert gpu.labelled(metrics.ECC_AGGREGATE.name) == {"corrected": 120, "uncorrected": 2}
+    spec.ecc[0], spec.ecc_aggregate[0] = 6, 121  # a new corrected error counts in both
+    counters.clear()
+    gpu = source.collect(HEALTH).gpus[0]
+    assert counters == [0, 0, 1, 1]
+    assert gpu.labelled(metrics.ECC_ERRORS.name) == {"corrected": 6, "uncorrected": 0}
+    assert gpu.labelled(metrics.ECC_AGGREGATE.name) == {"corrected": 121, "uncorrected": 2}
+    fake.lose(0)
+    source.collect(HEALTH)
+    fake.recover(0)
+    counters.clear()
+    source.collect(HEALTH)  # a new handle (the GPU may have been reset): read again
+    assert counters == [0, 0, 1, 1]
+    monkeypatch.setattr(health, "LIFETIME_ECC_REUSE_SECONDS", 0.0)
+    counters.clear()
+    source.collect(HEALTH)  # reused for a limited time only
+    assert counters == [0, 0, 1, 1]
+
+
+def test_failed_ecc_reads_are_counted_and_read_again(
+        sources: list[NvmlSource], monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeHealthNvml([h200_health(0, ecc={0: 5, 1: 0}, ecc_aggregate={0: 120, 1: 2})])
+    counters = watch_ecc(fake, monkeypatch, failures=[10])  # NVML_ERROR_TIMEOUT: transient
+    source = NvmlSource(hostname="h", nvml=fake, watch_events=False)
+    source.start()
+    sources.append(source)
+    snapshot = source.collect(HEALTH)
+    assert snapshot.errors == {"nvml_call": 1}
+    assert snapshot.gpus[0].labelled(metrics.ECC_AGGREGATE.name) == {"uncorrected": 2}
+    counters.clear()
+    snapshot = source.collect(HEALTH)
+    assert counters == [0, 0, 1, 1]  # the failed lifetime read is not reused
+    assert snapshot.gpus[0].labelled(metrics.ECC_AGGREGATE.name) == {"corrected": 120,
+                                                                      "uncorrected": 2}
+    fake.fail("nvmlDeviceGetTotalEccErrors", 10, gpu=0, times=1)  # the next volatile read
+    counters.clear()
+    snapshot = source.collect(HEALTH)
+    assert snapshot.errors == {"nvml_call": 1}
+    assert snapshot.gpus[0].labelled(metrics.ECC_ERRORS.name) == {"uncorrected": 0}
+    assert snapshot.gpus[0].labelled(metrics.ECC_AGGREGATE.name) == {"corrected": 120,
+                                                                      "uncorrected": 2}
+    assert counters == [0, 0, 1, 1]  # the volatile counts are not known: lifetime read again
+    counters.clear()
+    source.collect(HEALTH)
+    source.collect(HEALTH)
+    assert counters == [0, 0, 1, 1, 0, 0]

@@ -13,16 +13,22 @@ NVML calls and the behaviour relied on (nvml.h; GPU Memory Error Management guid
   reboot"): GPUs before Ampere. NOT_SUPPORTED on Hopper (measured on the H200), then never asked
   again.
 
-The lifetime ECC counts (``nvmlDeviceGetTotalEccErrors(..., NVML_AGGREGATE_ECC)``) are a plain
-row (``exporter.metrics.ECC_AGGREGATE``). Every call goes through ``GpuReader.call``: unsupported
-fields are asked once, a lost GPU abandons the reading, other failures leave the value out.
+- ``nvmlDeviceGetTotalEccErrors(h, errorType, counterType)``: ``NVML_VOLATILE_ECC`` counts are
+  "reset each time the driver loads", ``NVML_AGGREGATE_ECC`` ones "persist across reboots (i.e.
+  for the lifetime of the device)"; NOT_SUPPORTED with ECC mode off.
+
+Every call goes through ``GpuReader.call``: unsupported fields are asked once, a lost GPU
+abandons the reading, other failures leave the value out.
 """
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from exporter.metrics import (
+    ECC_AGGREGATE,
+    ECC_ERRORS,
     REMAP_FAILURE,
     REMAP_PENDING,
     REMAPPED_ROWS,
@@ -37,6 +43,13 @@ if TYPE_CHECKING:
 
 RETIRED_SINGLE_BIT = Constant("NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS", 0)
 RETIRED_DOUBLE_BIT = Constant("NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR", 1)
+ECC_FUNCTION = "nvmlDeviceGetTotalEccErrors"
+#: Its error types (corrected, uncorrected) and counters (volatile, aggregate).
+ECC_ARGUMENTS = (Constant("NVML_MEMORY_ERROR_TYPE_CORRECTED", 0),
+                 Constant("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1),
+                 Constant("NVML_VOLATILE_ECC", 0), Constant("NVML_AGGREGATE_ECC", 1))
+#: Seconds the lifetime ECC counts are reused at most while the volatile ones stay the same.
+LIFETIME_ECC_REUSE_SECONDS = 60.0
 
 
 def read_remapped_rows(reader: GpuReader, gpu: GpuState) -> dict[str, Value]:
@@ -67,3 +80,37 @@ def read_retired_pages(reader: GpuReader, gpu: GpuState) -> dict[str, Value]:
         values[RETIRED_PENDING.name] = float(bool(pending))
     return values
 
+
+
+def read_ecc(reader: GpuReader, gpu: GpuState) -> dict[str, Value]:
+    """ECC errors by type since the driver loaded (volatile) and over the GPU's life (aggregate).
+
+    Every error the lifetime counters count, the volatile ones count too: while the volatile
+    counts stay the same, so do the lifetime ones. They are read again only when the volatile
+    counts changed or one of the four reads failed, and at least every minute in case a driver
+    persists them late; otherwise the last values are reused. An idle GPU's collection makes
+    two of the four calls (issue 14).
+    """
+    calls = reader.calls
+    function = calls.function(ECC_FUNCTION)
+    corrected, uncorrected, volatile, aggregate = calls.arguments("ecc", ECC_ARGUMENTS)
+    since_load = (reader.call(gpu, ECC_FUNCTION, function, corrected, volatile),
+                  reader.call(gpu, ECC_FUNCTION, function, uncorrected, volatile))
+    now = time.monotonic()
+    seen = gpu.ecc_read
+    if seen is not None and seen[0] == since_load and now - seen[1] < LIFETIME_ECC_REUSE_SECONDS:
+        return seen[2]
+    lifetime = (reader.call(gpu, ECC_FUNCTION, function, corrected, aggregate),
+                reader.call(gpu, ECC_FUNCTION, function, uncorrected, aggregate))
+    values: dict[str, Value] = {}
+    for name, (corrected_count, uncorrected_count) in ((ECC_ERRORS.name, since_load),
+                                                       (ECC_AGGREGATE.name, lifetime)):
+        by_type = {}
+        if corrected_count is not None:
+            by_type["corrected"] = corrected_count
+        if uncorrected_count is not None:
+            by_type["uncorrected"] = uncorrected_count
+        if by_type:
+            values[name] = by_type
+    gpu.ecc_read = (since_load, now, values) if None not in since_load + lifetime else None
+    return values

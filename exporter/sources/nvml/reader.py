@@ -8,6 +8,7 @@ different attributes of one struct); ``NvmlSpecial`` rows through the readers in
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections import Counter
@@ -46,6 +47,9 @@ class GpuState:
     last_seen_timestamp: int = 0  # newest process-utilisation sample seen (microseconds)
     last_active: LastActive = field(default_factory=LastActive)  # per pid, across collections
     garbled_seen: bool = False  # garbled process entries were already reported in the log
+    # ``exporter.sources.nvml.health.read_ecc``'s last complete read: the volatile counts, when
+    # (monotonic seconds), the values it returned (lifetime counts included).
+    ecc_read: tuple[tuple[int, int], float, dict[str, Value]] | None = None
 
 
 def placeholder_identity(index: int) -> GpuIdentity:
@@ -99,10 +103,17 @@ class NvmlCalls:
         self.mismatch: type[BaseException] | tuple[()] = (
             getattr(nvml, "NVMLLibraryMismatchError", None) or ())
         self._functions: dict[str, Callable[..., Any] | None] = {}
+        self._arguments: dict[str, tuple[int, ...]] = {}
         self._plans: dict[frozenset[Group], _Plan] = {}
         self.compute = ProcessLister(nvml, "Compute")
         self.graphics = ProcessLister(nvml, "Graphics")
         self.process_utilization = process_utilization_call(nvml)
+        version = getattr(nvml, "nvmlMemory_v2", None)
+        memory = self.function("nvmlDeviceGetMemoryInfo")
+        # Memory info asking for the v2 struct (None: the binding cannot).
+        self.memory_v2: Callable[..., Any] | None = (
+            None if version is None or memory is None
+            else functools.partial(memory, version=version))
 
     def function(self, name: str) -> Callable[..., Any] | None:
         """pynvml's ``name``, or None when the binding lacks it."""
@@ -115,6 +126,13 @@ class NvmlCalls:
         if isinstance(argument, Constant):
             return int(getattr(self.nvml, argument.name, argument.value))
         return argument
+
+    def arguments(self, key: str, arguments: tuple[int | Constant, ...]) -> tuple[int, ...]:
+        """The values of a special reader's ``arguments``, worked out once under ``key``."""
+        found = self._arguments.get(key)
+        if found is None:
+            found = self._arguments[key] = tuple(self.argument(a) for a in arguments)
+        return found
 
     def plan(self, groups: frozenset[Group]) -> _Plan:
         """The reads of ``groups`` a GPU read goes through, worked out once per set of groups:
@@ -254,7 +272,9 @@ class GpuReader:
             if key is not None and key in memo:
                 result = memo[key]
             else:
-                if direct and functions[0] not in unsupported:
+                if direct:
+                    if functions[0] in unsupported:  # answered unsupported once: not asked
+                        continue
                     try:
                         result = function(handle, *args)  # type: ignore[misc]
                     except Exception as exc:  # sorted out by ``failed``
@@ -310,9 +330,13 @@ class GpuReader:
                     gpu.index, garbled)
             gpu.garbled_seen = True
             self.count("garbled_process_entry", garbled)
+        if not compute and not graphics:  # an idle GPU: most collections of most GPUs
+            if with_utilization:
+                gpu.last_active.forget()  # no process left
+            return ()
         utilization: dict[int, float] | None = None
         active: dict[int, float] | None = None
-        if with_utilization and (compute or graphics):
+        if with_utilization:
             samples = self.call(gpu, "process_utilization", calls.process_utilization,
                                 gpu.last_seen_timestamp)
             if samples is not None:
@@ -324,8 +348,6 @@ class GpuReader:
                 # The first call asks with timestamp 0: NVML's buffer is all a restart recovers.
                 active = gpu.last_active.update(samples, compute.keys() | graphics.keys(),
                                                 time.time())
-        elif with_utilization:
-            gpu.last_active.forget()  # no process left
         return merge_processes(compute, graphics, utilization, active)
 
 

@@ -360,6 +360,7 @@ class NvmlSource:
             self._mig.forget(gpu.index)  # a new handle (after a reset): MIG mode may differ
         gpu.handle = handle
         gpu.error = None
+        gpu.ecc_read = None  # a reset zeroes the volatile ECC counts: read the lifetime ones again
         return None
 
     @staticmethod

@@ -5,7 +5,6 @@ Each reader returns ``{metric name: value}`` for the rows it fills and runs once
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
@@ -22,7 +21,7 @@ from exporter.metrics import (
     XID_EVENTS_REGISTERED,
 )
 from exporter.snapshot import Value
-from exporter.sources.nvml.health import read_remapped_rows, read_retired_pages
+from exporter.sources.nvml.health import read_ecc, read_remapped_rows, read_retired_pages
 
 if TYPE_CHECKING:
     from exporter.sources.nvml.reader import GpuReader, GpuState
@@ -37,16 +36,12 @@ def read_memory(reader: GpuReader, gpu: GpuState) -> dict[str, Value]:
 
     The total is the identity's (read once at start-up).
     """
-    nvml = reader.calls.nvml
-    version = getattr(nvml, "nvmlMemory_v2", None)
-    memory = reader.calls.function("nvmlDeviceGetMemoryInfo")
     values: dict[str, Value] = {MEMORY_TOTAL.name: gpu.identity.memory_total_bytes}
-    v2 = None if version is None or memory is None else functools.partial(memory, version=version)
-    info = reader.call(gpu, "memory_v2", v2)
+    info = reader.call(gpu, "memory_v2", reader.calls.memory_v2)
     if info is not None:
         values[MEMORY_RESERVED.name] = int(info.reserved)
     elif "memory_v2" in gpu.unsupported:
-        info = reader.call(gpu, "memory", memory)
+        info = reader.call(gpu, "memory", reader.calls.function("nvmlDeviceGetMemoryInfo"))
     if info is not None:
         values[MEMORY_USED.name] = int(info.used)
         values[MEMORY_FREE.name] = int(info.free)
@@ -94,6 +89,7 @@ SPECIAL_READERS: dict[str, Callable[[GpuReader, GpuState], dict[str, Value]]] = 
     "throttle": read_throttle,
     "remapped_rows": read_remapped_rows,
     "retired_pages": read_retired_pages,
+    "ecc": read_ecc,
     "events": read_events,
     "mig": read_mig_mode,
 }
