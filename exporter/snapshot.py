@@ -156,7 +156,6 @@ class GpuReading:
         return found if isinstance(found, Mapping) else None
 
 
-@slot_init  # built on every collection: see exporter.frozeninit
 @dataclass(frozen=True, slots=True)
 class AccountingRow:
     """Running totals of one user's processes on this host (one pod's, one Slurm job's where
@@ -173,6 +172,7 @@ class AccountingRow:
     totals: Mapping[str, float] = field(default_factory=dict)
 
 
+@slot_init  # built on every collection: see exporter.frozeninit
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """One collection across all GPUs of this host.
