@@ -47,8 +47,8 @@ __all__ = ["FORGET_AFTER_SECONDS", "MAX_GAP_SECONDS", "IdleAccounting"]
 
 MAX_GAP_SECONDS = 300.0
 FORGET_AFTER_SECONDS = 3600.0
-#: A row: its user, or (user, namespace, pod, slurm_job) when pods or jobs are kept apart.
-Key = str | tuple[str, str, str, str]
+#: A row: (user, namespace, pod, slurm_job); "" for the labels not kept apart.
+Key = tuple[str, str, str, str]
 
 
 class _Row:
@@ -69,8 +69,6 @@ class _Row:
                   USED_GPU_SECONDS.name: self.used_gpus}
         if self.energy is not None:
             totals[ENERGY.name] = self.energy
-        if isinstance(key, str):
-            return AccountingRow(key, totals=totals)
         user, namespace, pod, slurm_job = key
         return AccountingRow(user, namespace, pod, slurm_job, totals)
 
@@ -103,7 +101,7 @@ class IdleAccounting:
             row.snapshot_row(key) for key, row in sorted(rows.items())))
 
     def _key(self, process: GpuProcess) -> Key:
-        """The row of ``process`` when pods or jobs are kept apart."""
+        """The row of ``process``."""
         owner, pod = process.owner, process.pod
         user = owner.user if owner is not None else UNKNOWN_VALUE
         namespace, name = ((pod.namespace or "", pod.pod or "")
@@ -113,19 +111,14 @@ class IdleAccounting:
     def _gpu_sums(self, gpu: GpuReading) -> dict[Key, list[float]]:
         """Per row on ``gpu``: [memory held, memory held by idle processes, SM utilisation].
 
-        Per process only a dict lookup and list updates: this runs for every process of
-        every collection (a third of the time of three dicts of sums).
+        Per process one dict lookup and list updates: this runs for every process of every
+        collection (a third of the time of three dicts of sums).
         """
         sums: dict[Key, list[float]] = {}
         ratio = thresholds.IDLE_UTILIZATION_RATIO
-        by_user = not (self._pods or self._jobs)
+        key_of = self._key
         for process in gpu.processes:
-            key: Key
-            if by_user:  # the key is the user name, inlined
-                owner = process.owner
-                key = owner.user if owner is not None else UNKNOWN_VALUE
-            else:
-                key = self._key(process)
+            key = key_of(process)
             memory = process.used_memory_bytes or 0
             utilization = process.sm_utilization_ratio
             row = sums.get(key)

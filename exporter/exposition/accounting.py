@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from exporter.exposition.families import FamilyData, family
 from exporter.metrics import ACCOUNTING_ROWS
-from exporter.snapshot import AccountingRow, Snapshot
+from exporter.snapshot import Snapshot
 from exporter.state import ExpositionOptions
 
 __all__ = ["accounting_families", "accounting_label_names"]
@@ -21,17 +21,12 @@ def accounting_label_names(options: ExpositionOptions) -> tuple[str, ...]:
             *(("slurm_job",) if options.slurm_labels else ()))
 
 
-def _values(row: AccountingRow, options: ExpositionOptions) -> tuple[str, ...]:
-    return (row.user, *((row.namespace, row.pod) if options.kubernetes_labels else ()),
-            *((row.slurm_job,) if options.slurm_labels else ()))
-
-
 def accounting_families(snapshot: Snapshot, options: ExpositionOptions) -> list[FamilyData]:
     """One family per accounting row whose group is on (families without samples left out)."""
     if not snapshot.accounting:
         return []
-    names = accounting_label_names(options)
-    keys = [_values(row, options) for row in snapshot.accounting]
+    names = accounting_label_names(options)  # also the AccountingRow fields holding them
+    keys = [tuple(getattr(row, name) for name in names) for row in snapshot.accounting]
     found = []
     for metric in ACCOUNTING_ROWS:
         if metric.group not in options.groups:

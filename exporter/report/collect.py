@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from exporter import thresholds
+from exporter import metrics, thresholds
 from exporter.report import records
 from exporter.report.client import PrometheusClient, ReportError, Sample
 from exporter.report.model import Day, ProcessRow, Report, Row, Usage
@@ -80,7 +80,7 @@ def forgotten_query(span: TimeRange, matchers: str, top: int) -> str:
     """The ``top`` processes by memory held through one idle stretch within the range (memory
     x stretch, largest sample). The one query that reads every process series of the range,
     at ``FORGOTTEN_SAMPLES`` instants."""
-    memory = records.selector(records.PROCESS_MEMORY, matchers)
+    memory = records.selector(metrics.PROCESS_MEMORY.name, matchers)
     return f"topk({top}, max_over_time(({memory} * {_idle_for(span, matchers)}){_samples(span)}))"
 
 
@@ -88,12 +88,13 @@ def details_query(span: TimeRange, matchers: str) -> str:
     """Longest stretch, most memory, start, last activity and presence at the end of the
     processes ``matchers`` select (the ranked ones: their pids)."""
     window = _window(span)
-    memory = records.selector(records.PROCESS_MEMORY, matchers)
+    memory, started, active = (records.selector(row.name, matchers) for row in (
+        metrics.PROCESS_MEMORY, metrics.PROCESS_START_TIME, metrics.PROCESS_LAST_ACTIVE))
     parts = {
         "count": f"max_over_time({_idle_for(span, matchers)}{_samples(span)})",
         "max": f"max_over_time({memory}{window})",
-        "start": f"last_over_time({records.selector(records.START_TIME, matchers)}{window})",
-        "active": f"last_over_time({records.selector(records.LAST_ACTIVE, matchers)}{window})",
+        "start": f"last_over_time({started}{window})",
+        "active": f"last_over_time({active}{window})",
         "running": memory,
     }
     return "\nor ".join(_tagged(f"({expr})", tag) for tag, expr in parts.items())

@@ -64,12 +64,6 @@ def all_records() -> tuple[str, ...]:
     return tuple(lv.record(q) for lv in LEVELS for q in level_quantities(lv))
 
 
-#: Per-process series the forgotten-process views read (the exporter's own, not records).
-PROCESS_MEMORY: Final = metrics.PROCESS_MEMORY.name
-START_TIME: Final = metrics.PROCESS_START_TIME.name
-LAST_ACTIVE: Final = metrics.PROCESS_LAST_ACTIVE.name
-
-
 def selector(name: str, matchers: str) -> str:
     """``name{matchers}`` (``name`` alone without matchers)."""
     return f"{name}{{{matchers}}}" if matchers else name
@@ -82,5 +76,6 @@ def idle_since(matchers: str) -> str:
     Forgotten processes are ranked on this instead of a per-process record, which would cost
     a rule reading every process series each minute (docs/scale.md).
     """
-    return (f"({selector(LAST_ACTIVE, matchers)} or ({selector(START_TIME, matchers)} "
-            f"and {selector(metrics.PROCESS_UTILIZATION.name, matchers)}))")
+    active, started, busy = (selector(row.name, matchers) for row in (
+        metrics.PROCESS_LAST_ACTIVE, metrics.PROCESS_START_TIME, metrics.PROCESS_UTILIZATION))
+    return f"({active} or ({started} and {busy}))"
