@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from math import copysign
-from typing import cast
+from typing import NamedTuple, cast
 
 from prometheus_client import utils
 from prometheus_client.openmetrics import exposition as openmetrics_exposition
@@ -114,19 +114,34 @@ def _shape(metric: Metric, labels: tuple[str, ...], openmetrics: bool,
     return _Shape(header, sample, names, order, fixed)
 
 
-def _line(shape: _Shape, values: tuple[str, ...], value: float) -> str:
-    number = shape.fixed if shape.fixed is not None else format_value(value)
+def _label_text(shape: _Shape, values: tuple[str, ...]) -> str:
+    """``{name="value",...}`` for one sample ("" without labels)."""
     if not values:
-        return f"{shape.sample} {number}\n"
+        return ""
     pairs = ",".join(f'{name}="{escape_label_value(values[index])}"'
                      for name, index in zip(shape.names, shape.order, strict=True))
-    return f"{shape.sample}{{{pairs}}} {number}\n"
+    return f"{{{pairs}}}"
 
 
 def encode(data: FamilyData, openmetrics: bool, escaping: str = UNDERSCORES) -> str:
     """One family in one format (the reference the cached ``Encoder`` must equal)."""
     shape = _shape(data.metric, data.labels, openmetrics, escaping)
-    return shape.header + "".join(_line(shape, values, value) for values, value in data.rows)
+    return shape.header + "".join(
+        f"{shape.sample}{_label_text(shape, values)} {_number(shape, value)}\n"
+        for values, value in data.rows)
+
+
+def _number(shape: _Shape, value: float) -> str:
+    return shape.fixed if shape.fixed is not None else format_value(value)
+
+
+class _Encoded(NamedTuple):
+    """One family as the previous call wrote it."""
+
+    rows: list[Row]
+    text: str
+    zeros: tuple[int, ...]  # rows whose value is 0: only their sign can differ in equal rows
+    lines: dict[Row, str]  # the lines of nonzero rows (0 == -0.0, written apart)
 
 
 class Encoder:
@@ -137,9 +152,12 @@ class Encoder:
         self.openmetrics = content_type.startswith("application/openmetrics-text")
         self.escaping = escaping_of(content_type)
         self._lock = threading.Lock()
-        # The previous call's text and lines of each family (by metric and label names).
-        self._texts: dict[tuple[Metric, tuple[str, ...]], tuple[list[Row], str]] = {}
-        self._lines: dict[tuple[Metric, tuple[str, ...]], dict[Row, str]] = {}
+        # The previous call's encoding of each family (by metric and label names).
+        self._families: dict[tuple[Metric, tuple[str, ...]], _Encoded] = {}
+        # The previous call's label texts, by label names: every per-GPU family shares one
+        # label set per GPU and every per-process family one per process, so most samples
+        # whose value changed still find their ``{...}`` here (it halved a fresh render).
+        self._label_texts: dict[tuple[str, ...], dict[tuple[str, ...], str]] = {}
 
     def encode(self, families: Iterable[FamilyData]) -> str:
         """Every family, concatenated."""
@@ -149,34 +167,49 @@ class Encoder:
         """One text per family; an unchanged family gets the previous call's ``str`` object."""
         with self._lock:
             parts: list[str] = []
-            texts: dict[tuple[Metric, tuple[str, ...]], tuple[list[Row], str]] = {}
-            lines: dict[tuple[Metric, tuple[str, ...]], dict[Row, str]] = {}
+            encoded: dict[tuple[Metric, tuple[str, ...]], _Encoded] = {}
+            label_texts: dict[tuple[str, ...], dict[tuple[str, ...], str]] = {}
             for data in families:
                 key = (data.metric, data.labels)
-                previous = self._texts.get(key)
-                if previous is not None and _same(previous[0], data.rows):
-                    parts.append(previous[1])
-                    texts[key], lines[key] = previous, self._lines[key]
+                previous = self._families.get(key)
+                if previous is not None and _same(previous, data.rows):
+                    parts.append(previous.text)
+                    encoded[key] = previous
                     continue
                 shape = _shape(data.metric, data.labels, self.openmetrics, self.escaping)
-                before, now = self._lines.get(key, {}), {}
+                sample, fixed = shape.sample, shape.fixed
+                before = previous.lines if previous is not None else {}
+                labels_before = self._label_texts.get(data.labels, {})
+                labels_now = label_texts.setdefault(data.labels, {})
+                lines: dict[Row, str] = {}
+                zeros: list[int] = []
                 out = [shape.header]
-                for row in data.rows:
-                    line = before.get(row) if row[1] else None  # 0 == -0.0: never reused
+                for index, row in enumerate(data.rows):
+                    values, value = row
+                    line = before.get(row) if value else None
                     if line is None:
-                        line = _line(shape, *row)
-                    if row[1]:
-                        now[row] = line
+                        label_text = labels_now.get(values)
+                        if label_text is None:
+                            label_text = labels_before.get(values)
+                            if label_text is None:
+                                label_text = _label_text(shape, values)
+                            labels_now[values] = label_text
+                        number = fixed if fixed is not None else format_value(value)
+                        line = f"{sample}{label_text} {number}\n"
+                    if value:
+                        lines[row] = line
+                    else:
+                        zeros.append(index)
                     out.append(line)
                 text = "".join(out)
                 parts.append(text)
-                texts[key], lines[key] = (data.rows, text), now
-            self._texts, self._lines = texts, lines
+                encoded[key] = _Encoded(data.rows, text, tuple(zeros), lines)
+            self._families, self._label_texts = encoded, label_texts
             return parts
 
 
-def _same(before: list[Row], rows: list[Row]) -> bool:
-    """Equal rows that also agree on the sign of every zero (0.0 == -0.0 is written apart)."""
-    return before == rows and all(
-        copysign(1.0, a[1]) == copysign(1.0, b[1]) for a, b in zip(before, rows, strict=True)
-        if not a[1])
+def _same(previous: _Encoded, rows: list[Row]) -> bool:
+    """Rows equal to the previous call's, zeros of the same sign (0.0 == -0.0 is written apart)."""
+    return previous.rows == rows and all(
+        copysign(1.0, rows[index][1]) == copysign(1.0, previous.rows[index][1])
+        for index in previous.zeros)

@@ -153,59 +153,47 @@ def process_series(
     return kept, overflow.processes
 
 
-def _user_totals(gpus: Iterable[GpuReading]) -> tuple[FamilyData, FamilyData]:
-    memory = family(metrics.USER_MEMORY)
-    count = family(metrics.USER_PROCESSES)
-    memory_rows, count_rows = memory.rows, count.rows
+def _user_figures(gpus: Iterable[GpuReading]) -> list[FamilyData]:
+    """Per GPU and user, from one pass over each GPU's processes: memory held and process count
+    (group ``processes``); memory of idle holders and the busiest process's utilisation (group
+    ``process_utilization``), in that order.
+
+    Processes without a utilisation sample (NVML has none for them) count for neither of the
+    last two, so a GPU that cannot report process utilisation never looks idle.
+    """
+    memory, count = family(metrics.USER_MEMORY), family(metrics.USER_PROCESSES)
+    idle, busiest = family(metrics.USER_IDLE_MEMORY), family(metrics.USER_UTILIZATION_MAX)
     unknown = metrics.UNKNOWN_VALUE
+    floor, ratio = thresholds.IDLE_PROCESS_MEMORY_BYTES, thresholds.IDLE_UTILIZATION_RATIO
     for gpu in gpus:
         labels = gpu_label_values(gpu.identity)
-        # Plain dicts, not ProcessSeries: same sums, far less work per process.
         counts: dict[str, int] = {}
         totals: dict[str, int] = {}  # users with at least one memory reading
+        idle_bytes: dict[str, int] = {}  # users with at least one utilisation sample
+        top: dict[str, float] = {}
         for proc in gpu.processes:
             user = proc.owner.user if proc.owner is not None else unknown
             counts[user] = counts.get(user, 0) + 1
             used = proc.used_memory_bytes
             if used is not None:
                 totals[user] = used + totals.get(user, 0)
+            utilization = proc.sm_utilization_ratio
+            if utilization is None:
+                continue
+            top[user] = max(utilization, top.get(user, 0.0))
+            held = used if used is not None and used > floor and utilization < ratio else 0
+            idle_bytes[user] = idle_bytes.get(user, 0) + held
         for user in sorted(counts):
             key = (*labels, user)
             total = totals.get(user)
             if total is not None:
-                memory_rows.append((key, total))
-            count_rows.append((key, counts[user]))
-    return memory, count
-
-
-def _user_idle(gpus: Iterable[GpuReading]) -> tuple[FamilyData, FamilyData]:
-    """Per GPU and user: memory of idle holders, and the busiest process's utilisation.
-
-    Processes without a utilisation sample (NVML has none for them) count for neither, so a
-    GPU that cannot report process utilisation never looks idle.
-    """
-    idle = family(metrics.USER_IDLE_MEMORY)
-    busiest = family(metrics.USER_UTILIZATION_MAX)
-    unknown = metrics.UNKNOWN_VALUE
-    floor, ratio = thresholds.IDLE_PROCESS_MEMORY_BYTES, thresholds.IDLE_UTILIZATION_RATIO
-    for gpu in gpus:
-        labels = gpu_label_values(gpu.identity)
-        idle_bytes: dict[str, int] = {}
-        top: dict[str, float] = {}
-        for proc in gpu.processes:
-            utilization = proc.sm_utilization_ratio
-            if utilization is None:
-                continue
-            user = proc.owner.user if proc.owner is not None else unknown
-            top[user] = max(utilization, top.get(user, 0.0))
-            used = proc.used_memory_bytes
-            held = used if used is not None and used > floor and utilization < ratio else 0
-            idle_bytes[user] = idle_bytes.get(user, 0) + held
-        for user in sorted(top):
-            key = (*labels, user)
-            idle.rows.append((key, idle_bytes[user]))
-            busiest.rows.append((key, top[user]))
-    return idle, busiest
+                memory.rows.append((key, total))
+            count.rows.append((key, counts[user]))
+            most = top.get(user)
+            if most is not None:
+                idle.rows.append((key, idle_bytes[user]))
+                busiest.rows.append((key, most))
+    return [memory, count, idle, busiest]
 
 
 def _user_counters(gpus: Iterable[GpuReading]) -> list[FamilyData]:
@@ -252,11 +240,13 @@ def _add_unmerged(gpu: GpuReading, options: ExpositionOptions,
         read = row.process_value
         if read is None or row.group not in groups:  # a group that is off: dropped anyway
             continue
-        values = [(key, read(proc)) for key, proc in zip(keys, processes, strict=True)]
+        pairs = zip(keys, processes, strict=True)
         if row.fold is Fold.SUM_RATIO:  # as _fold starts a series
-            target.rows += [(key, min(1.0, v + 0.0)) for key, v in values if v is not None]
+            target.rows += [(key, min(1.0, value + 0.0)) for key, proc in pairs
+                            if (value := read(proc)) is not None]
         else:
-            target.rows += [(key, v) for key, v in values if v is not None]
+            target.rows += [(key, value) for key, proc in pairs
+                            if (value := read(proc)) is not None]
     return True
 
 
@@ -327,15 +317,15 @@ def process_families(snapshot: Snapshot, options: ExpositionOptions) -> Iterator
                 if value is not None:
                     target.add(series.labels, value)
     workload_memory, workload_utilization = _workload_totals(healthy, options)
+    user_memory, user_count, user_idle, user_busiest = _user_figures(healthy)
     chosen: list[FamilyData] = []
     if with_processes:
         chosen += [count, *(f for f in per_process if f.metric.group is Group.PROCESSES),
-                   *_user_totals(healthy), workload_memory, _allocations(snapshot)]
+                   user_memory, user_count, workload_memory, _allocations(snapshot)]
     chosen += [f for f in per_process if f.metric.group is not Group.PROCESSES
                and f.metric.group in groups]
     if Group.PROCESS_UTILIZATION in groups:
-        chosen.append(workload_utilization)
-        chosen += _user_idle(healthy)
+        chosen += [workload_utilization, user_idle, user_busiest]
     if Group.TORCH in groups:
         chosen += _user_counters(healthy)
     chosen.append(overflow)

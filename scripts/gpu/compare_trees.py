@@ -6,9 +6,11 @@ Usage (on the GPU machine, from the repository root):
 
 Times ``NvmlSource.collect`` of this tree and of the baseline tree in alternating child processes
 (each imports its own ``exporter`` package), idle and then with one busy torch process per GPU
-(scripts/gpu/cuda_load.py; skipped without torch). This tree is timed twice: with its default
-groups, and with the groups the baseline's defaults read (its default groups minus the ones
-added since: ``mig``, ``remapping``, ``xid``), which is the like-for-like figure. Verdict: the
+(scripts/gpu/cuda_load.py; skipped without torch). This tree is timed with the groups the
+baseline's defaults read (its default groups minus the ones added since: ``mig``,
+``remapping``, ``xid``, and so without the XID event waiter, as the CLI runs them), which is
+the like-for-like figure; with those groups plus the waiter alone; and with its own default
+groups. Verdict: the
 like-for-like p50 within 10 % of the baseline's (rounds' medians), idle and busy.
 """
 
@@ -30,6 +32,15 @@ ROOT = Path(__file__).resolve().parents[2]
 LOAD = Path(__file__).with_name("cuda_load.py")
 #: Default groups added after the baseline (e5e9773): GPU health (issue 11).
 ADDED_GROUPS = ("mig", "remapping", "xid")
+#: What is timed: (tree, child mode) by row name. The like-for-like row runs without the XID
+#: event waiter, as the CLI does when the xid group is off; the row after it adds the waiter
+#: alone, to show what its thread costs the collections.
+MODES = {
+    "baseline": ("baseline", "default"),
+    "this, baseline's groups": ("this", "baseline-groups"),
+    "this, same + event waiter": ("this", "baseline-groups+waiter"),
+    "this, default groups": ("this", "default"),
+}
 
 CHILD = r"""
 import json, statistics, sys, time
@@ -39,14 +50,17 @@ try:
     from exporter.metrics import Group, default_groups
     from exporter.sources.nvml.source import NvmlSource
     groups = default_groups()
-    if mode == "baseline-groups":
+    if mode.startswith("baseline-groups"):
         groups = frozenset(g for g in groups if g.value not in sys.argv[4].split(","))
     arg = groups
+    # As the CLI runs it: the XID event waiter only with the xid group (or when asked).
+    options = {"watch_events": Group.XID in groups or mode.endswith("+waiter")}
 except ImportError:  # trees before the redesign: CollectOptions
     from exporter.sources.base import CollectOptions
     from exporter.sources.nvml import NvmlSource
     arg = CollectOptions()
-source = NvmlSource(hostname="compare")
+    options = {}
+source = NvmlSource(hostname="compare", **options)
 source.start()
 for _ in range(50):
     source.collect(arg)
@@ -60,6 +74,7 @@ close = getattr(source, "close", None)
 if close is not None:
     close()
 print(json.dumps({"p50_us": statistics.median(times) * 1e6,
+                  "mean_us": statistics.fmean(times) * 1e6,
                   "p99_us": times[int(len(times) * 0.99)] * 1e6}))
 """
 
@@ -74,15 +89,14 @@ def child(tree: Path, mode: str, count: int) -> dict[str, float]:
 
 
 def compare(baseline: Path, rounds: int, count: int) -> dict[str, Any]:
-    runs: dict[str, list[dict[str, float]]] = {"baseline": [], "this, baseline's groups": [],
-                                               "this, default groups": []}
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in MODES}
     for _ in range(rounds):  # alternate, so both see the same GPU state and machine load
-        runs["baseline"].append(child(baseline, "default", count))
-        runs["this, baseline's groups"].append(child(ROOT, "baseline-groups", count))
-        runs["this, default groups"].append(child(ROOT, "default", count))
+        for name, (tree, mode) in MODES.items():
+            runs[name].append(child(baseline if tree == "baseline" else ROOT, mode, count))
     summary: dict[str, dict[str, Any]] = {
         name: {"p50_us": statistics.median(r["p50_us"] for r in found),
                "p99_us": statistics.median(r["p99_us"] for r in found),
+               "mean_us": statistics.median(r["mean_us"] for r in found),
                "rounds_p50_us": [round(r["p50_us"], 1) for r in found]}
         for name, found in runs.items()}
     base = summary["baseline"]["p50_us"]
@@ -95,6 +109,7 @@ def show(title: str, summary: dict[str, Any]) -> None:
     print(f"{title}:")
     for name, found in summary.items():
         print(f"  {name:26s} p50 {found['p50_us']:8.1f} us  p99 {found['p99_us']:8.1f} us  "
+              f"mean {found['mean_us']:8.1f} us  "
               f"x{found['ratio_p50_vs_baseline']:.2f}  rounds {found['rounds_p50_us']}",
               flush=True)
 
