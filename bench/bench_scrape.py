@@ -82,7 +82,7 @@ steps = [step for step in (cli.build_enricher(config),
                            getattr(cli, "build_accounting", lambda _: None)(config)) if step]
 now = [1000.0]
 source = SimulatedSource(synthetic_fleet(8, 32, seed=1), seed=1, clock=lambda: now[0])
-renderer = MetricsRenderer(process_metrics=False)
+renderer = MetricsRenderer(process_metrics=False, gzip_level=1)  # as the app builds it
 options = config.exposition_options()
 for _ in range(int(sys.argv[2])):
     now[0] += 15.0
