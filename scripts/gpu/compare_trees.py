@@ -3,6 +3,7 @@
 Usage (on the GPU machine, from the repository root):
     git archive e5e9773 | tar -x -C /tmp/baseline      # the older tree, exported beforehand
     python3 scripts/gpu/compare_trees.py --baseline /tmp/baseline [--rounds 3] [--collections 1000]
+        [--calls]
 
 Times ``NvmlSource.collect`` of this tree and of the baseline tree in alternating child processes
 (each imports its own ``exporter`` package), idle and then with one busy torch process per GPU
@@ -12,6 +13,11 @@ baseline's defaults read (its default groups minus the ones added since: ``mig``
 the like-for-like figure; with those groups plus the waiter alone; and with its own default
 groups. Verdict: the
 like-for-like p50 within 10 % of the baseline's (rounds' medians), idle and busy.
+
+``--calls`` then says where a difference comes from: in separate children whose ``pynvml``
+functions are wrapped in timers, each NVML function's calls and microseconds per idle
+collection, baseline against this tree with the baseline's groups, and the rest of the
+collection (the exporter's own Python).
 """
 
 from __future__ import annotations
@@ -43,9 +49,31 @@ MODES = {
 }
 
 CHILD = r"""
-import json, statistics, sys, time
+import collections, json, statistics, sys, threading, time
 sys.path.insert(0, sys.argv[1])
-mode, count = sys.argv[2], int(sys.argv[3])
+mode, count, profile = sys.argv[2], int(sys.argv[3]), sys.argv[5] == "calls"
+seconds, calls = collections.Counter(), collections.Counter()
+state = {"on": False, "depth": 0}
+if profile:  # time every pynvml function: the collecting thread's outermost calls only
+    import pynvml
+    main = threading.get_ident()
+    def timed(name, function):
+        def call(*args, **kwargs):
+            if not state["on"] or state["depth"] or threading.get_ident() != main:
+                return function(*args, **kwargs)
+            state["depth"] += 1
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                seconds[name] += time.perf_counter() - start
+                calls[name] += 1
+                state["depth"] -= 1
+        return call
+    for name in dir(pynvml):
+        value = getattr(pynvml, name)
+        if name.startswith("nvml") and callable(value) and not isinstance(value, type):
+            setattr(pynvml, name, timed(name, value))
 try:
     from exporter.metrics import Group, default_groups
     from exporter.sources.nvml.source import NvmlSource
@@ -65,27 +93,63 @@ source.start()
 for _ in range(50):
     source.collect(arg)
 times = []
+state["on"] = True
 for _ in range(count):
     start = time.perf_counter()
     source.collect(arg)
     times.append(time.perf_counter() - start)
+state["on"] = False
 times.sort()
 close = getattr(source, "close", None)
 if close is not None:
     close()
 print(json.dumps({"p50_us": statistics.median(times) * 1e6,
                   "mean_us": statistics.fmean(times) * 1e6,
+                  "calls": {k: v / count for k, v in calls.items()},
+                  "call_us": {k: v / count * 1e6 for k, v in seconds.items()},
                   "p99_us": times[int(len(times) * 0.99)] * 1e6}))
 """
 
 
-def child(tree: Path, mode: str, count: int) -> dict[str, float]:
+def child(tree: Path, mode: str, count: int, *, calls: bool = False) -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(tree), mode, str(count), ",".join(ADDED_GROUPS)],
+        [sys.executable, "-c", CHILD, str(tree), mode, str(count), ",".join(ADDED_GROUPS),
+         "calls" if calls else "times"],
         capture_output=True, text=True, timeout=300, check=False, cwd=str(tree))
     if out.returncode != 0:
         raise RuntimeError(f"timing {tree} ({mode}) failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def call_table(baseline: Path, rounds: int, count: int) -> None:
+    """Print each NVML function's calls and microseconds per collection, baseline against this
+    tree with the baseline's groups: where a difference in the collection's time comes from.
+
+    Means per collection (so they add up), medians over rounds. The timers (~0.5 us a call, in
+    both trees alike) are left out of the timed figures above: these are separate children.
+    """
+    runs: dict[str, list[dict[str, Any]]] = {"b": [], "t": []}
+    for _ in range(rounds):
+        runs["b"].append(child(baseline, "default", count, calls=True))
+        runs["t"].append(child(ROOT, "baseline-groups", count, calls=True))
+    names = sorted({name for found in runs.values() for run in found for name in run["call_us"]})
+    medians = {key: {
+        "mean_us": statistics.median(run["mean_us"] for run in found),
+        "calls": {n: statistics.median(run["calls"].get(n, 0.0) for run in found) for n in names},
+        "call_us": {n: statistics.median(run["call_us"].get(n, 0.0) for run in found)
+                    for n in names}} for key, found in runs.items()}
+    base, this = medians["b"], medians["t"]
+    print(f"NVML calls per collection (means; medians of {rounds} rounds; b: baseline, "
+          f"t: this tree with the baseline's groups):")
+    print(f"  {'function':<46} {'calls b':>8} {'calls t':>8} {'us b':>8} {'us t':>8}")
+    for name in sorted(names, key=lambda n: -max(base["call_us"][n], this["call_us"][n])):
+        print(f"  {name:<46} {base['calls'][name]:>8.2f} {this['calls'][name]:>8.2f} "
+              f"{base['call_us'][name]:>8.1f} {this['call_us'][name]:>8.1f}")
+    for label, found in (("baseline", base), ("this tree", this)):
+        in_nvml = sum(found["call_us"].values())
+        print(f"  {label:<10} collection {found['mean_us']:7.1f} us: in NVML calls "
+              f"{in_nvml:7.1f} us, the rest (the exporter's Python) "
+              f"{found['mean_us'] - in_nvml:7.1f} us", flush=True)
 
 
 def compare(baseline: Path, rounds: int, count: int) -> dict[str, Any]:
@@ -120,9 +184,13 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--collections", type=int, default=1000)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--calls", action="store_true",
+                        help="also time each NVML function of an idle collection, per tree")
     args = parser.parse_args()
     result: dict[str, Any] = {"idle": compare(args.baseline, args.rounds, args.collections)}
     show("idle", result["idle"])
+    if args.calls:
+        call_table(args.baseline, args.rounds, args.collections)
     if importlib.util.find_spec("torch") is not None:
         pynvml.nvmlInit()
         gpus = pynvml.nvmlDeviceGetCount()
