@@ -3,7 +3,7 @@
 Usage (on the GPU machine, from the repository root):
     git archive e5e9773 | tar -x -C /tmp/baseline      # the older tree, exported beforehand
     python3 scripts/gpu/compare_trees.py --baseline /tmp/baseline [--rounds 3] [--collections 1000]
-        [--calls]
+        [--calls] [--cpu N]
 
 Times ``NvmlSource.collect`` of this tree and of the baseline tree in alternating child processes
 (each imports its own ``exporter`` package), idle and then with one busy torch process per GPU
@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -111,11 +112,17 @@ print(json.dumps({"p50_us": statistics.median(times) * 1e6,
 """
 
 
+#: ``--cpu``: the core every timing child is pinned to (None: wherever the kernel puts it).
+PIN: list[int] = []
+
+
 def child(tree: Path, mode: str, count: int, *, calls: bool = False) -> dict[str, Any]:
+    pin = (lambda: os.sched_setaffinity(0, PIN)) if PIN else None
     out = subprocess.run(
         [sys.executable, "-c", CHILD, str(tree), mode, str(count), ",".join(ADDED_GROUPS),
          "calls" if calls else "times"],
-        capture_output=True, text=True, timeout=300, check=False, cwd=str(tree))
+        capture_output=True, text=True, timeout=300, check=False, cwd=str(tree),
+        preexec_fn=pin)  # the parent runs no threads: forking with preexec_fn is safe
     if out.returncode != 0:
         raise RuntimeError(f"timing {tree} ({mode}) failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
@@ -184,9 +191,13 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--collections", type=int, default=1000)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--cpu", type=int, help="pin every timing child to this core: on a "
+                        "many-core host the p50 of one child moved 45-85 us with its placement")
     parser.add_argument("--calls", action="store_true",
                         help="also time each NVML function of an idle collection, per tree")
     args = parser.parse_args()
+    if args.cpu is not None:
+        PIN.append(args.cpu)
     result: dict[str, Any] = {"idle": compare(args.baseline, args.rounds, args.collections)}
     show("idle", result["idle"])
     if args.calls:
