@@ -156,7 +156,7 @@ class Encoder:
         self._families: dict[tuple[Metric, tuple[str, ...]], _Encoded] = {}
         # The previous call's label texts, by label names: every per-GPU family shares one
         # label set per GPU and every per-process family one per process, so most samples
-        # whose value changed still find their ``{...}`` here (it halved a fresh render).
+        # whose value changed still find their ``{...}`` here (a fresh 8x32 render: -40 %).
         self._label_texts: dict[tuple[str, ...], dict[tuple[str, ...], str]] = {}
 
     def encode(self, families: Iterable[FamilyData]) -> str:
