@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.harness import instructions_per_step  # noqa: E402
 
 CHILD = r"""
 import json, sys, time, types
@@ -90,14 +92,12 @@ print(json.dumps({"cpu_us": min(blocks) * 1e6}))
 """
 
 
-def child(tree: Path, count: int, valgrind: bool = False) -> str:
+def child(tree: Path, count: int) -> str:
     command = [sys.executable, "-c", CHILD, str(ROOT), str(tree), str(count)]
-    if valgrind:
-        command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *command]
     out = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
     if out.returncode != 0:
         raise SystemExit(f"timing {tree} failed:\n{out.stderr[-3000:]}")
-    return out.stdout + out.stderr
+    return out.stdout
 
 
 def cpu_us(tree: Path, rounds: int) -> float:
@@ -107,13 +107,7 @@ def cpu_us(tree: Path, rounds: int) -> float:
 
 def instructions(tree: Path) -> float:
     """Instructions per collection: two runs differing by 1,000 collections (start-up cancels)."""
-    counts = []
-    for count in (20, 1020):
-        found = re.search(r"Collected : (\d+)", child(tree, count, valgrind=True))
-        if found is None:
-            raise SystemExit("valgrind printed no instruction count")
-        counts.append(int(found.group(1)))
-    return (counts[1] - counts[0]) / 1000
+    return instructions_per_step([sys.executable, "-c", CHILD, str(ROOT), str(tree)], 20, 1020)
 
 
 def main() -> None:

@@ -47,6 +47,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.harness import instructions_per_step, percentile  # noqa: E402
 from tests.e2e.server import ExporterProcess  # noqa: E402
 
 TARGET_P50_MS = 2.0
@@ -63,7 +64,8 @@ PROMETHEUS_ACCEPT = (
     "text/plain;version=0.0.4;q=0.2,*/*;q=0.1"
 )
 _TOTAL = re.compile(r"total;dur=([0-9.]+)")
-#: --instructions: one checkout's fresh cycles (argv: checkout, cycles), as its server runs them.
+#: --instructions: one checkout's fresh cycles (argv: checkout, Accept header, cycles), as its
+#: server runs them.
 CYCLE = r"""
 import sys
 sys.path.insert(0, sys.argv[1])
@@ -84,13 +86,13 @@ now = [1000.0]
 source = SimulatedSource(synthetic_fleet(8, 32, seed=1), seed=1, clock=lambda: now[0])
 renderer = MetricsRenderer(process_metrics=False, gzip_level=1)  # as the app builds it
 options = config.exposition_options()
-for _ in range(int(sys.argv[2])):
+for _ in range(int(sys.argv[3])):
     now[0] += 15.0
     snapshot = source.collect(what)
     for step in steps:
         snapshot = step.enrich(snapshot)
     renderer.render(ExporterState(snapshot, 0.0, False, snapshot.taken_at), options,
-                    sys.argv[3], "gzip")
+                    sys.argv[2], "gzip")
 """
 
 
@@ -104,13 +106,6 @@ class Result:
     rss_mb: float
     hwm_mb: float
     seconds: float
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The q-th percentile (0..100), nearest-rank."""
-    ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
-    return ordered[rank]
 
 
 def _memory_mb(pid: int) -> tuple[float, float]:
@@ -224,17 +219,8 @@ def compare(revision: str, source: list[str], cases: list[tuple[str, list[str]]]
 
 def cycle_instructions(root: Path) -> float:
     """Instructions of one fresh cycle in checkout ``root`` (see ``--instructions``)."""
-    counts = []
-    for cycles in (2, 12):
-        out = subprocess.run(
-            ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-             "-c", CYCLE, str(root), str(cycles), PROMETHEUS_ACCEPT],
-            capture_output=True, text=True, timeout=900, check=False, cwd=str(root))
-        found = re.search(r"Collected : (\d+)", out.stderr)
-        if out.returncode != 0 or found is None:
-            raise SystemExit(f"counting instructions in {root} failed:\n{out.stderr[-3000:]}")
-        counts.append(int(found.group(1)))
-    return (counts[1] - counts[0]) / 10
+    return instructions_per_step([sys.executable, "-c", CYCLE, str(root), PROMETHEUS_ACCEPT],
+                                 2, 12, cwd=root)
 
 
 def compare_instructions(revision: str) -> None:

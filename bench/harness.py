@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -41,6 +42,24 @@ def percentile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     rank = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
     return ordered[rank]
+
+
+def instructions_per_step(command: Sequence[str], few: int, many: int, *,
+                          cwd: Path | None = None) -> float:
+    """Instructions per step of ``command`` counted by valgrind's callgrind: the command is
+    run with ``few`` and with ``many`` appended (its step count), and the difference divided
+    by ``many - few``, so start-up cancels. Exits with valgrind's output on failure."""
+    counts = []
+    for steps in (few, many):
+        out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+                              *command, str(steps)], capture_output=True, text=True,
+                             timeout=900, check=False, cwd=cwd)
+        found = re.search(r"Collected : (\d+)", out.stderr)
+        if out.returncode != 0 or found is None:
+            raise SystemExit(f"counting instructions of {command[:3]} failed:\n"
+                             f"{out.stderr[-3000:]}")
+        counts.append(int(found.group(1)))
+    return (counts[1] - counts[0]) / (many - few)
 
 
 def timed_ms(fn: Callable[[], object], rounds: int, warmup: int) -> list[float]:

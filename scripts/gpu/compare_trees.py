@@ -161,7 +161,7 @@ def call_table(baseline: Path, rounds: int, count: int) -> None:
 
 
 def compare(baseline: Path, rounds: int, count: int) -> dict[str, Any]:
-    runs: dict[str, list[dict[str, float]]] = {name: [] for name in MODES}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in MODES}
     for _ in range(rounds):  # alternate, so both see the same GPU state and machine load
         for name, (tree, mode) in MODES.items():
             runs[name].append(child(baseline if tree == "baseline" else ROOT, mode, count))
