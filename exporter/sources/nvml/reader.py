@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -136,26 +135,23 @@ class NvmlCalls:
 
     def plan(self, groups: frozenset[Group]) -> _Plan:
         """The reads of ``groups`` a GPU read goes through, worked out once per set of groups:
-        rows, resolved functions and arguments, and which calls two rows share."""
+        the plain reads compiled into one function, the special readers, and the rows."""
         found = self._plans.get(groups)
         if found is None:
             rows = tuple(row for row in GPU_ROWS if row.nvml is not None and row.group in groups)
-            sites = [(row.name, label, row.nvml, tuple(self.argument(a) for a in args))
-                     for row in rows if isinstance(row.nvml, NvmlRead)
-                     for label, args in (row.nvml.per_label.items() if row.nvml.per_label
-                                         else ((None, row.nvml.args),))]
-            made = Counter((spec.functions, args) for _, _, spec, args in sites)
-            plain = []
-            for name, label, spec, args in sites:
-                key = (spec.functions, args)
-                function = self.function(spec.functions[0])
-                plain.append(_Read(
-                    name, label, function, spec.functions, args,
-                    key if made[key] > 1 else None, spec.attribute, spec.valid, spec.scale,
-                    spec.divisor, direct=len(spec.functions) == 1 and function is not None,
-                    unscaled=spec.scale == 1.0 and spec.divisor == 1.0))
+            reads = []
+            for row in rows:
+                if not isinstance(row.nvml, NvmlRead):
+                    continue
+                spec = row.nvml
+                for label, args in (spec.per_label.items() if spec.per_label
+                                    else ((None, spec.args),)):
+                    function = self.function(spec.functions[0])
+                    reads.append(_Read(row.name, label, spec.functions, function,
+                                       tuple(self.argument(a) for a in args), spec.attribute,
+                                       spec.valid, spec.scale, spec.divisor))
             found = self._plans[groups] = _Plan(
-                plain=tuple(plain),
+                plain=compile_plain_reads(tuple(reads)),
                 specials=tuple(dict.fromkeys(row.nvml.name for row in rows
                                              if isinstance(row.nvml, NvmlSpecial))),
                 rows=frozenset(row.name for row in rows),
@@ -164,29 +160,101 @@ class NvmlCalls:
 
 
 class _Read(NamedTuple):
-    """One NVML call of a plain row's value (``NvmlRead``, arguments resolved) and how its
-    result becomes the value. ``key`` is set when another read of the plan makes the same call
-    (its result is then shared within one GPU read). A tuple: the reader unpacks it at once."""
+    """One value of a plain row (``NvmlRead``, arguments resolved): the call, and how its
+    result becomes the value."""
 
     row: str
     label: str | None  # None: the row's one value
-    function: Callable[..., Any] | None  # functions[0] from the binding
-    functions: tuple[str, ...]
+    functions: tuple[str, ...]  # newest first
+    function: Callable[..., Any] | None  # functions[0] from the binding (None: it lacks it)
     args: tuple[int, ...]
-    key: tuple[Any, ...] | None
     attribute: str | None
     valid: tuple[float, float] | None
     scale: float
     divisor: float
-    direct: bool  # one function the binding has: called without ``call_newest``
-    unscaled: bool  # scale and divisor 1: the raw value as it is (ints stay ints)
+
+
+#: ``values[row]`` (or ``values[row][label]``) of every plain read of one GPU.
+PlainReads = Callable[["GpuReader", GpuState, dict[str, Value]], None]
+
+
+def compile_plain_reads(reads: tuple[_Read, ...]) -> PlainReads:
+    """One straight-line function for ``reads``, as ``dataclasses`` writes ``__init__``.
+
+    A loop over the reads ran ~14 lines of Python per value, most of them deciding what a read
+    is (shared call? one function? attribute? range? scale?), which is fixed once the groups
+    are. This is most of an idle GPU's collection besides NVML, so the decisions are taken
+    here, once. Each (functions, args) is called once, at its first row, and its result kept
+    for the rows after it; the values go in in row order. For example::
+
+        if 'nvmlDeviceGetUtilizationRates' in unsupported:
+            result_0 = None
+        else:
+            try:
+                result_0 = function_0(handle)
+            except Exception as exc:  # sorted out by ``failed``
+                reader.failed(gpu, 'nvmlDeviceGetUtilizationRates', exc)
+                result_0 = None
+        if result_0 is not None:
+            raw = result_0.gpu
+            values['gpu_utilization_ratio'] = raw * 1.0 / 100.0
+        ...
+
+    A function the binding lacks, or one with older fallbacks, goes through
+    ``reader.call_newest``.
+    """
+    namespace: dict[str, Any] = {}
+    lines = ["def read_plain(reader, gpu, values):",
+             "    handle, unsupported = gpu.handle, gpu.unsupported"]
+    results: dict[tuple[tuple[str, ...], tuple[int, ...]], str] = {}
+    for read in reads:
+        if read.attribute is not None and not read.attribute.isidentifier():
+            raise ValueError(f"{read.row}: attribute {read.attribute!r} is not a name")
+        if not all(type(n) in (int, float) for n in (*read.args, read.scale, read.divisor,
+                                                     *(read.valid or ()))):
+            raise ValueError(f"{read.row}: arguments, scale and range must be numbers")
+        key = (read.functions, read.args)
+        result = results.get(key)
+        if result is None:
+            result = results[key] = f"result_{len(results)}"
+            args = "".join(f", {a!r}" for a in read.args)
+            name = read.functions[0]
+            if len(read.functions) == 1 and read.function is not None:
+                function = f"function_{len(namespace)}"
+                namespace[function] = read.function
+                lines += [f"    if {name!r} in unsupported:",
+                          f"        {result} = None",
+                          "    else:",
+                          "        try:",
+                          f"            {result} = {function}(handle{args})",
+                          "        except Exception as exc:  # sorted out by ``failed``",
+                          f"            reader.failed(gpu, {name!r}, exc)",
+                          f"            {result} = None"]
+            else:
+                lines.append(f"    {result} = reader.call_newest(gpu, {read.functions!r}{args})")
+        raw = result if read.attribute is None else f"{result}.{read.attribute}"
+        target = (f"values[{read.row!r}]" if read.label is None
+                  else f"values.setdefault({read.row!r}, {{}})[{read.label!r}]")
+        unscaled = read.scale == 1.0 and read.divisor == 1.0  # ints stay ints
+        value = "raw" if unscaled else f"raw * {read.scale!r} / {read.divisor!r}"
+        lines += [f"    if {result} is not None:", f"        raw = {raw}"]
+        if read.valid is None:
+            lines.append(f"        {target} = {value}")
+        else:  # NVML's "unknown" markers fall outside
+            lines += [f"        if {read.valid[0]!r} <= raw <= {read.valid[1]!r}:",
+                      f"            {target} = {value}"]
+    source = "\n".join(lines) + "\n"
+    exec(compile(source, "<exporter.sources.nvml.reader: plain reads>", "exec"), namespace)
+    read_plain: PlainReads = namespace["read_plain"]
+    read_plain.__doc__ = source  # what it runs, for whoever debugs it
+    return read_plain
 
 
 @dataclass(frozen=True, slots=True)
 class _Plan:
-    """The plain reads of one set of groups, in row order, and its special readers."""
+    """The plain reads of one set of groups, compiled, and its special readers."""
 
-    plain: tuple[_Read, ...]
+    plain: PlainReads
     specials: tuple[str, ...]
     rows: frozenset[str]  # every row of the groups (special readers may fill others)
 
@@ -262,39 +330,8 @@ class GpuReader:
             NvmlFatal: as ``call``.
         """
         values: dict[str, Value] = {}
-        memo: dict[tuple[Any, ...], Any] = {}  # results of calls that several rows share
         plan = self.calls.plan(groups)
-        handle, unsupported = gpu.handle, gpu.unsupported
-        # The plain reads run inline (no call per read): this loop is most of an idle GPU's
-        # collection besides NVML itself.
-        for (name, label, function, functions, args, key, attribute, valid, scale, divisor,
-             direct, unscaled) in plan.plain:
-            if key is not None and key in memo:
-                result = memo[key]
-            else:
-                if direct:
-                    if functions[0] in unsupported:  # answered unsupported once: not asked
-                        continue
-                    try:
-                        result = function(handle, *args)  # type: ignore[misc]
-                    except Exception as exc:  # sorted out by ``failed``
-                        self.failed(gpu, functions[0], exc)
-                        result = None
-                else:
-                    result = self.call_newest(gpu, functions, *args)
-                if key is not None:
-                    memo[key] = result
-            if result is None:
-                continue
-            raw = result if attribute is None else getattr(result, attribute)
-            if valid is not None and not valid[0] <= raw <= valid[1]:
-                continue
-            value = raw if unscaled else raw * scale / divisor
-            if label is None:
-                values[name] = value
-            else:
-                labelled = values.setdefault(name, {})
-                labelled[label] = value  # type: ignore[index]
+        plan.plain(self, gpu, values)
         rows = plan.rows
         for special in plan.specials:
             for name, value in SPECIAL_READERS[special](self, gpu).items():
