@@ -5,14 +5,9 @@ its mmap threshold each time a large block is freed, so that later large blocks 
 text body, its gzip buffer) come from arena heaps that are rarely given back. Scrapes run on
 the HTTP server's thread pool, so concurrent scrapes grew RSS by 9-16 MB on the simulated 8x32
 node (40 clients for 4 s: 54 -> 63 MB with shared collections, 55 -> 71 MB with a collection
-per scrape); with two arenas and fixed mmap and trim thresholds the same load ended at 57-58 MB
+per scrape); with two arenas and fixed mmap and trim thresholds the same load ends at 57-58 MB
 (``bench/bench_memory.py`` measures the sequential case; the numbers above came from the same
-flood as ``bench/bench_load.py``). One arena: on NVML the collector thread's first allocations
-(NVML and the driver initialising) then reuse what start-up freed instead of opening a second
-arena: 75.1-75.2 MB against 76.0-76.2 MB after 3,000 scrapes on the H200, alternating runs
-(docs/gpu-verification.md section 15); the flood above ends at 55.1 / 56.7-56.8 MB against
-55.0-55.3 / 57.1-57.3 MB with two (shared / fresh collections). The threads contend for it
-little: they hold the GIL for most of their allocations.
+flood as ``bench/bench_load.py``).
 
 Settings the user made through ``MALLOC_ARENA_MAX`` / ``MALLOC_MMAP_THRESHOLD_`` /
 ``MALLOC_TRIM_THRESHOLD_`` win. Other C libraries (musl) have no such knobs: nothing is done.
@@ -36,7 +31,7 @@ _M_ARENA_MAX: Final = -8
 
 #: (environment variable that overrides it, mallopt parameter, value)
 SETTINGS: Final = (
-    ("MALLOC_ARENA_MAX", _M_ARENA_MAX, 1),
+    ("MALLOC_ARENA_MAX", _M_ARENA_MAX, 2),
     ("MALLOC_MMAP_THRESHOLD_", _M_MMAP_THRESHOLD, 128 * 1024),
     ("MALLOC_TRIM_THRESHOLD_", _M_TRIM_THRESHOLD, 128 * 1024),
 )
