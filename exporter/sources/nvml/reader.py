@@ -1,9 +1,10 @@
 """Reading one GPU through NVML: static identity once, then the rows of the enabled groups.
 
-Each per-GPU row (``exporter.metrics``) says how it is read: ``NvmlRead`` rows go through
-``GpuReader.plain`` (one call per (function, args) per GPU read, shared by rows reading
-different attributes of one struct); ``NvmlSpecial`` rows through the readers in
-``exporter.sources.nvml.special``. Functions and constants are looked up once per ``start``.
+Each per-GPU row (``exporter.metrics``) says how it is read: the ``NvmlRead`` rows of a set
+of groups are compiled once into one function (``compile_plain_reads``: one call per
+(function, args) per GPU read, shared by rows reading different attributes of one struct);
+``NvmlSpecial`` rows go through the readers in ``exporter.sources.nvml.special``. Functions
+and constants are looked up once per ``start``.
 """
 
 from __future__ import annotations
