@@ -77,9 +77,13 @@ def install_memoised_fake() -> None:
     sys.modules["pynvml"] = fast
 
 
-def load_tree(tree: Path, *, hostname: str = "bench") -> tuple[Any, Any]:
-    """A started ``NvmlSource`` of ``tree``'s ``exporter`` and what its ``collect`` takes (the
-    baseline's groups), imported afresh: any ``exporter`` imported before is replaced."""
+def load_tree(tree: Path, *, hostname: str = "bench", baseline_groups: bool = True,
+              watch_events: bool = False) -> tuple[Any, Any]:
+    """A started ``NvmlSource`` of ``tree``'s ``exporter`` and what its ``collect`` takes,
+    imported afresh (any ``exporter`` imported before is replaced): the baseline's groups (its
+    default groups minus ``ADDED_GROUPS``) or with ``baseline_groups=False`` the tree's own
+    defaults, and the XID event waiter only with ``watch_events``. A tree from before the
+    redesign (e5e9773) reads its ``CollectOptions`` defaults, as it always did."""
     for name in [m for m in sys.modules if m == "exporter" or m.startswith("exporter.")]:
         del sys.modules[name]
     sys.path.insert(0, str(tree))
@@ -88,8 +92,9 @@ def load_tree(tree: Path, *, hostname: str = "bench") -> tuple[Any, Any]:
         try:
             groups = importlib.import_module("exporter.metrics").default_groups()
             nvml = importlib.import_module("exporter.sources.nvml.source")
-            what: Any = frozenset(g for g in groups if g.value not in ADDED_GROUPS)
-            source: Any = nvml.NvmlSource(hostname=hostname, watch_events=False)
+            what: Any = frozenset(g for g in groups
+                                  if not baseline_groups or g.value not in ADDED_GROUPS)
+            source: Any = nvml.NvmlSource(hostname=hostname, watch_events=watch_events)
         except ImportError:  # trees before the redesign (e5e9773): CollectOptions
             options = importlib.import_module("exporter.sources.base").CollectOptions
             nvml = importlib.import_module("exporter.sources.nvml")

@@ -41,9 +41,6 @@ from typing import Any
 import pynvml
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-from bench.paired_collect import ADDED_GROUPS  # noqa: E402
-
 LOAD = Path(__file__).with_name("cuda_load.py")
 PAIRED = ROOT / "bench" / "paired_collect.py"
 #: What is timed: (tree, child mode) by row name. The like-for-like row runs without the XID
@@ -58,8 +55,10 @@ MODES = {
 
 CHILD = r"""
 import collections, json, statistics, sys, threading, time
-sys.path.insert(0, sys.argv[1])
-mode, count, profile = sys.argv[2], int(sys.argv[3]), sys.argv[5] == "calls"
+root, tree, mode, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+profile = sys.argv[5] == "calls"
+sys.path.insert(0, root)
+from bench.paired_collect import load_tree
 seconds, calls = collections.Counter(), collections.Counter()
 state = {"on": False, "depth": 0}
 if profile:  # time every pynvml function: the collecting thread's outermost calls only
@@ -82,22 +81,11 @@ if profile:  # time every pynvml function: the collecting thread's outermost cal
         value = getattr(pynvml, name)
         if name.startswith("nvml") and callable(value) and not isinstance(value, type):
             setattr(pynvml, name, timed(name, value))
-try:
-    from exporter.metrics import Group, default_groups
-    from exporter.sources.nvml.source import NvmlSource
-    groups = default_groups()
-    if mode.startswith("baseline-groups"):
-        groups = frozenset(g for g in groups if g.value not in sys.argv[4].split(","))
-    arg = groups
-    # As the CLI runs it: the XID event waiter only with the xid group (or when asked).
-    options = {"watch_events": Group.XID in groups or mode.endswith("+waiter")}
-except ImportError:  # trees before the redesign: CollectOptions
-    from exporter.sources.base import CollectOptions
-    from exporter.sources.nvml import NvmlSource
-    arg = CollectOptions()
-    options = {}
-source = NvmlSource(hostname="compare", **options)
-source.start()
+# As the CLI runs it: the XID event waiter with the default groups (xid is one of them), not
+# with the baseline's, unless asked.
+source, arg = load_tree(tree, hostname="compare",
+                        baseline_groups=mode.startswith("baseline-groups"),
+                        watch_events=mode == "default" or mode.endswith("+waiter"))
 for _ in range(50):
     source.collect(arg)
 times = []
@@ -126,7 +114,7 @@ PIN: list[int] = []
 def child(tree: Path, mode: str, count: int, *, calls: bool = False) -> dict[str, Any]:
     pin = (lambda: os.sched_setaffinity(0, PIN)) if PIN else None
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(tree), mode, str(count), ",".join(ADDED_GROUPS),
+        [sys.executable, "-c", CHILD, str(ROOT), str(tree), mode, str(count),
          "calls" if calls else "times"],
         capture_output=True, text=True, timeout=300, check=False, cwd=str(tree),
         preexec_fn=pin)  # the parent runs no threads: forking with preexec_fn is safe

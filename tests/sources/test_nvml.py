@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from types import SimpleNamespace
 
 import pytest
 
@@ -14,9 +13,8 @@ from exporter.metrics import (
     Group,
     default_groups,
 )
-from exporter.snapshot import GpuReading, Value
+from exporter.snapshot import GpuReading
 from exporter.sources.base import SourceUnavailable
-from exporter.sources.nvml.reader import GpuState, _Read, compile_plain_reads, placeholder_identity
 from exporter.sources.nvml.source import NvmlSource, cuda_version_text, shuffles_process_structs
 from tests.sources.fake_nvml import FakeNvml, FakeProcess, h200, missing_pynvml
 
@@ -137,76 +135,6 @@ def test_rows_sharing_a_struct_share_one_call_per_read() -> None:
     assert reading.value("gpu_utilization_ratio") is not None
     assert reading.value("gpu_memory_utilization_ratio") is not None
     assert fake.calls[("nvmlDeviceGetUtilizationRates", 0)] == 3
-
-
-class _Answers:
-    """A reader for ``compile_plain_reads``: what ``failed`` and ``call_newest`` were asked."""
-
-    def __init__(self) -> None:
-        self.failed_calls: list[tuple[str, str]] = []
-        self.newest_calls: list[tuple[tuple[str, ...], tuple[int, ...]]] = []
-
-    def failed(self, gpu: GpuState, name: str, exc: Exception) -> None:
-        self.failed_calls.append((name, str(exc)))
-
-    def call_newest(self, gpu: GpuState, names: tuple[str, ...], *args: int) -> object:
-        self.newest_calls.append((names, args))
-        return 7
-
-
-def test_compiled_plain_reads_follow_each_row() -> None:
-    calls: list[tuple[str, tuple[int, ...]]] = []
-
-    def rates(handle: object) -> SimpleNamespace:
-        calls.append(("rates", ()))
-        return SimpleNamespace(gpu=55, memory=20)
-
-    def clock(handle: object, kind: int) -> int:
-        calls.append(("clock", (kind,)))
-        return {0: 1980, 1: 300}[kind]
-
-    def pstate(handle: object) -> int:
-        calls.append(("pstate", ()))
-        return 32  # NVML's "unknown" performance state
-
-    def broken(handle: object) -> int:
-        raise RuntimeError("odd answer")
-
-    def never(handle: object) -> int:
-        raise AssertionError("an unsupported function was called")
-
-    reads = (
-        _Read("util", None, ("rates",), rates, (), "gpu", None, 1.0, 100.0),
-        _Read("clock", "sm", ("clock",), clock, (0,), None, None, 1e6, 1.0),
-        _Read("mem_util", None, ("rates",), rates, (), "memory", None, 1.0, 100.0),
-        _Read("clock", "mem", ("clock",), clock, (1,), None, (0, 1000), 1e6, 1.0),
-        _Read("pstate", None, ("pstate",), pstate, (), None, (0, 15), 1.0, 1.0),
-        _Read("temp", None, ("temp_v", "temp"), None, (3,), None, None, 1.0, 1.0),
-        _Read("power", None, ("power",), broken, (), None, None, 1.0, 1.0),
-        _Read("fan", None, ("fan",), never, (), None, None, 1.0, 1.0),
-    )
-    read_plain = compile_plain_reads(reads)
-    state = GpuState(index=0, identity=placeholder_identity(0), handle="h",
-                     unsupported={"fan"})
-    answers = _Answers()
-    values: dict[str, Value] = {}
-    read_plain(answers, state, values)  # type: ignore[arg-type]
-    # pstate 32 is outside its range, power failed, fan is unsupported: no value for them.
-    assert values == {"util": 0.55, "clock": {"sm": 1980e6, "mem": 300e6}, "mem_util": 0.2,
-                      "temp": 7}
-    assert list(values) == ["util", "clock", "mem_util", "temp"]  # row order
-    assert type(values["temp"]) is int  # unscaled values stay as NVML gave them
-    assert calls == [("rates", ()), ("clock", (0,)), ("clock", (1,)), ("pstate", ())]
-    assert answers.newest_calls == [(("temp_v", "temp"), (3,))]
-    assert answers.failed_calls == [("power", "odd answer")]
-    assert "def read_plain" in (read_plain.__doc__ or "")
-
-
-def test_compiled_plain_reads_refuse_what_is_not_a_name_or_number() -> None:
-    with pytest.raises(ValueError, match="not a name"):
-        compile_plain_reads((_Read("x", None, ("f",), None, (), "a.b", None, 1.0, 1.0),))
-    with pytest.raises(ValueError, match="must be numbers"):
-        compile_plain_reads((_Read("x", None, ("f",), None, ("0",), None, None, 1.0, 1.0),))  # type: ignore[arg-type]
 
 
 def test_unsupported_ecc_leaves_ecc_none() -> None:
