@@ -32,7 +32,7 @@ from exporter.config import (
 )
 from exporter.entry import StopRequest, install_stop_handler
 from exporter.logs import setup_logging
-from exporter.memory import tune_malloc
+from exporter.memory import release_free_heap, tune_malloc
 from exporter.metrics import Group
 from exporter.scheduler import Scheduler
 from exporter.sources.base import Source
@@ -307,6 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         min_interval=config.min_interval,
         timeout=config.timeout,
         stale_after=config.stale_after,
+        on_first_snapshot=release_free_heap,  # start-up's freed heap back to the kernel
     )
     host, port = sock.getsockname()[:2]
     web = watcher.current

@@ -132,6 +132,7 @@ class Scheduler:
         backoff_max: float = 60.0,
         jitter: float = 0.1,
         rand: Callable[[], float] = random.random,
+        on_first_snapshot: Callable[[], object] | None = None,
     ) -> None:
         self._source = source
         self._enricher = enricher
@@ -145,6 +146,7 @@ class Scheduler:
         self._backoff_max = backoff_max
         self._jitter = jitter
         self._rand = rand
+        self._on_first_snapshot = on_first_snapshot  # called once, in the collector thread
         self._hostname = socket.gethostname()
 
         self._lock = threading.Lock()
@@ -436,6 +438,12 @@ class Scheduler:
                     self._in_flight_since = None
                     self._generation += 1
                     self._done.notify_all()
+            if outcome.snapshot is not None and self._on_first_snapshot is not None:
+                callback, self._on_first_snapshot = self._on_first_snapshot, None
+                try:
+                    callback()
+                except Exception:  # start-up housekeeping must not stop collections
+                    log.exception("the first-snapshot callback raised")
 
     def _run_once(self, initialised: bool) -> _Outcome:
         started, started_wall = self._clock(), self._wall()

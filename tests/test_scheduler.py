@@ -388,3 +388,28 @@ def test_latest_never_waits_and_says_stale_once_the_collection_is_overdue() -> N
     assert "collection_timeout" not in overdue.errors_total  # latest() counts nothing
     source.gate.set()
     sched.close()
+
+
+def test_on_first_snapshot_runs_once_after_the_source_first_answers() -> None:
+    clock = FakeClock(0.0)
+    source = FakeSource(start_failures=1)
+    calls: list[int] = []
+    called = threading.Event()
+
+    def first() -> None:
+        calls.append(source.collect_calls)
+        called.set()
+        raise RuntimeError("housekeeping failed")  # must not stop collections
+
+    sched = scheduler(source, clock=clock, min_interval=0.0, backoff_initial=1.0,
+                      on_first_snapshot=first)
+    assert not sched.state().snapshot.source_up  # start failed: no snapshot, no call
+    assert not called.wait(0.2)
+    clock.advance(1.0)
+    assert sched.state().snapshot.source_up
+    assert called.wait(5)
+    for _ in range(3):
+        assert sched.state().snapshot.source_up
+    assert calls == [1]
+    assert source.collect_calls == 4
+    sched.close()
