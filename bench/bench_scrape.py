@@ -47,7 +47,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.harness import instructions_per_step, percentile  # noqa: E402
+from bench.harness import (  # noqa: E402
+    cpu_seconds,
+    instructions_per_step,
+    minor_faults,
+    percentile,
+    rss_mb,
+)
 from tests.e2e.server import ExporterProcess  # noqa: E402
 
 TARGET_P50_MS = 2.0
@@ -106,15 +112,8 @@ class Result:
     rss_mb: float
     hwm_mb: float
     seconds: float
-
-
-def _memory_mb(pid: int) -> tuple[float, float]:
-    fields: dict[str, float] = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            fields[key] = int(value.split()[0]) / 1024  # kB -> MiB
-    return fields["VmRSS"], fields["VmHWM"]
+    cpu_seconds: float  # the server's, user and system, over the timed scrapes
+    faults: int  # the server's minor page faults over the timed scrapes
 
 
 def run_case(case: str, source: list[str], extra: list[str], *, scrapes: int,
@@ -130,6 +129,7 @@ def run_case(case: str, source: list[str], extra: list[str], *, scrapes: int,
         client_ms: list[float] = []
         size = 0
         start = time.perf_counter()
+        cpu_before, faults_before = cpu_seconds(server.proc.pid), minor_faults(server.proc.pid)
         deadline = start + max_seconds
         while len(client_ms) < scrapes and time.perf_counter() < deadline:
             begin = time.perf_counter()
@@ -145,16 +145,19 @@ def run_case(case: str, source: list[str], extra: list[str], *, scrapes: int,
             server_ms.append(float(match.group(1)))
             size = len(body)
         elapsed = time.perf_counter() - start
+        cpu = cpu_seconds(server.proc.pid) - cpu_before
+        faults = minor_faults(server.proc.pid) - faults_before
         conn.close()
-        rss, hwm = _memory_mb(server.proc.pid)
-    return Result(case, len(client_ms), server_ms, client_ms, size, rss, hwm, elapsed)
+        rss, hwm = rss_mb(server.proc.pid)
+    return Result(case, len(client_ms), server_ms, client_ms, size, rss, hwm, elapsed, cpu,
+                  faults)
 
 
 def report(results: list[Result]) -> bool:
     """Print the table; True when every target is met."""
     header = (f"{'case':<8} {'scrapes':>7} {'srv p50':>8} {'srv p99':>8} {'cli p50':>8} "
               f"{'cli p99':>8} {'cli max':>8} {'rps':>6} {'body B':>7} {'RSS MB':>7} "
-              f"{'peak MB':>7}")
+              f"{'peak MB':>7} {'CPU ms':>7} {'faults':>7}")
     print(header)
     print("-" * len(header))
     ok = True
@@ -164,8 +167,10 @@ def report(results: list[Result]) -> bool:
         print(f"{r.case:<8} {r.scrapes:>7} {p50:>8.3f} {p99:>8.3f} "
               f"{percentile(r.client_ms, 50):>8.3f} {percentile(r.client_ms, 99):>8.3f} "
               f"{max(r.client_ms):>8.3f} {r.scrapes / r.seconds:>6.0f} {r.body_bytes:>7} "
-              f"{r.rss_mb:>7.1f} {r.hwm_mb:>7.1f}")
-    print(f"(latencies in ms; server = Server-Timing total inside the handler; targets: "
+              f"{r.rss_mb:>7.1f} {r.hwm_mb:>7.1f} {r.cpu_seconds * 1e3 / r.scrapes:>7.3f} "
+              f"{r.faults / r.scrapes:>7.1f}")
+    print(f"(latencies in ms; server = Server-Timing total inside the handler; CPU ms and "
+          f"faults: the server's CPU time and minor page faults per scrape; targets: "
           f"p50 <= {TARGET_P50_MS} ms, p99 <= {TARGET_P99_MS} ms, RSS <= {TARGET_RSS_MB} MB; "
           f"mean server ms: " + ", ".join(
               f"{r.case} {statistics.fmean(r.server_ms):.3f}" for r in results) + ")")
@@ -203,7 +208,8 @@ def compare(revision: str, source: list[str], cases: list[tuple[str, list[str]]]
                                     [m for r in rs for m in r.server_ms],
                                     [m for r in rs for m in r.client_ms], rs[-1].body_bytes,
                                     max(r.rss_mb for r in rs), max(r.hwm_mb for r in rs),
-                                    sum(r.seconds for r in rs))
+                                    sum(r.seconds for r in rs),
+                                    sum(r.cpu_seconds for r in rs), sum(r.faults for r in rs))
                       for label, rs in runs.items()}
             results += merged.values()
             before = percentile(merged["before"].server_ms, 50)

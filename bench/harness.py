@@ -84,11 +84,21 @@ def rss_mb(pid: int | str = "self") -> tuple[float, float]:
     return fields["VmRSS"], fields["VmHWM"]
 
 
+def _stat_fields(pid: int | str) -> list[str]:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2:].split()  # from the state field on (proc(5) field 3)
+
+
 def cpu_seconds(pid: int | str = "self") -> float:
     """User plus system CPU time of a process (all its threads) in seconds."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = _stat_fields(pid)
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def minor_faults(pid: int | str = "self") -> int:
+    """Minor page faults of a process so far (all its threads): pages it touched for the first
+    time since they were mapped, such as a freshly mmapped block."""
+    return int(_stat_fields(pid)[7])
 
 
 class Scraper:
