@@ -15,7 +15,7 @@ Settings the user made through ``MALLOC_ARENA_MAX`` / ``MALLOC_MMAP_THRESHOLD_``
 Start-up frees much of what it allocated (NVML's initialisation, the first collection's
 plans), in chunks below the trim threshold or in the middle of an arena, so glibc keeps those
 pages. ``release_free_heap`` hands them back once, after the first collection: on the H200
-the exporter ends +6.2 to +7.4 MB over the floor in five runs, against +8.7 to +8.9 without
+the exporter ends +6.2 to +7.4 MB over the floor in seven runs, against +8.7 to +8.9 without
 (``bench/bench_memory.py --nvml``, shared collections and a collection per scrape). Once is
 enough: trimming after every collection (~0.3 ms each) ended no lower.
 """
