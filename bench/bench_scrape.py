@@ -1,10 +1,12 @@
 """Scrape benchmark: the real server, simulated 8 GPUs x 32 processes, over loopback.
 
 Usage: ``.venv/bin/python bench/bench_scrape.py [--scrapes 2000] [--max-seconds 60] [--check]
-[--scenario synthetic:8x32 | --nvml] [--compare REV [--instructions]]`` (``--nvml``: the real GPUs
-of this host instead; ``--compare REV``: also run revision REV, checked out into a temporary git
-worktree, interleaved with this checkout in the same run, and print after/before ratios of the
-server p50; with ``--check`` a ratio above 1.2 fails). Run it under ``flock
+[--scenario synthetic:8x32 | --nvml] [--compare REV [--after REV2] [--instructions]]``
+(``--nvml``: the real GPUs of this host instead; ``--compare REV``: also run revision REV,
+checked out into a temporary git worktree, interleaved with this checkout in the same run, and
+print after/before ratios of the server p50, overall and per exposed series; with ``--check`` a
+ratio above 1.2 fails; ``--after REV2``: revision REV2 plays "after" instead of this checkout,
+to measure one change between two past revisions). Run it under ``flock
 /work/coord/bench.lock`` where several people share the machine.
 
 ``--instructions`` (with ``--compare``) also counts, with valgrind, the instructions of one
@@ -40,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,6 +117,13 @@ class Result:
     seconds: float
     cpu_seconds: float  # the server's, user and system, over the timed scrapes
     faults: int  # the server's minor page faults over the timed scrapes
+    series: int  # samples in the last body
+
+
+def count_series(body: bytes, gzipped: bool) -> int:
+    """Sample lines of a /metrics body (neither comments nor blank)."""
+    text = zlib.decompress(body, 31) if gzipped else body
+    return sum(1 for line in text.splitlines() if line and not line.startswith(b"#"))
 
 
 def run_case(case: str, source: list[str], extra: list[str], *, scrapes: int,
@@ -144,20 +154,21 @@ def run_case(case: str, source: list[str], extra: list[str], *, scrapes: int,
                 raise SystemExit(f"{case}: no Server-Timing header")
             server_ms.append(float(match.group(1)))
             size = len(body)
+            gzipped = response.getheader("Content-Encoding") == "gzip"
         elapsed = time.perf_counter() - start
         cpu = cpu_seconds(server.proc.pid) - cpu_before
         faults = minor_faults(server.proc.pid) - faults_before
         conn.close()
         rss, hwm = rss_mb(server.proc.pid)
     return Result(case, len(client_ms), server_ms, client_ms, size, rss, hwm, elapsed, cpu,
-                  faults)
+                  faults, count_series(body, gzipped))
 
 
 def report(results: list[Result]) -> bool:
     """Print the table; True when every target is met."""
     header = (f"{'case':<8} {'scrapes':>7} {'srv p50':>8} {'srv p99':>8} {'cli p50':>8} "
               f"{'cli p99':>8} {'cli max':>8} {'rps':>6} {'body B':>7} {'RSS MB':>7} "
-              f"{'peak MB':>7} {'CPU ms':>7} {'faults':>7}")
+              f"{'peak MB':>7} {'CPU ms':>7} {'faults':>7} {'series':>6}")
     print(header)
     print("-" * len(header))
     ok = True
@@ -168,7 +179,7 @@ def report(results: list[Result]) -> bool:
               f"{percentile(r.client_ms, 50):>8.3f} {percentile(r.client_ms, 99):>8.3f} "
               f"{max(r.client_ms):>8.3f} {r.scrapes / r.seconds:>6.0f} {r.body_bytes:>7} "
               f"{r.rss_mb:>7.1f} {r.hwm_mb:>7.1f} {r.cpu_seconds * 1e3 / r.scrapes:>7.3f} "
-              f"{r.faults / r.scrapes:>7.1f}")
+              f"{r.faults / r.scrapes:>7.1f} {r.series:>6}")
     print(f"(latencies in ms; server = Server-Timing total inside the handler; CPU ms and "
           f"faults: the server's CPU time and minor page faults per scrape; targets: "
           f"p50 <= {TARGET_P50_MS} ms, p99 <= {TARGET_P99_MS} ms, RSS <= {TARGET_RSS_MB} MB; "
@@ -192,16 +203,26 @@ def checkout(revision: str) -> Iterator[Path]:
                            check=False, capture_output=True)
 
 
-def compare(revision: str, source: list[str], cases: list[tuple[str, list[str]]],
-            **options: object) -> bool:
+@contextlib.contextmanager
+def after_tree(revision: str | None) -> Iterator[tuple[Path, str]]:
+    """The "after" side: ``revision`` checked out, or this checkout when None."""
+    if revision is None:
+        yield ROOT, "this checkout"
+        return
+    with checkout(revision) as path:
+        yield path, revision
+
+
+def compare(revision: str, after: str | None, source: list[str],
+            cases: list[tuple[str, list[str]]], **options: object) -> bool:
     """Both checkouts, interleaved (before, after, ... ROUNDS times) per case; prints ratios."""
     results: list[Result] = []
     ok = True
-    with checkout(revision) as before_root:
+    with checkout(revision) as before_root, after_tree(after) as (after_root, after_name):
         for case, extra in cases:
             runs: dict[str, list[Result]] = {"before": [], "after": []}
             for _ in range(ROUNDS):
-                for label, root in (("before", before_root), ("after", ROOT)):
+                for label, root in (("before", before_root), ("after", after_root)):
                     runs[label].append(run_case(f"{case}", source, extra, root=root,
                                                 **options))  # type: ignore[arg-type]
             merged = {label: Result(f"{label[0]}:{case}", sum(r.scrapes for r in rs),
@@ -209,16 +230,21 @@ def compare(revision: str, source: list[str], cases: list[tuple[str, list[str]]]
                                     [m for r in rs for m in r.client_ms], rs[-1].body_bytes,
                                     max(r.rss_mb for r in rs), max(r.hwm_mb for r in rs),
                                     sum(r.seconds for r in rs),
-                                    sum(r.cpu_seconds for r in rs), sum(r.faults for r in rs))
+                                    sum(r.cpu_seconds for r in rs), sum(r.faults for r in rs),
+                                    rs[-1].series)
                       for label, rs in runs.items()}
             results += merged.values()
-            before = percentile(merged["before"].server_ms, 50)
-            after = percentile(merged["after"].server_ms, 50)
-            ratio = after / before
+            p50_before = percentile(merged["before"].server_ms, 50)
+            p50_after = percentile(merged["after"].server_ms, 50)
+            ratio = p50_after / p50_before
             ok &= ratio <= TARGET_RATIO
-            print(f"{case}: server p50 before {before:.3f} ms ({revision}), after {after:.3f} ms "
-                  f"(this checkout): ratio {ratio:.2f} (target <= {TARGET_RATIO}) "
-                  f"{'PASS' if ratio <= TARGET_RATIO else 'FAIL'}", flush=True)
+            series_before, series_after = merged["before"].series, merged["after"].series
+            per_series = ratio * series_before / series_after
+            print(f"{case}: server p50 before {p50_before:.3f} ms ({revision}), after "
+                  f"{p50_after:.3f} ms ({after_name}): ratio {ratio:.2f} (target <= "
+                  f"{TARGET_RATIO}) {'PASS' if ratio <= TARGET_RATIO else 'FAIL'}; series "
+                  f"{series_before} -> {series_after}, p50 per series {per_series:.2f}",
+                  flush=True)
     report(results)
     return ok
 
@@ -229,13 +255,14 @@ def cycle_instructions(root: Path) -> float:
                                  2, 12, cwd=root)
 
 
-def compare_instructions(revision: str) -> None:
+def compare_instructions(revision: str, after_revision: str | None) -> None:
     """Print the instructions of one fresh cycle, before and after, and their ratio."""
     with checkout(revision) as before_root:
         before = cycle_instructions(before_root)
-    after = cycle_instructions(ROOT)
+    with after_tree(after_revision) as (after_root, after_name):
+        after = cycle_instructions(after_root)
     print(f"fresh cycle (collect + enrich + render, OpenMetrics gzip, 8x32): instructions "
-          f"before {before / 1e6:.2f}M ({revision}), after {after / 1e6:.2f}M (this checkout): "
+          f"before {before / 1e6:.2f}M ({revision}), after {after / 1e6:.2f}M ({after_name}): "
           f"ratio {after / before:.2f}", flush=True)
 
 
@@ -251,11 +278,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nvml", action="store_true", help="benchmark the real GPUs via NVML")
     parser.add_argument("--compare", metavar="REV",
                         help="also run git revision REV, interleaved, and print the ratios")
+    parser.add_argument("--after", metavar="REV2",
+                        help="with --compare: revision REV2 is the after side, not this checkout")
     parser.add_argument("--instructions", action="store_true",
                         help="with --compare: also count a fresh cycle's instructions (valgrind)")
     args = parser.parse_args(argv)
     if args.instructions and (not args.compare or shutil.which("valgrind") is None):
         parser.error("--instructions needs --compare and valgrind")
+    if args.after and not args.compare:
+        parser.error("--after needs --compare")
     if not 1 <= args.scrapes <= 100_000 or not 0 < args.max_seconds <= 600:
         parser.error("--scrapes must be 1..100000 and --max-seconds 0..600")
     source = ["--source", "nvml"] if args.nvml else [
@@ -263,9 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"source: {' '.join(source)}")
     if args.compare:
         if args.instructions:
-            compare_instructions(args.compare)
+            compare_instructions(args.compare, args.after)
         cases = [("shared", []), ("fresh", ["--collector.min-interval", "0"])]
-        ok = compare(args.compare, source, cases, scrapes=args.scrapes,
+        ok = compare(args.compare, args.after, source, cases, scrapes=args.scrapes,
                      max_seconds=args.max_seconds, plain=args.plain)
         return 0 if ok or not args.check else 1
     results = [
