@@ -54,9 +54,12 @@ class ExporterProcess(LoggedServer):
         """
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_EXPORTER_")}
         full_env.update(env or {})
+        # ``root`` first; what was on PYTHONPATH stays after it (the GPU machine's wheels).
+        python_path = os.pathsep.join(
+            part for part in (str(root), full_env.get("PYTHONPATH", "")) if part)
         super().__init__(
             exporter_command("--web.listen-address", "127.0.0.1:0", *args, module=module),
-            cwd=root, env={**full_env, "PYTHONPATH": str(root)},
+            cwd=root, env={**full_env, "PYTHONPATH": python_path},
         )
         try:
             self._wait_ready(ready_timeout, "/readyz" if wait_ready else "/healthz")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import re
 import shutil
 import subprocess
@@ -16,6 +17,7 @@ SCRIPT = ROOT / "bench" / "bench_scrape.py"
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_scrape import count_series  # noqa: E402
+from tests.e2e.server import ExporterProcess  # noqa: E402
 
 pytestmark = [pytest.mark.timeout(300)]
 
@@ -26,6 +28,16 @@ BODY = (b'# HELP gpu_up Whether the GPU answered.\n# TYPE gpu_up gauge\n'
 def test_count_series_counts_sample_lines_of_plain_and_gzip_bodies() -> None:
     assert count_series(BODY, gzipped=False) == 2
     assert count_series(gzip.compress(BODY), gzipped=True) == 2
+
+
+def test_servers_keep_the_inherited_python_path(tmp_path: Path) -> None:
+    # The GPU machine's FastAPI/uvicorn wheels are on PYTHONPATH: the exporter a benchmark
+    # starts must see them after its own checkout (it did not: bench_scrape --nvml failed).
+    wheels = str(tmp_path / "wheels")
+    with ExporterProcess("--source", "simulated", "--scenario", "synthetic:1x1",
+                         env={"PYTHONPATH": wheels}) as server:
+        environ = Path(f"/proc/{server.proc.pid}/environ").read_bytes().split(b"\0")
+    assert f"PYTHONPATH={ROOT}{os.pathsep}{wheels}".encode() in environ
 
 
 def test_after_needs_compare() -> None:
