@@ -137,7 +137,7 @@ def run_case(case: str, source: list[str], extra: list[str], *, scrapes: int,
             conn.getresponse().read()
         server_ms: list[float] = []
         client_ms: list[float] = []
-        size = 0
+        size, body, gzipped = 0, b"", False
         start = time.perf_counter()
         cpu_before, faults_before = cpu_seconds(server.proc.pid), minor_faults(server.proc.pid)
         deadline = start + max_seconds

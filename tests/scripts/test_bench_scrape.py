@@ -1,4 +1,5 @@
-"""bench/bench_scrape.py: series counts and ``--compare REV --after REV2`` on real servers."""
+"""bench/bench_scrape.py: series counts and ``--compare REV --after REV2`` on real servers,
+which keep the inherited PYTHONPATH (``tests/e2e/server.py``'s ``ExporterProcess``)."""
 
 from __future__ import annotations
 
