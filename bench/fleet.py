@@ -96,11 +96,13 @@ def http_json(url: str, timeout: float) -> Json:
 
 @dataclass
 class Prometheus:
-    """A Prometheus process started here, with its API."""
+    """A Prometheus process started here (or a server with its HTTP API: VictoriaMetrics,
+    vmalert), with its API."""
 
     port: int
     process: subprocess.Popen[bytes]
     log: Path
+    ready_path: str = "/-/ready"
 
     @property
     def base(self) -> str:
@@ -114,7 +116,7 @@ class Prometheus:
             BenchError: no answer, or an error status.
         """
         if self.process.poll() is not None:
-            raise BenchError(f"Prometheus exited:\n{self.log.read_text()[-3000:]}")
+            raise BenchError(f"{self.log.stem} exited:\n{self.log.read_text()[-3000:]}")
         query = urllib.parse.urlencode(params, doseq=True)
         answer = http_json(f"{self.base}{path}?{query}", wait)
         if answer.get("status") != "success":
@@ -122,20 +124,20 @@ class Prometheus:
         return answer
 
     def wait_ready(self, deadline: float) -> None:
-        """Block until ``/-/ready`` answers.
+        """Block until ``ready_path`` answers.
 
         Raises:
-            BenchError: Prometheus exited or the deadline passed.
+            BenchError: the server exited or the deadline passed.
         """
         while True:
             if self.process.poll() is not None:
-                raise BenchError(f"Prometheus exited:\n{self.log.read_text()[-3000:]}")
+                raise BenchError(f"{self.log.stem} exited:\n{self.log.read_text()[-3000:]}")
             with contextlib.suppress(OSError, urllib.error.URLError), \
-                    urllib.request.urlopen(self.base + "/-/ready", timeout=2) as response:
+                    urllib.request.urlopen(self.base + self.ready_path, timeout=2) as response:
                 if response.status == 200:
                     return
             if time.monotonic() > deadline:
-                raise BenchError("Prometheus not ready in time")
+                raise BenchError(f"{self.log.stem} not ready in time")
             time.sleep(0.5)
 
 
@@ -214,24 +216,31 @@ class Fleet:
     notes: list[str] = field(default_factory=list)
 
 
+def start_exporters(spec: fleet_data.FleetSpec, tmp: Path,
+                    processes: list[subprocess.Popen[bytes]]) -> list[int]:
+    """One live simulated exporter per node of ``spec`` on 127.0.0.1 (appended to
+    ``processes``, for the caller to stop); their ports."""
+    ports = []
+    for node in range(spec.nodes):
+        port = free_port()
+        with (tmp / f"exporter-{node}.log").open("wb") as log:
+            processes.append(subprocess.Popen(
+                [sys.executable, "-m", "exporter", *fleet_data.exporter_args(spec, node),
+                 "--web.listen-address", f"127.0.0.1:{port}", "--log.level", "warning"],
+                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+            ))
+        ports.append(port)
+    return ports
+
+
 @contextlib.contextmanager
 def live_fleet(nodes: int, interval: float, rule_files: list[Path], tmp: Path,
                deadline: float) -> Iterator[Fleet]:
     """``nodes`` live simulated exporters scraped by Prometheus."""
     spec = fleet_data.FleetSpec(nodes, end=time.time())
     processes: list[subprocess.Popen[bytes]] = []
-    ports = []
     try:
-        for node in range(nodes):
-            port = free_port()
-            log = (tmp / f"exporter-{node}.log").open("wb")
-            processes.append(subprocess.Popen(
-                [sys.executable, "-m", "exporter", *fleet_data.exporter_args(spec, node),
-                 "--web.listen-address", f"127.0.0.1:{port}", "--log.level", "warning"],
-                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-            ))
-            log.close()
-            ports.append(port)
+        ports = start_exporters(spec, tmp, processes)
         scrape = {"static_configs": [{"targets": [f"127.0.0.1:{p}" for p in ports]}]}
         started = time.time()
         prom = start_prometheus(tmp, tmp / "tsdb", scrape, interval=interval,
@@ -328,9 +337,9 @@ def wait_fresh(fleet: Fleet, deadline: float) -> None:
         time.sleep(0.5)
 
 
-def measure_groups(fleet: Fleet, evaluations: int, deadline: float) -> list[GroupTiming]:
+def measure_groups(prom: Prometheus, interval: float, evaluations: int,
+                   deadline: float) -> list[GroupTiming]:
     """Poll ``/api/v1/rules`` until every group has ``evaluations`` distinct evaluations."""
-    prom = fleet.prometheus
     timings: dict[str, GroupTiming] = {}
     seen: dict[str, set[str]] = {}
     while True:
@@ -352,7 +361,7 @@ def measure_groups(fleet: Fleet, evaluations: int, deadline: float) -> list[Grou
             break
         if time.monotonic() > deadline:
             break
-        time.sleep(min(1.0, fleet.interval / 4))
+        time.sleep(min(1.0, interval / 4))
     # Series each group produces: recorded series, and active (pending or firing) alerts.
     groups = prom.api("/api/v1/rules")["data"]["groups"]
     for group in groups:
@@ -382,11 +391,19 @@ class QueryTiming:
     series: int = 0
     samples: int = 0
     timed_out: bool = False  # counted as the timeout (a lower bound of its real time)
+    #: The server's own evaluation time of each run, where it reports one.
+    server_seconds: list[float] = field(default_factory=list)
 
     @property
     def median_ms(self) -> float:
         """Median wall time in milliseconds."""
         return 1000 * statistics.median(self.seconds) if self.seconds else float("nan")
+
+    @property
+    def server_median_ms(self) -> float:
+        """Median of the server's evaluation time in milliseconds (NaN when not reported)."""
+        return (1000 * statistics.median(self.server_seconds) if self.server_seconds
+                else float("nan"))
 
 
 def _grafana_builtins(range_seconds: float, scrape: float) -> dict[str, str]:
@@ -407,17 +424,21 @@ def _dashboard_range(board: Json) -> float:
     return float(int(since[4:-1]) * units[since[-1]])
 
 
-def dashboard_queries(fleet: Fleet, files: list[Path], end: float) -> list[QueryTiming]:
-    """Every panel query of every dashboard, variables resolved, not yet run."""
+def dashboard_queries(port: int, files: list[Path], data_start: float, end: float,
+                      interval: float, *,
+                      pick: Mapping[str, str] | None = None) -> list[QueryTiming]:
+    """Every panel query of every dashboard, variables resolved against the Prometheus API on
+    ``port`` (holding data from ``data_start``, scraped every ``interval`` s; single-select
+    variables take ``pick``'s value, else their first), not yet run."""
     stack = Stack(Path(tempfile.gettempdir()))
-    stack.prometheus_port = fleet.prometheus.port
+    stack.prometheus_port = port
     queries = []
     for path in files:
         board = load(path)
-        span = min(_dashboard_range(board), end - fleet.data_start)
+        span = min(_dashboard_range(board), end - data_start)
         # A fleet without Kubernetes or Slurm has no namespaces or jobs: Grafana's "None" ("").
-        values = resolve_variables(stack, board, end - span, end, empty="")
-        values.update(_grafana_builtins(span, fleet.interval))
+        values = resolve_variables(stack, board, end - span, end, pick, empty="")
+        values.update(_grafana_builtins(span, interval))
         for panel, target in targets(board):
             expr = substitute(target["expr"], values)
             if "$" in expr:
@@ -438,34 +459,51 @@ def run_queries(fleet: Fleet, queries: list[QueryTiming], end: float, *, repeats
     Raises:
         BenchError: Prometheus rejected a query for another reason.
     """
-    prom = fleet.prometheus
     for _ in range(repeats):
         for q in queries:
             if time.monotonic() > deadline:
                 return
-            if q.timed_out:
-                continue
-            step = max(fleet.interval, q.span / MAX_DATA_POINTS)
-            params: dict[str, Any] = {"query": q.expr, "stats": "all", "timeout": f"{timeout:g}s"}
-            if q.kind == "range":
-                path = "/api/v1/query_range"
-                params.update(start=end - q.span, end=end, step=f"{step:g}")
-            else:
-                path = "/api/v1/query"
-                params["time"] = end
-            began = time.perf_counter()
-            try:
-                answer = prom.api(path, wait=timeout + 30, **params)
-            except BenchError as exc:
-                if "timed out" not in str(exc) and "timeout" not in str(exc):
-                    raise
-                q.seconds.append(timeout)
-                q.timed_out = True
-                continue
-            q.seconds.append(time.perf_counter() - began)
-            q.series = len(answer["data"]["result"])
-            stats = answer["data"].get("stats", {}).get("samples", {})
-            q.samples = int(stats.get("totalQueryableSamples", 0))
+            time_query(fleet.prometheus, q, end, fleet.interval, timeout)
+
+
+def time_query(prom: Prometheus, q: QueryTiming, end: float, interval: float,
+               timeout: float) -> None:
+    """Run ``q`` once as Grafana would (range: step = span / max points, at least
+    ``interval``), adding its wall time, result series, samples read and the server's own
+    evaluation time (Prometheus: ``stats=all``; VictoriaMetrics: ``trace=1``; each ignores
+    the other's parameter) to ``q``. A query aborted after ``timeout`` s counts as ``timeout``.
+
+    Raises:
+        BenchError: the server rejected the query for another reason.
+    """
+    if q.timed_out:
+        return
+    step = max(interval, q.span / MAX_DATA_POINTS)
+    params: dict[str, Any] = {"query": q.expr, "stats": "all", "trace": "1",
+                              "timeout": f"{timeout:g}s"}
+    if q.kind == "range":
+        path = "/api/v1/query_range"
+        params.update(start=end - q.span, end=end, step=f"{step:g}")
+    else:
+        path = "/api/v1/query"
+        params["time"] = end
+    began = time.perf_counter()
+    try:
+        answer = prom.api(path, wait=timeout + 30, **params)
+    except BenchError as exc:
+        if "timed out" not in str(exc) and "timeout" not in str(exc):
+            raise
+        q.seconds.append(timeout)
+        q.timed_out = True
+        return
+    q.seconds.append(time.perf_counter() - began)
+    q.series = len(answer["data"]["result"])
+    stats = answer["data"].get("stats", {})
+    q.samples = int(stats.get("samples", {}).get("totalQueryableSamples", 0))
+    if "timings" in stats:
+        q.server_seconds.append(float(stats["timings"]["evalTotalTime"]))
+    elif "trace" in answer:
+        q.server_seconds.append(float(answer["trace"]["duration_msec"]) / 1000)
 
 
 # --- reporting --------------------------------------------------------------------------------
@@ -595,9 +633,10 @@ def measure(fleet: Fleet, args: argparse.Namespace,
             deadline: float) -> tuple[str, tuple[float, float], Json]:
     """Rule groups, then dashboard queries; the report, the ratios and the raw figures."""
     wait_fresh(fleet, deadline)
-    groups = measure_groups(fleet, args.evaluations, deadline)
+    groups = measure_groups(fleet.prometheus, fleet.interval, args.evaluations, deadline)
     end = time.time()
-    queries = dashboard_queries(fleet, sorted(args.dashboards.glob("*.json")), end)
+    queries = dashboard_queries(fleet.prometheus.port, sorted(args.dashboards.glob("*.json")),
+                                fleet.data_start, end, fleet.interval)
     run_queries(fleet, queries, end, repeats=args.repeats, timeout=args.query_timeout,
                 deadline=deadline)
     tsdb = fleet.prometheus.api("/api/v1/status/tsdb")["data"]
