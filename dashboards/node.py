@@ -208,7 +208,8 @@ def _forgotten(grid: panels.Layout) -> None:
             panels.Column("Idle GiB-hours", f"{forgotten} / {num(thresholds.GIB)} / 3600",
                           "short"),
             panels.Column("Memory", f"{memory} and {forgotten}", "bytes"),
-            panels.Column("Idle for", f"{idle_for} and {forgotten}", "s",
+            # Memory x idle time over memory: two selectors fewer than idle_for's own.
+            panels.Column("Idle for", f"{forgotten} / {memory}", "s",
                           panels.steps(("orange", None), ("red", float(24 * 3600)))),
             panels.Column("Age", f"(time() - {sel(metrics.PROCESS_START_TIME, process)}) "
                           f"and {forgotten}", "s"),
