@@ -86,7 +86,6 @@ def _mig_activity_families(gpus: _Labelled, groups: frozenset[Group]) -> Iterato
         if mig_row.group not in groups:
             continue
         result = family(mig_row)
-        rows = result.rows
         for labels, gpu in gpus:
             seen: set[int] = set()
             for device in gpu.mig or ():
@@ -94,15 +93,8 @@ def _mig_activity_families(gpus: _Labelled, groups: frozenset[Group]) -> Iterato
                 if value is None or device.gpu_instance in seen:
                     continue
                 seen.add(device.gpu_instance)
-                instance = (*labels, str(device.gpu_instance), device.profile)
-                if isinstance(value, (int, float)):
-                    rows.append((instance, value))
-                    continue
-                for label in mig_row.label_values:
-                    labelled = value.get(label)
-                    if labelled is not None:
-                        rows.append(((*instance, label), labelled))
-        if rows:
+                result.add_value((*labels, str(device.gpu_instance), device.profile), value)
+        if result.rows:
             yield result
 
 
