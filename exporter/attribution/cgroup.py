@@ -29,9 +29,10 @@ Anything else (``user.slice``, ``system.slice/<service>``, ``init.scope``) is a 
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
+
+from exporter.files import read_small
 
 #: Most bytes of a cgroup file read (deeply nested hierarchies stay far below).
 CGROUP_LIMIT = 65536
@@ -188,9 +189,5 @@ def read_cgroup(procfs: str, pid: int) -> CgroupIdentity | None:
         OSError: the file cannot be read (FileNotFoundError/ProcessLookupError: the process
             is gone or not visible).
     """
-    fd = os.open(f"{procfs}/{pid}/cgroup", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        data = os.read(fd, CGROUP_LIMIT)
-    finally:
-        os.close(fd)
+    data = read_small(f"{procfs}/{pid}/cgroup", CGROUP_LIMIT)
     return parse_cgroup(data.decode("utf-8", errors="replace"))
