@@ -1,7 +1,7 @@
 """``gpu-exporter`` / ``python -m exporter``: flags -> source, enrichers, scheduler, app, uvicorn.
 
 Exit status: 0 after SIGTERM or SIGINT (at any time, start-up included; within
-``exporter.entry.STOP_DEADLINE_SECONDS``), 2 for bad flags, environment variables, files or
+``exporter.signals.STOP_DEADLINE_SECONDS``), 2 for bad flags, environment variables, files or
 scenarios (the last stderr line says what is wrong), 1 when the listen address cannot be bound.
 Problems after start-up (NVML down, a hung GPU, a file that became unreadable) never exit: they
 are logged and served as metrics. SIGHUP re-reads the web config and the passwd file.
@@ -33,11 +33,11 @@ from exporter.config import (
     resolve,
     unknown_env,
 )
-from exporter.entry import Stopping, StopRequest, install_stop_handler
 from exporter.logs import setup_logging
 from exporter.memory import release_free_heap, tune_malloc
 from exporter.metrics import Group
 from exporter.scheduler import Scheduler
+from exporter.signals import Stopping, StopRequest, install_stop_handler
 from exporter.sources.base import Source
 from exporter.sources.simulated import list_presets
 from exporter.web.app import create_app
@@ -53,7 +53,7 @@ __all__ = ["build_accounting", "build_enricher", "build_poller", "build_source",
 log = logging.getLogger("exporter")
 
 #: Seconds uvicorn waits for open requests at shutdown (a hung collection must not stall it);
-#: well inside ``exporter.entry.STOP_DEADLINE_SECONDS``.
+#: well inside ``exporter.signals.STOP_DEADLINE_SECONDS``.
 SHUTDOWN_GRACE_SECONDS = 3
 #: Kind counted in ``gpu_exporter_errors_total`` when the web config fails to reload.
 WEB_CONFIG_ERROR = "web_config"
@@ -244,7 +244,7 @@ def serve(config: Config, scheduler: Scheduler, sock: socket.socket,
         access_log=config.access_log,
     )
     # uvicorn installs its own handlers while it runs and re-raises the signal afterwards; ours
-    # (exporter.entry) then only records it, so SIGTERM ends with exit status 0.
+    # (exporter.signals) then only records it, so SIGTERM ends with exit status 0.
     StopRequest.server = server
     StopRequest.starting = False
     try:
@@ -303,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     install_stop_handler()
     try:
         return _run(argv)
-    except Stopping:  # SIGTERM/SIGINT while starting (exporter.entry)
+    except Stopping:  # SIGTERM/SIGINT while starting (exporter.signals)
         log.info("gpu-exporter stopped while starting")
         return 0
     finally:

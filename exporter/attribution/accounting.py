@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from exporter import thresholds
-from exporter.metrics import POWER_USAGE, UNKNOWN_VALUE
+from exporter.metrics import POWER_USAGE, UNKNOWN_VALUE, gpu_activity
 from exporter.metrics.accounting import (
     ENERGY,
     HELD_GPU_SECONDS,
@@ -42,7 +42,6 @@ from exporter.metrics.accounting import (
     IDLE_MEMORY_SECONDS,
     USED_GPU_SECONDS,
 )
-from exporter.metrics.activity import gpu_activity
 from exporter.snapshot import AccountingRow, GpuProcess, GpuReading, Snapshot
 
 __all__ = ["FORGET_AFTER_SECONDS", "MAX_GAP_SECONDS", "IdleAccounting"]

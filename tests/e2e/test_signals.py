@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from exporter.entry import STOP_DEADLINE_SECONDS
+from exporter.signals import STOP_DEADLINE_SECONDS
 from tests.e2e.server import ROOT, ExporterProcess
 
 pytestmark = pytest.mark.slow
@@ -82,9 +82,9 @@ def test_a_start_blocked_in_open_ends_at_once(sig: int, tmp_path: Path) -> None:
 
 def test_what_still_runs_after_the_deadline_does_not_hold_the_process() -> None:
     """A thread that never returns (as a call hung in a driver may): exit at the deadline."""
-    code = ("import threading, time, exporter.entry as entry\n"
-            "entry.install_stop_handler()\n"
-            "entry.StopRequest.starting = False  # as while serving: the signal only records\n"
+    code = ("import threading, time, exporter.signals as signals\n"
+            "signals.install_stop_handler()\n"
+            "signals.StopRequest.starting = False  # as while serving: the signal only records\n"
             "threading.Thread(target=time.sleep, args=(3600,)).start()  # not a daemon\n")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=_env(),
                             stderr=subprocess.PIPE)
