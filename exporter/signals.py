@@ -62,7 +62,7 @@ def _exit_now() -> None:
     os._exit(0)
 
 
-def _stop(signum: int, frame: FrameType | None) -> None:
+def _stop(signum: int, _frame: FrameType | None) -> None:
     if not StopRequest.requested:
         StopRequest.requested = True
         timer = threading.Timer(STOP_DEADLINE_SECONDS, _exit_now)
@@ -76,7 +76,7 @@ def _stop(signum: int, frame: FrameType | None) -> None:
         raise Stopping(signum)
 
 
-def _hang_up(signum: int, frame: FrameType | None) -> None:
+def _hang_up(_signum: int, _frame: FrameType | None) -> None:
     reload = StopRequest.reload
     if reload is None:
         logging.getLogger("exporter").warning(

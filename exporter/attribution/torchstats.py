@@ -70,7 +70,6 @@ class TorchMemory:
     peak_allocated_bytes: int | None = None
     alloc_retries: int | None = None
     ooms: int | None = None
-    published_at: float = 0.0  # Unix seconds the file was written (its mtime)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +94,7 @@ class TorchFileError(ValueError):
     """A publisher file is malformed (message names what is wrong)."""
 
 
-def parse_document(data: bytes, *, mtime: float) -> tuple[int, int, int, float, tuple[
+def parse_document(data: bytes) -> tuple[int, int, int, float, tuple[
         tuple[str, TorchMemory], ...]]:
     """(pid, start ticks, pid namespace, interval, devices) from a file's bytes.
 
@@ -137,7 +136,6 @@ def parse_document(data: bytes, *, mtime: float) -> tuple[int, int, int, float, 
             peak_allocated_bytes=_optional_count(device, "peak_allocated_bytes"),
             alloc_retries=_optional_count(device, "alloc_retries"),
             ooms=_optional_count(device, "ooms"),
-            published_at=mtime,
         )
         parsed.append((uuid, memory))
     return pid, start_ticks, pid_namespace, float(interval), tuple(parsed)
@@ -292,9 +290,7 @@ class TorchStatsReader(CollectionScoped[_Process, TorchFile | None]):
         data, opened = read_file_stat(path, self._max_file_bytes, follow_symlinks=False)
         match = _NAME.match(name)
         assert match is not None  # _list keeps matching names only
-        pid, start_ticks, pid_namespace, interval, devices = parse_document(
-            data, mtime=opened.st_mtime
-        )
+        pid, start_ticks, pid_namespace, interval, devices = parse_document(data)
         if (pid, start_ticks, pid_namespace) != tuple(int(g) for g in match.groups()):
             raise TorchFileError("contents do not match the file name")
         return TorchFile(

@@ -47,7 +47,6 @@ GPM_STATUSES: tuple[str, ...] = (
 )
 TENSOR_PIPES: tuple[str, ...] = ("hmma", "imma", "dfma", "dmma")
 PIPES: tuple[str, ...] = ("fp64", "fp32", "fp16", "integer")
-DIRECTIONS: tuple[str, ...] = ("rx", "tx")
 _MIB = 1 << 20
 
 
