@@ -1,4 +1,4 @@
-"""Idle accounting: recording rules for GPU time and memory held while idle (issue 12).
+"""Idle accounting: recording rules for GPU time and memory held while idle.
 
 The exporter integrates, at every collection, what each user (pod, Slurm job) on its host held,
 idled and used into counters (``exporter.attribution.accounting`` has the definitions: idle

@@ -1,4 +1,5 @@
-"""The failures issue 9 found, against the real exporter process, so none can come back:
+"""Hostile inputs once found to break the exporter, against the real process, so none can
+come back:
 SIGTERM right after start, HEAD, non-UTF-8 --hostname, argparse's usage flood, a JSON flood
 starving scrapes, a tiny scrape-timeout header raising errors_total, slowloris connections."""
 

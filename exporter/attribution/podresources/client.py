@@ -5,8 +5,8 @@ and a large node's answer takes a while to parse, so one ``List`` every ``interv
 runs in a daemon thread and the collection reads the latest result (``state()``), which costs
 a lock and nothing else. A kubelet that is missing, slow, refusing, restarting or answering
 more than the receive limit only changes ``state().status``; it never raises into the caller
-and never blocks a scrape (dcgm-exporter's whole ``/metrics`` failed on a 4.7 MB answer over
-gRPC's 4 MiB default: its issues #378, #408, #509).
+and never blocks a scrape (dcgm-exporter's whole ``/metrics`` fails on a 4.7 MB answer over
+gRPC's 4 MiB default, as its users report).
 
 The receive limit is raised to ``max_message_bytes`` (16 MiB by default, what Kubernetes' own
 node tests use) and bounded (at most ``MAX_MESSAGE_BYTES_LIMIT``), so a runaway answer costs
