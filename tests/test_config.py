@@ -6,6 +6,7 @@ import argparse
 
 import pytest
 
+from exporter.attribution.workloads import KUBERNETES
 from exporter.config import (
     FLAGS,
     Config,
@@ -113,7 +114,7 @@ def test_values_from_flags() -> None:
     options = config.exposition_options()
     assert options.max_process_series_per_gpu == 8
     assert not options.pid_label
-    assert options.kubernetes_labels
+    assert options.workload_labels.kinds == (KUBERNETES,)
 
 
 def test_environment_variables_and_precedence() -> None:

@@ -21,26 +21,21 @@ from exporter.metrics import (
     process,
     self_metrics,
 )
-from exporter.metrics.accounting import ACCOUNTING_LABELS
 from exporter.metrics.attribution import (
     ALLOCATION_INFO,
     ALLOCATION_LABELS,
     POD_RESOURCES_STATUS,
     POD_RESOURCES_UP,
-    WORKLOAD_LABELS,
     WORKLOAD_MEMORY,
     WORKLOAD_UTILIZATION,
 )
 from exporter.metrics.core import (
-    CONTAINER_LABELS,
     GPU_LABELS,
-    KUBERNETES_LABELS,
     OPT_IN_GROUPS,
     OVERFLOW_VALUE,
     PREFIX,
     PROCESS_LABELS,
     SELF_PREFIX,
-    SLURM_LABELS,
     SWITCHABLE_GROUPS,
     UNITS,
     UNKNOWN_VALUE,
@@ -152,7 +147,6 @@ def markdown_table() -> str:
 
 
 __all__ = [
-    "ACCOUNTING_LABELS",
     "ACCOUNTING_ROWS",
     "ALLOCATION_INFO",
     "ALLOCATION_LABELS",
@@ -161,7 +155,6 @@ __all__ = [
     "CATALOGUE",
     "COLLECTION_DURATION",
     "COLLECTION_SUCCESS",
-    "CONTAINER_LABELS",
     "DATA_AGE",
     "ECC_AGGREGATE",
     "ECC_ERRORS",
@@ -175,7 +168,6 @@ __all__ = [
     "GRAPHICS_CLOCK",
     "HEALTH_EVENTS",
     "HEALTH_EVENT_COUNT",
-    "KUBERNETES_LABELS",
     "LAST_SUCCESS",
     "LAST_XID",
     "MEMORY_CLOCK",
@@ -215,7 +207,6 @@ __all__ = [
     "RETIRED_PAGES",
     "RETIRED_PENDING",
     "SELF_PREFIX",
-    "SLURM_LABELS",
     "SM_CLOCK",
     "SOURCE_UP",
     "SWITCHABLE_GROUPS",
@@ -230,7 +221,6 @@ __all__ = [
     "USER_PROCESSES",
     "USER_UTILIZATION_MAX",
     "UTILIZATION",
-    "WORKLOAD_LABELS",
     "WORKLOAD_MEMORY",
     "WORKLOAD_UTILIZATION",
     "XID_ERRORS",

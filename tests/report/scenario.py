@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from exporter import snapshot
 from exporter.attribution.accounting import IdleAccounting
+from exporter.attribution.workloads import select
 from exporter.metrics import ACCOUNTING_ROWS, POWER_USAGE, UTILIZATION
 
 GIB = 1024**3
@@ -167,15 +168,14 @@ def _accounting(host: str) -> dict[int, list[tuple[str, str, float]]]:
     the exporter's own ``IdleAccounting`` fed every scrape (a fresh one after h2's restart,
     so its counters start again from 0)."""
     table: dict[int, list[tuple[str, str, float]]] = {}
-    accounting = IdleAccounting(pods=True, jobs=True)
+    accounting = IdleAccounting(select("kubernetes", "slurm"))
     for step in range(0, WEEK + DAY, SCRAPE):
         if not visible(host, step):
-            accounting = IdleAccounting(pods=True, jobs=True)
+            accounting = IdleAccounting(select("kubernetes", "slurm"))
             continue
         rows = accounting.enrich(_snapshot(host, float(step))).accounting
         table[step] = [
-            (name, _host_labels(host, user=row.user, namespace=row.namespace, pod=row.pod,
-                                slurm_job=row.slurm_job), value)
+            (name, _host_labels(host, user=row.user, **row.workload), value)
             for row in rows for name, value in row.totals.items()]
     return table
 

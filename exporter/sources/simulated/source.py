@@ -44,11 +44,9 @@ from exporter.metrics import GPU_ROWS, MEMORY_UTILIZATION, UTILIZATION, Group, a
 from exporter.metrics.process import LAST_ACTIVE
 from exporter.snapshot import (
     AllocationRow,
-    ContainerRef,
     GpuIdentity,
     GpuProcess,
     GpuReading,
-    PodRef,
     PodResourcesHealth,
     ProcessOwner,
     Snapshot,
@@ -113,9 +111,8 @@ class _Noise:
 class _Proc:
     """Precomputed timeline of one scenario process."""
 
-    __slots__ = ("container", "context", "grow", "jitter", "last", "leak", "life", "mem_util",
-                 "noise", "owner", "period", "pod", "ramp", "spec", "steady", "t0", "torch",
-                 "util")
+    __slots__ = ("context", "grow", "jitter", "last", "leak", "life", "mem_util", "noise",
+                 "owner", "period", "ramp", "spec", "steady", "t0", "torch", "util")
 
     def __init__(self, spec: ProcessSpec, life: float | None, key: int) -> None:
         self.spec, self.t0, self.life = spec, spec.start, life
@@ -134,13 +131,6 @@ class _Proc:
         self.last: tuple[int, int, float, GpuProcess, float | None, dict[str, float]] | None \
             = None
         self.torch = spec.torch
-        self.pod = None if spec.pod is None else PodRef(
-            pod_uid=str(uuid.UUID(int=(_mix(key) << 64) | _mix(key ^ 5), version=4)),
-            container_id=f"{_mix(key ^ 1):016x}{_mix(key ^ 2):016x}{_mix(key ^ 3):016x}"
-                         f"{_mix(key ^ 4):016x}",
-            namespace=spec.pod.namespace, pod=spec.pod.pod, container=spec.pod.container)
-        self.container = None if spec.container is None else ContainerRef(
-            spec.container.id, spec.container.name, "docker")
 
     def cycle(self, t: float) -> tuple[int, float] | None:
         """(restart number, age) when alive at ``t``, else None."""
@@ -407,8 +397,8 @@ class SimulatedSource:
                     last = p.last = (k, memory, u, GpuProcess(
                         pid=p.spec.pid + _RESTART_PID_STEP * k, type=p.spec.type,
                         used_memory_bytes=memory, sm_utilization_ratio=u if want_putil else None,
-                        owner=self._owner(p, k, start), pod=p.pod, values=process_values,
-                        slurm_job=p.spec.slurm_job, container=p.container,
+                        owner=self._owner(p, k, start), workload=p.spec.workload,
+                        values=process_values,
                         gpu_instance=p.spec.gpu_instance,
                         compute_instance=p.spec.compute_instance), active, published)
                 procs.append(last[3])
