@@ -10,6 +10,7 @@ is seen by the real exporter reading a fake /proc, by the generator and by the s
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import subprocess
@@ -22,12 +23,13 @@ import pytest
 
 from exporter import metrics
 from exporter.attribution.accounting import IdleAccounting
-from exporter.attribution.workloads import KINDS, WorkloadKind, identify
+from exporter.attribution.workloads import KINDS, WorkloadKind, WorkloadLabels, identify
 from exporter.cli import parse_config
 from exporter.config import FLAGS
 from exporter.exposition import snapshot_families
 from exporter.exposition.encode import Encoder
 from exporter.metrics.core import PROCESS_LABELS
+from exporter.snapshot import Workload
 from exporter.sources.simulated.scenario import parse_scenario
 from exporter.sources.simulated.source import SimulatedSource
 from tests.attribution import toy_kind
@@ -129,6 +131,30 @@ def test_rules_and_dashboard_variables_follow_group_by(kind: WorkloadKind) -> No
     record = f"{'_'.join(kind.group_by)}:{metrics.WORKLOAD_MEMORY.name}:sum"
     assert (f"record: {record}\n" in rules) == bool(kind.group_by)
     assert set(kind.group_by) <= variables
+
+
+def _kind(name: str, *labels: str) -> WorkloadKind:
+    return WorkloadKind(name, "", labels, lambda components: None, group_by=labels[-1:])
+
+
+def test_label_values_for_any_mix_of_kinds() -> None:
+    """Each series gets the values of its own kind's labels, "" for the rest, whatever kinds
+    are on together (shared labels, labels apart in the union, a workload missing one)."""
+    toys = (_kind("a", "x", "y"), _kind("b", "y", "z"), _kind("c", "w"), _kind("d", "x", "v"))
+    for size in range(1, len(toys) + 1):
+        for on in itertools.combinations(toys, size):
+            workload_labels = WorkloadLabels(on)
+            for kind in toys:
+                full = {label: f"{kind.name}-{label}" for label in kind.labels}
+                for labels in (full, dict(list(full.items())[:1])):
+                    workload = Workload(kind.name, labels)
+                    want = tuple(labels.get(name, "") if kind in on else ""
+                                 for name in workload_labels.names)
+                    assert workload_labels.values(workload) == want, (on, kind, labels)
+                    group = tuple(labels.get(name, "") if kind in on else ""
+                                  for name in workload_labels.group_by)
+                    assert workload_labels.group_values(workload) == group
+            assert workload_labels.values(None) == ("",) * len(workload_labels.names)
 
 
 # --- a toy kind: one row and one parser ----------------------------------------------------------
