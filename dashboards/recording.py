@@ -23,6 +23,7 @@ INSTANCE_MEMORY_USED = f"instance:{used}:sum"
 INSTANCE_MEMORY_TOTAL = f"instance:{total}:sum"
 INSTANCE_MEMORY_RATIO = "instance:gpu_memory_used:ratio"
 INSTANCE_UTILIZATION = f"instance:{metrics.UTILIZATION.name}:avg"
+INSTANCE_SM_ACTIVE = f"instance:{metrics.SM_ACTIVE.name}:avg"
 INSTANCE_POWER = f"instance:{metrics.POWER_USAGE.name}:sum"
 INSTANCE_TEMPERATURE = f"instance:{metrics.TEMPERATURE.name}:max"
 INSTANCE_GPUS_UP = f"instance:{metrics.GPU_UP.name}:sum"
@@ -56,6 +57,7 @@ def instance_group() -> RuleGroup:
             INSTANCE_MEMORY_RATIO, f"{INSTANCE_MEMORY_USED} / {INSTANCE_MEMORY_TOTAL}"
         ),
         RecordingRule(INSTANCE_UTILIZATION, f"avg without ({_GPU}) ({metrics.UTILIZATION.name})"),
+        RecordingRule(INSTANCE_SM_ACTIVE, f"avg without ({_GPU}) ({metrics.SM_ACTIVE.name})"),
         RecordingRule(INSTANCE_POWER, f"sum without ({_GPU}) ({metrics.POWER_USAGE.name})"),
         RecordingRule(INSTANCE_TEMPERATURE, f"max without ({_GPU}) ({metrics.TEMPERATURE.name})"),
         RecordingRule(INSTANCE_GPUS_UP, f"sum without ({_GPU}) ({metrics.GPU_UP.name})"),

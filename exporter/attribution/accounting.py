@@ -14,8 +14,9 @@ alerts), applied to each collection over the time since the previous one:
 - **held**: the memory each process holds; a GPU is shared among its processes in proportion
   to that memory (GPU-seconds summing to the time elapsed on a GPU with processes);
 - **idle**: a process whose SM utilisation is under the threshold holds its memory idle; its
-  share of the GPU counts as idle GPU time when the GPU's own utilisation is under the
-  threshold too (an idle process next to a busy one wastes memory, not the GPU);
+  share of the GPU counts as idle GPU time when the GPU's own activity (SM activity where it
+  reports one, else utilisation) is under the threshold too (an idle process next to a busy
+  one wastes memory, not the GPU);
 - **used**: the process's SM utilisation (so held minus used is paid for and not used);
 - **energy**: the GPU's power split by SM-utilisation shares, by memory shares when no
   kernel ran.
@@ -34,7 +35,7 @@ from dataclasses import replace
 
 from exporter import thresholds
 from exporter.attribution.workloads import WorkloadLabels
-from exporter.metrics import POWER_USAGE, UNKNOWN_VALUE, UTILIZATION
+from exporter.metrics import POWER_USAGE, UNKNOWN_VALUE
 from exporter.metrics.accounting import (
     ENERGY,
     HELD_GPU_SECONDS,
@@ -43,6 +44,7 @@ from exporter.metrics.accounting import (
     IDLE_MEMORY_SECONDS,
     USED_GPU_SECONDS,
 )
+from exporter.metrics.activity import gpu_activity
 from exporter.snapshot import AccountingRow, GpuProcess, GpuReading, Snapshot
 
 __all__ = ["FORGET_AFTER_SECONDS", "MAX_GAP_SECONDS", "IdleAccounting"]
@@ -134,8 +136,8 @@ class IdleAccounting:
         sums = self._gpu_sums(gpu)
         memory = sum(row[0] for row in sums.values())
         busy = sum(row[2] for row in sums.values())
-        utilization = gpu.value(UTILIZATION.name)
-        gpu_idle = utilization is not None and utilization < thresholds.IDLE_UTILIZATION_RATIO
+        activity = gpu_activity(gpu)
+        gpu_idle = activity is not None and activity < thresholds.IDLE_UTILIZATION_RATIO
         power = gpu.value(POWER_USAGE.name)
         rows = self._rows
         for key, (held_bytes, idle_bytes, used) in sums.items():

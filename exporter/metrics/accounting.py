@@ -44,8 +44,9 @@ IDLE_MEMORY_SECONDS = _counter(
 )
 IDLE_GPU_SECONDS = _counter(
     "gpu_accounting_idle_gpu_seconds_total", Group.PROCESS_UTILIZATION,
-    "GPU time held by one user's idle processes while the GPU itself idled (utilisation under "
-    "5 %), in GPU-seconds (memory shares, as for the time held).",
+    "GPU time held by one user's idle processes while the GPU itself idled (SM activity where "
+    "the GPU reports it, else utilisation, under 5 %), in GPU-seconds (memory shares, as for "
+    "the time held).",
 )
 USED_GPU_SECONDS = _counter(
     "gpu_accounting_used_gpu_seconds_total", Group.PROCESS_UTILIZATION,

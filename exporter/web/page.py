@@ -14,6 +14,7 @@ from string import Template
 
 from exporter import thresholds
 from exporter.metrics import MEMORY_USED, POWER_LIMIT, POWER_USAGE, TEMPERATURE, UTILIZATION
+from exporter.metrics.activity import gpu_activity
 from exporter.metrics.process import last_active_seconds
 from exporter.report.timerange import format_duration
 from exporter.snapshot import GpuProcess, GpuReading
@@ -56,13 +57,13 @@ def _hints(gpu: GpuReading) -> str:
     hints = []
     used, total = gpu.value(MEMORY_USED.name), gpu.identity.memory_total_bytes
     ratio = used / total if used is not None and total > 0 else None
-    utilization = gpu.value(UTILIZATION.name)
+    activity = gpu_activity(gpu)
     temperature = gpu.value(TEMPERATURE.name)
     # The alerts' thresholds (the page sees one sample, the alerts an average over time).
     if ratio is not None and ratio > thresholds.MEMORY_USED_RATIO:
         hints.append("memory almost full")
     if (ratio is not None and ratio > thresholds.IDLE_GPU_MEMORY_RATIO
-            and utilization is not None and utilization < thresholds.IDLE_UTILIZATION_RATIO):
+            and activity is not None and activity < thresholds.IDLE_UTILIZATION_RATIO):
         hints.append("memory held but GPU idle")
     if temperature is not None and temperature > thresholds.TEMPERATURE_WARNING_CELSIUS:
         hints.append("hot: check cooling")

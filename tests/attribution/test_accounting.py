@@ -33,9 +33,10 @@ def process(pid: int, user: str, memory: int | None, utilization: float | None, 
 
 
 def gpu(index: int, utilization: float | None, power: float | None,
-        *processes: GpuProcess, up: bool = True) -> GpuReading:
+        *processes: GpuProcess, up: bool = True, sm_active: float | None = None) -> GpuReading:
+    """A GPU without GPM (``sm_active`` None: its utilisation tells whether it idles)."""
     return factory.reading(index, processes, up=up, utilization_ratio=utilization,
-                           power_usage_watts=power)
+                           power_usage_watts=power, sm_active_ratio=sm_active)
 
 
 def snapshot(at: float, *gpus: GpuReading) -> Snapshot:
@@ -53,6 +54,18 @@ GPUS = (
     gpu(0, 0.8, 400.0, process(10, "alice", 4, 0.0), process(20, "bob", 12, 0.8, job="77")),
     gpu(1, 0.04, 100.0, process(11, "alice", 8, 0.04), process(30, "carol", 8, 0.0, pod="nb-0")),
 )
+
+
+def test_sm_activity_decides_whether_a_gpu_with_gpm_idles() -> None:
+    """With GPM, a GPU spinning one kernel (utilisation 100 %, SM activity 0.5 %) idles, and
+    one whose SMs work while NVML's utilisation reads low does not."""
+    spinning = gpu(0, 1.0, 150.0, process(10, "alice", 8, 0.0), sm_active=0.005)
+    working = gpu(1, 0.02, 600.0, process(11, "bob", 8, 0.0), sm_active=0.6)
+    accounting = IdleAccounting()
+    accounting.enrich(snapshot(1000.0, spinning, working))
+    got = rows(accounting.enrich(snapshot(1010.0, spinning, working)))
+    assert got[("alice", "", "", "")][IDLE_GPUS] == pytest.approx(10.0)
+    assert got[("bob", "", "", "")][IDLE_GPUS] == 0
 
 
 def test_first_collection_opens_rows_at_zero_and_the_next_one_accounts_the_interval() -> None:

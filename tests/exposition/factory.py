@@ -10,6 +10,7 @@ from exporter.attribution.torchtotals import TorchUserTotals
 from exporter.attribution.workloads import KUBERNETES, WorkloadLabels
 from exporter.health import MigDevice, MigProcess, XidKey, XidStat
 from exporter.metrics import allocator
+from exporter.metrics.activity import PER_INSTANCE
 from exporter.snapshot import (
     AllocationRow,
     GpuIdentity,
@@ -207,6 +208,11 @@ def fleet(gpus: int = 8, processes_per_gpu: int = 32) -> Snapshot:
     return accounting.enrich(first)
 
 
+#: GPM figures of a MIG GPU instance: every per-instance row, its label values at 0.25.
+_MIG_ACTIVITY = {row.name: dict.fromkeys(row.label_values, 0.25) if row.label_values else 0.5
+                 for row, _ in PER_INSTANCE}
+
+
 def with_health(gpu: GpuReading) -> GpuReading:
     """``gpu`` in MIG mode (its processes spread over two MIG devices: GPU instances 2 and 7),
     with XIDs: two 79s, and a 31 NVML attributed to the MIG device GI 2 / CI 0."""
@@ -218,7 +224,8 @@ def with_health(gpu: GpuReading) -> GpuReading:
                                                          if p.gpu_instance == gi),
                   memory_total_bytes=size * GIB,
                   processes=tuple(MigProcess(p.pid, p.used_memory_bytes) for p in placed
-                                  if p.gpu_instance == gi))
+                                  if p.gpu_instance == gi),
+                  activity=_MIG_ACTIVITY)
         for gi, profile, size in ((2, "3g.71gb", 71), (7, "1g.18gb", 18)))
     xids = {XidKey(79): XidStat(2, 1_700_000_050.0),
             XidKey(31, 2, 0): XidStat(1, 1_700_000_060.0)}

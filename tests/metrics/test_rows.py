@@ -42,7 +42,7 @@ def _has(reading: GpuReading, row: Metric) -> bool:
 
 def _every_field_gpu() -> FakeHealthGpu:
     """An H200-like fake GPU answering every call (pages retire too, as on older GPUs)."""
-    return h200_health(0, unsupported=set(), retired_pages={0: [], 1: []})
+    return h200_health(0, unsupported=set(), retired_pages={0: [], 1: []}, nvlink=True)
 
 
 def test_names_are_unique_and_prefixed() -> None:
@@ -56,6 +56,7 @@ def test_nvml_rows_are_read(row: Metric) -> None:
     source = NvmlSource(hostname="h", nvml=fake)
     source.start()
     try:
+        source.collect(ALL)  # GPM rows report the window since the previous collection
         reading = source.collect(ALL).gpus[0]
         assert _has(reading, row), f"{row.name}: the NVML source (or the fake) does not read it"
         assert not _has(source.collect(ALL - {row.group}).gpus[0], row)

@@ -41,6 +41,11 @@ running); they also accept ``30s``, ``15m``, ``2h``, ``3d``. Sizes are bytes or 
         utilization_jitter: 0.05
         memory_utilization: 0.4   # memory-bandwidth busy ratio at full utilisation
         restart_after: 1m      # after exiting (stop or OOM) it starts again with pid + 101
+        kernels:               # optional: what its kernels do while they run (GPM, Hopper+)
+          sm: 1.0              # share of the SMs they keep busy (0.01: one block spinning)
+          occupancy: 0.15      # resident warps / the SMs' maximum
+          tensor: 0.0          # share of their SM time on tensor cores
+          precision: fp32      # fp16 | bf16 | tf32 | fp8 | fp32 | fp64 | int8
         pod: {namespace: ml, pod: trainer-0, container: pytorch}   # optional Kubernetes pod
                                # (a process runs in one workload: pod, slurm_job, container
                                # or workload)
@@ -146,6 +151,24 @@ class TorchSpec:
     ooms: tuple[Burst, ...] = ()  # out-of-memory errors the program caught
 
 
+#: Precision -> (tensor-core pipe, non-tensor pipe) its arithmetic runs on (GPM's pipes).
+PRECISIONS: dict[str, tuple[str, str]] = {
+    "fp16": ("hmma", "fp16"), "bf16": ("hmma", "fp16"), "tf32": ("hmma", "fp32"),
+    "fp8": ("hmma", "fp16"), "fp32": ("hmma", "fp32"), "fp64": ("dfma", "fp64"),
+    "int8": ("imma", "integer"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class KernelSpec:
+    """What a process's kernels do while they run, as GPM counts it."""
+
+    sm: float = 1.0  # share of the SMs they keep busy
+    occupancy: float = 0.15  # resident warps / maximum (large matrix products: 0.12-0.14)
+    tensor: float = 0.0  # share of their SM time on tensor cores
+    precision: str = "fp32"
+
+
 @dataclass(frozen=True, slots=True)
 class AllocationSpec:
     gpu: int
@@ -177,6 +200,7 @@ class ProcessSpec:
     torch: TorchSpec | None = None
     gpu_instance: int | None = None  # MIG GPU instance (on a MIG GPU)
     compute_instance: int | None = None
+    kernels: KernelSpec = KernelSpec()
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,8 +225,8 @@ _GPU = ("model", "count", "idle_celsius", "full_load_celsius", "thermal_time_con
 _PROC = ("gpu", "pid", "user", "uid", "name", "type", "start", "stop", "memory", "ramp",
          "leak_per_second", "utilization", "utilization_jitter", "memory_utilization",
          "restart_after", "pod", "gpu_instance", "compute_instance", "slurm_job", "container",
-         "workload",
-         "torch")
+         "workload", "torch", "kernels")
+_KERNELS = ("sm", "occupancy", "tensor", "precision")
 _WORKLOAD_KEYS = ("pod", "slurm_job", "container", "workload")
 _TORCH = ("cache", "fragmentation", "retries_per_hour", "ooms")
 _CONTAINER = ("name", "id")
@@ -309,6 +333,8 @@ def _parse_process(r: Reader, position: int, gpus: list[GpuSpec]) -> list[Proces
         r.fail(f"must be after start ({start:g} s), got {stop:g} s", "stop")
     torch = _parse_torch(Reader(r.raw("torch"), r.origin, f"{r.path}.torch", _TORCH)) \
         if r.has("torch") else None
+    kernels = _parse_kernels(Reader(r.raw("kernels"), r.origin, f"{r.path}.kernels", _KERNELS)) \
+        if r.has("kernels") else KernelSpec()
     memory = r.size("memory", 2 * GiB)
     base_pid = r.integer("pid", 4000 + 211 * position, low=1, high=(1 << 22) - len(targets))
     common: dict[str, Any] = {
@@ -321,7 +347,7 @@ def _parse_process(r: Reader, position: int, gpus: list[GpuSpec]) -> list[Proces
         "utilization_jitter": r.number("utilization_jitter", 0.0, high=1.0),
         "memory_utilization": r.number("memory_utilization", 0.4, high=1.0),
         "restart_after": r.seconds("restart_after", None), "torch": torch,
-        "workload": _parse_workload(r),
+        "workload": _parse_workload(r), "kernels": kernels,
     }
     gi = r.integer("gpu_instance", 0) if r.has("gpu_instance") else None
     ci = r.integer("compute_instance", 0) if gi is not None else None
@@ -411,6 +437,19 @@ def _parse_torch(r: Reader) -> TorchSpec:
         fragmentation=r.number("fragmentation", 0.02, high=1.0),
         retries_per_hour=r.number("retries_per_hour", 0.0),
         ooms=_bursts(r, "ooms", negative=True),
+    )
+
+
+def _parse_kernels(r: Reader) -> KernelSpec:
+    precision = r.text("precision", "fp32") or "fp32"
+    if precision not in PRECISIONS:
+        r.fail(f"unknown precision {precision!r} (allowed: {', '.join(PRECISIONS)})",
+               "precision")
+    return KernelSpec(
+        sm=r.number("sm", 1.0, high=1.0),
+        occupancy=r.number("occupancy", 0.15, high=1.0),
+        tensor=r.number("tensor", 0.0, high=1.0),
+        precision=precision,
     )
 
 
