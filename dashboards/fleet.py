@@ -23,7 +23,6 @@ TEMPERATURE_STEPS = (
 )
 COUNT_BAD = (("green", None), ("red", 1.0))
 COUNT_WARN = (("green", None), ("orange", 1.0))
-LEGEND = "{{hostname}} GPU {{gpu}}"
 NODE_LEGEND = "{{hostname}}"
 
 

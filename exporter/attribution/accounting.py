@@ -35,7 +35,7 @@ from dataclasses import replace
 
 from exporter import thresholds
 from exporter.attribution.workloads import WorkloadLabels
-from exporter.metrics import POWER_USAGE, UNKNOWN_VALUE
+from exporter.metrics import POWER_USAGE, UNKNOWN_VALUE, gpu_activity
 from exporter.metrics.accounting import (
     ENERGY,
     HELD_GPU_SECONDS,
@@ -44,7 +44,6 @@ from exporter.metrics.accounting import (
     IDLE_MEMORY_SECONDS,
     USED_GPU_SECONDS,
 )
-from exporter.metrics.activity import gpu_activity
 from exporter.snapshot import AccountingRow, GpuProcess, GpuReading, Snapshot
 
 __all__ = ["FORGET_AFTER_SECONDS", "MAX_GAP_SECONDS", "IdleAccounting"]

@@ -35,11 +35,12 @@ or None. Anything no matcher knows (``user.slice``, ``system.slice/<service>``,
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
+
+from exporter.files import read_small
 
 #: Most bytes of a cgroup file read (deeply nested hierarchies stay far below).
 CGROUP_LIMIT = 65536
@@ -226,9 +227,5 @@ def read_cgroup(procfs: str, pid: int) -> str:
         OSError: the file cannot be read (FileNotFoundError/ProcessLookupError: the process
             is gone or not visible).
     """
-    fd = os.open(f"{procfs}/{pid}/cgroup", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        data = os.read(fd, CGROUP_LIMIT)
-    finally:
-        os.close(fd)
+    data = read_small(f"{procfs}/{pid}/cgroup", CGROUP_LIMIT)
     return data.decode("utf-8", errors="replace")

@@ -42,6 +42,7 @@ from exporter.attribution.cgroup import CgroupIdentity, read_cgroup
 from exporter.attribution.passwd import PASSWD_ERROR_KIND, PasswdFile
 from exporter.attribution.pidcache import CollectionScoped
 from exporter.attribution.workloads import identify
+from exporter.files import describe, read_file, read_small
 from exporter.snapshot import ProcessOwner
 
 #: Kind counted in ``Snapshot.errors`` for processes whose owner could not be read.
@@ -90,19 +91,6 @@ class ProcfsFormatError(ValueError):
     """A ``/proc/<pid>`` file does not have the layout proc(5) describes."""
 
 
-def _read(path: str, limit: int = 4096) -> bytes:
-    """One read of a small procfs file (procfs answers a whole small file in one read).
-
-    Raises:
-        OSError: as raised by open/read (FileNotFoundError, PermissionError, ...).
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        return os.read(fd, limit)
-    finally:
-        os.close(fd)
-
-
 def parse_stat(data: bytes) -> tuple[str, int]:
     """(comm, starttime in clock ticks) from ``/proc/<pid>/stat``.
 
@@ -148,10 +136,9 @@ def read_boot_time(procfs: str) -> float:
     """
     path = f"{procfs.rstrip('/')}/stat"
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(1 << 20)
+        data = read_file(path, 1 << 20)
     except OSError as err:
-        raise ProcfsError(f"procfs {procfs}: cannot read {path}: {err.strerror}") from None
+        raise ProcfsError(f"procfs {procfs}: cannot read {path}: {describe(err)}") from None
     for line in data.splitlines():
         if line.startswith(b"btime"):
             fields = line.split()
@@ -243,7 +230,7 @@ class OwnerResolver(CollectionScoped[_Entry, OwnerLookup]):
         base = f"{self._procfs}/{pid}"
         cached = self._pids.entries.get(pid)
         try:
-            stat_comm, start_ticks = parse_stat(_read(f"{base}/stat"))
+            stat_comm, start_ticks = parse_stat(read_small(f"{base}/stat"))
         except ProcessLookupError:  # ESRCH: the entry was there when opened
             return self._vanished(pid)
         except FileNotFoundError:
@@ -254,14 +241,14 @@ class OwnerResolver(CollectionScoped[_Entry, OwnerLookup]):
             return OwnerLookup(OwnerStatus.FOUND, self._fresh_name(pid, cached), cached.cgroup)
         # From here the entry is known to have existed: ENOENT/ESRCH means it exited.
         try:
-            uid, status_name = parse_status(_read(f"{base}/status", _STATUS_LIMIT))
+            uid, status_name = parse_status(read_small(f"{base}/status", _STATUS_LIMIT))
         except (FileNotFoundError, ProcessLookupError):
             return self._vanished(pid)
         except (OSError, ProcfsFormatError):
             return OwnerLookup(OwnerStatus.DENIED)
         partial = False
         try:
-            name = _read(f"{base}/comm").rstrip(b"\n").decode("utf-8", errors="replace")
+            name = read_small(f"{base}/comm").rstrip(b"\n").decode("utf-8", errors="replace")
         except (FileNotFoundError, ProcessLookupError):
             return self._vanished(pid)
         except OSError:
@@ -269,7 +256,7 @@ class OwnerResolver(CollectionScoped[_Entry, OwnerLookup]):
         cmdline: str | None = None
         if self._include_cmdline:
             try:
-                cmdline = _format_cmdline(_read(f"{base}/cmdline", _CMDLINE_LIMIT))
+                cmdline = _format_cmdline(read_small(f"{base}/cmdline", _CMDLINE_LIMIT))
             except (FileNotFoundError, ProcessLookupError):
                 return self._vanished(pid)
             except OSError:

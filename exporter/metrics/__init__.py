@@ -133,7 +133,7 @@ from exporter.metrics.self_metrics import (
     PROCESS_SERIES_OVERFLOW,
     SOURCE_UP,
 )
-from exporter.snapshot import Value
+from exporter.snapshot import GpuReading, Value
 
 #: The modules holding rows, in documentation order (a new row module is added here).
 _ROW_MODULES = (gpu, health, activity, process, allocator, attribution, accounting, self_metrics)
@@ -151,6 +151,13 @@ PROCESS_ROWS: tuple[Metric, ...] = tuple(m for m in CATALOGUE if m.scope is Scop
 GPM_ROWS: tuple[Metric, ...] = tuple(m for m in GPU_ROWS if isinstance(m.nvml, NvmlGpm))
 #: Per user (pod, Slurm job) on the host: the idle-accounting counters.
 ACCOUNTING_ROWS: tuple[Metric, ...] = tuple(m for m in CATALOGUE if m.scope is Scope.ACCOUNTING)
+
+
+def gpu_activity(reading: GpuReading) -> float | None:
+    """How busy the GPU really was: SM activity where GPM reports it, else utilisation (None:
+    neither was read). The alerts' recorded activity is the same choice, in PromQL."""
+    found = reading.value(SM_ACTIVE.name)
+    return reading.value(UTILIZATION.name) if found is None else found
 
 
 def markdown_table() -> str:
@@ -268,6 +275,7 @@ __all__ = [
     "Scope",
     "Value",
     "default_groups",
+    "gpu_activity",
     "markdown_table",
     "nvml",
 ]

@@ -10,15 +10,14 @@ docs/gpu-activity.md maps them all.
 Group ``gpm`` is on by default (~0.25 ms per GPU and collection on an H200);
 ``gpm_engine`` holds the graphics-engine metric, which costs ~1.5 ms per GPU on its own.
 GPUs without GPM (before Hopper) have none of these series; ``gpu_exporter_gpm_status`` says
-why. ``gpu_activity`` is what alerts and accounting read as "is the GPU working": SM activity
-where GPM reports it, utilisation elsewhere.
+why. ``exporter.metrics.gpu_activity`` is what accounting and the landing page read as "is the
+GPU working": SM activity where GPM reports it, utilisation elsewhere.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from exporter.metrics import gpu as gpu_rows  # a module: its rows stay out of this one's
 from exporter.metrics.core import (
     GPU_LABELS,
     Constant,
@@ -34,7 +33,7 @@ from exporter.metrics.health import MIG_INSTANCE_LABELS
 if TYPE_CHECKING:  # only for annotations, as in core
     from collections.abc import Callable
 
-    from exporter.snapshot import GpuReading, Value
+    from exporter.snapshot import Value
     from exporter.sources.simulated.physics import SimulatedActivity, SimulatedGpu
 
 #: Why a GPU has (or lacks) GPM series: ``status`` label values of ``gpu_exporter_gpm_status``.
@@ -48,7 +47,6 @@ GPM_STATUSES: tuple[str, ...] = (
 )
 TENSOR_PIPES: tuple[str, ...] = ("hmma", "imma", "dfma", "dmma")
 PIPES: tuple[str, ...] = ("fp64", "fp32", "fp16", "integer")
-DIRECTIONS: tuple[str, ...] = ("rx", "tx")
 _MIB = 1 << 20
 
 
@@ -205,13 +203,6 @@ PER_INSTANCE: tuple[tuple[Metric, Metric], ...] = (
     (TENSOR_PIPE_ACTIVE, MIG_TENSOR_PIPE_ACTIVE), (DRAM_ACTIVE, MIG_DRAM_ACTIVE),
     (PIPE_ACTIVE, MIG_PIPE_ACTIVE),
 )
-
-
-def gpu_activity(reading: GpuReading) -> float | None:
-    """How busy the GPU really was: SM activity where GPM reports it, else utilisation
-    (None: neither was read)."""
-    found = reading.value(SM_ACTIVE.name)
-    return reading.value(gpu_rows.UTILIZATION.name) if found is None else found
 
 
 def dcgm_markdown_table() -> str:

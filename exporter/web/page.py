@@ -13,8 +13,14 @@ from importlib import resources
 from string import Template
 
 from exporter import thresholds
-from exporter.metrics import MEMORY_USED, POWER_LIMIT, POWER_USAGE, TEMPERATURE, UTILIZATION
-from exporter.metrics.activity import gpu_activity
+from exporter.metrics import (
+    MEMORY_USED,
+    POWER_LIMIT,
+    POWER_USAGE,
+    TEMPERATURE,
+    UTILIZATION,
+    gpu_activity,
+)
 from exporter.metrics.process import last_active_seconds
 from exporter.report.timerange import format_duration
 from exporter.snapshot import GpuProcess, GpuReading

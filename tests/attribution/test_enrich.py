@@ -126,14 +126,14 @@ def test_process_seen_before_and_gone_now_is_dropped(node: Path) -> None:
 def test_permission_denied_stays_unknown_and_counted(
     node: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_read = owners._read
+    real_read = owners.read_small
 
     def denying(path: str, limit: int = 4096) -> bytes:
         if "/100/" in path:
             raise PermissionError(13, "Permission denied", path)
         return real_read(path, limit)
 
-    monkeypatch.setattr(owners, "_read", denying)
+    monkeypatch.setattr(owners, "read_small", denying)
     after = owner_enricher(node).enrich(snapshot(gpu(0, 100, 101)))
     assert by_pid(after, 0)[100].owner is None
     assert by_pid(after, 0)[101].owner is not None

@@ -35,9 +35,9 @@ def test_defaults() -> None:
 
 
 @pytest.mark.parametrize(("flag", "message"), [
-    ("--kubernetes.pod-resources-max-bytes=1073741824", "between"),
-    ("--kubernetes.pod-resources-max-bytes=1000", "between"),
-    ("--kubernetes.pod-resources-interval=200ms", "minimum of 1s"),
+    ("--kubernetes.pod-resources-max-bytes=1073741824", r"out of range \(65536 to 268435456\)"),
+    ("--kubernetes.pod-resources-max-bytes=1000", r"out of range \(65536 to 268435456\)"),
+    ("--kubernetes.pod-resources-interval=200ms", r"out of range \(1s to 1d\)"),
     ("--kubernetes.pod-resources-interval=soon", "duration"),
 ])
 def test_bad_values_are_clear_errors(flag: str, message: str) -> None:

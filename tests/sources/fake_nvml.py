@@ -276,10 +276,10 @@ class FakeNvml(FakeGpm, types.ModuleType):
         g = self._enter("nvmlDeviceGetUtilizationRates", h)
         return types.SimpleNamespace(gpu=g.util_gpu, memory=g.util_memory)
 
-    def nvmlDeviceGetTemperatureV(self, h: FakeHandle, sensor: int, version: int = 1) -> int:
+    def nvmlDeviceGetTemperatureV(self, h: FakeHandle, _sensor: int, version: int = 1) -> int:
         return self._enter("nvmlDeviceGetTemperatureV", h).temperature
 
-    def nvmlDeviceGetTemperature(self, h: FakeHandle, sensor: int) -> int:
+    def nvmlDeviceGetTemperature(self, h: FakeHandle, _sensor: int) -> int:
         return self._enter("nvmlDeviceGetTemperature", h).temperature
 
     def nvmlDeviceGetPowerUsage(self, h: FakeHandle) -> int:

@@ -90,7 +90,8 @@ from typing import Any
 
 from exporter.attribution import workloads
 from exporter.attribution.container_names import container_labels
-from exporter.boundedyaml import YamlLimitError, load_bounded
+from exporter.boundedyaml import MAX_BYTES, YamlLimitError, load_bounded
+from exporter.files import describe, read_file
 from exporter.snapshot import ProcessType, Workload
 from exporter.sources.simulated import list_presets
 from exporter.sources.simulated.gpu_models import GPU_MODELS, GpuModel
@@ -507,13 +508,16 @@ def load_scenario(name_or_path: str, seed: int = 0) -> Scenario:
         origin, stem = f"preset {name_or_path}", name_or_path
     else:
         path = Path(name_or_path)
-        if not path.is_file():
-            raise ScenarioError(f"{name_or_path}: no such scenario: neither a bundled preset "
-                                f"({', '.join(list_presets())}) nor a file")
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ScenarioError(f"{path}: cannot read: {exc}") from exc
+            # A FIFO, a device or a file over the YAML bound is refused without being read.
+            text = read_file(name_or_path, MAX_BYTES).decode("utf-8")
+        except FileNotFoundError:
+            raise ScenarioError(f"{name_or_path}: no such scenario: neither a bundled preset "
+                                f"({', '.join(list_presets())}) nor a file") from None
+        except OSError as exc:
+            raise ScenarioError(f"{path}: cannot read: {describe(exc)}") from None
+        except UnicodeDecodeError:
+            raise ScenarioError(f"{path}: cannot read: not UTF-8 text") from None
         origin, stem = str(path), path.stem
     try:
         data = load_bounded(text)  # no aliases, bounded depth, nodes and size
