@@ -14,7 +14,7 @@ of its own, created as root in the host's cgroup v2 tree:
 
 Then it serves the kubelet's PodResources API with a fake kubelet (tests/fixtures/kubelet.py,
 the generated v1 servicer) on a unix socket, allocating this GPU's real UUID to the pod, and
-compares: the kernel's ``/proc/<pid>/cgroup`` parsed by ``exporter.attribution.cgroup``; the
+compares: the kernel's ``/proc/<pid>/cgroup`` parsed by ``exporter.attribution.workloads``; the
 PodResources client's table; and the exporter's ``/metrics`` (process labels and the allocation
 series).
 Everything it created is removed at the end. Prints PASS/FAIL lines; exit status 1 on any FAIL.
