@@ -25,6 +25,7 @@ from exporter.attribution.owners import OwnerResolver, ProcfsError, check_procfs
 from exporter.attribution.passwd import PasswdFileError, check_passwd_file
 from exporter.attribution.passwd import request_reload as request_passwd_reload
 from exporter.attribution.torchtotals import TorchUserTotals
+from exporter.attribution.workloads import KUBERNETES
 from exporter.config import (
     Config,
     ConfigError,
@@ -127,7 +128,8 @@ def build_source(config: Config) -> Source:
 def build_poller(config: Config) -> PodResourcesPoller | None:
     """The kubelet allocation poller (not started), with ``--kubernetes`` on the NVML source
     and a socket path; None otherwise (the simulated source simulates allocations)."""
-    if config.source == "simulated" or not config.kubernetes or not config.pod_resources_socket:
+    if (config.source == "simulated" or not config.workload_labels.on(KUBERNETES)
+            or not config.pod_resources_socket):
         return None
     from exporter.attribution.podresources.client import (  # noqa: PLC0415 (only when on)
         PodResourcesClient,
@@ -143,37 +145,25 @@ def build_poller(config: Config) -> PodResourcesPoller | None:
 
 def build_accounting(config: Config) -> IdleAccounting | None:
     """Idle accounting, run after attribution, when processes are collected (rows kept apart
-    by the pod and job labels the exposition shows)."""
+    by the workload labels the exposition shows)."""
     if not {Group.PROCESSES, Group.PROCESS_UTILIZATION} & config.groups:
         return None
-    return IdleAccounting(pods=config.kubernetes, jobs=config.slurm)
+    return IdleAccounting(config.workload_labels)
 
 
 def build_enricher(config: Config, poller: PodResourcesPoller | None = None) -> Enricher | None:
-    """Owner, cgroup (pod, Slurm job, container) and allocation enrichment, then the published
+    """Owner, cgroup (the workload kinds switched on) and allocation enrichment, then the published
     PyTorch allocator figures and their per-user counters (``--collector.torch``). The
     simulated source gets the per-user counters only (None when torch is off)."""
-    if config.source == "simulated":  # its processes carry owners and pods; /proc is unrelated
+    if config.source == "simulated":  # its processes carry owners and workloads; /proc is unrelated
         return TorchUserTotals() if Group.TORCH in config.groups else None
-    cgroups = config.kubernetes or config.slurm or config.containers
+    workloads = config.workload_labels
     owners = OwnerResolver(
         procfs=config.procfs, passwd_file=config.passwd_file,
-        include_cmdline=config.cmdline, cgroups=cgroups,
+        include_cmdline=config.cmdline, cgroups=bool(workloads.kinds),
     )
-    pods = None
-    if config.kubernetes:
-        from exporter.attribution.kubernetes import PodResolver  # noqa: PLC0415 (only when on)
-
-        pods = PodResolver(
-            pod_logs_dir=config.pod_logs_dir, container_logs_dir=config.container_logs_dir,
-        )
-    names = None
-    if config.containers:
-        from exporter.attribution.container_names import ContainerNames  # noqa: PLC0415
-
-        names = ContainerNames(docker_root=config.docker_root or None,
-                               podman_storage=config.podman_storage or None)
-    enricher = ProcessEnricher(owners, pods, container_names=names, allocations=poller)
+    enricher = ProcessEnricher(owners, workloads.kinds, workloads.resolvers(config),
+                               allocations=poller)
     if Group.TORCH not in config.groups:
         return enricher
     from exporter.attribution.torchstats import (  # noqa: PLC0415 (only when on)
@@ -331,7 +321,7 @@ def _run(argv: Sequence[str] | None) -> int:
         log.warning("--web.config.file: %s", warning)
     for name in unknown_env(os.environ):
         log.warning("environment variable %s matches no flag; ignored", name)
-    if config.kubernetes and config.source == "nvml":
+    if config.workload_labels.on(KUBERNETES) and config.source == "nvml":
         for flag, path in (("--kubernetes.pod-logs-dir", config.pod_logs_dir),
                            ("--kubernetes.container-logs-dir", config.container_logs_dir)):
             if not os.path.isdir(path):  # a missing mount: pods stay unresolved, not fatal

@@ -30,6 +30,7 @@ from exporter.attribution.defaults import (
     MIN_INTERVAL_SECONDS,
     MIN_MESSAGE_BYTES,
 )
+from exporter.attribution.workloads import KINDS, WorkloadLabels
 from exporter.metrics import OPT_IN_GROUPS, SWITCHABLE_GROUPS, Group
 from exporter.sources.simulated import list_presets  # not .scenario: YAML loads lazily
 from exporter.state import ExpositionOptions
@@ -306,6 +307,12 @@ def _group_flags() -> list[Flag]:
     ]
 
 
+def _workload_flags() -> list[Flag]:
+    """``--<kind>`` for every workload kind (``exporter.attribution.workloads``)."""
+    return [Flag(name=kind.name, dest=f"workload_{kind.name}", help=kind.help, default=False)
+            for kind in KINDS]
+
+
 FLAGS: tuple[Flag, ...] = (
     Flag("web.listen-address", "listen_address", "Address to listen on: host:port, [ipv6]:port, "
          "or :port for every interface.", ":9477", parse_listen_address, "ADDR"),
@@ -361,8 +368,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("process.pid-label", "pid_label", "Put the pid label on per-process series.", True),
     Flag("process.cmdline", "cmdline", "Read process command lines (may contain secrets; "
          "shown in the JSON API only).", False),
-    Flag("kubernetes", "kubernetes", "Resolve processes to namespace/pod/container and add "
-         "those labels.", False),
+    *_workload_flags(),
     Flag("kubernetes.pod-logs-dir", "pod_logs_dir", "The kubelet's pod log directory "
          "(mounted from the host).", "/var/log/pods", _parse_path, "DIR"),
     Flag("kubernetes.container-logs-dir", "container_logs_dir", "The kubelet's container log "
@@ -386,10 +392,6 @@ FLAGS: tuple[Flag, ...] = (
     Flag("kubernetes.gpu-resource", "gpu_resources", "Extra device-plugin resource names "
          "counted as GPUs besides nvidia.com/gpu, nvidia.com/gpu.shared and nvidia.com/mig-* "
          "(comma-separated).", "", _parse_names, "NAMES"),
-    Flag("slurm", "slurm", "Add the slurm_job label to per-process series (the job id from "
-         "the process's cgroup).", False),
-    Flag("containers", "containers", "Add container and container_id labels for processes in "
-         "Docker, Podman, containerd or CRI-O containers outside Kubernetes.", False),
     Flag("containers.docker-root", "docker_root", "Docker's data root, read for container "
          "names (containers/<id>/config.v2.json); empty: no Docker names.", DEFAULT_DOCKER_ROOT,
          _parse_optional_path, "DIR"),
@@ -434,7 +436,7 @@ class Config:
     max_series_per_gpu: int = 64
     pid_label: bool = True
     cmdline: bool = False
-    kubernetes: bool = False
+    workload_labels: WorkloadLabels = field(default_factory=WorkloadLabels)  # kinds switched on
     pod_logs_dir: str = "/var/log/pods"
     container_logs_dir: str = "/var/log/containers"
     torch_dir: str = "/run/gpu-exporter/torch"
@@ -444,8 +446,6 @@ class Config:
     pod_resources_interval: float = 5.0
     pod_resources_max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     gpu_resources: frozenset[str] = frozenset()
-    slurm: bool = False
-    containers: bool = False
     docker_root: str = DEFAULT_DOCKER_ROOT
     podman_storage: str = DEFAULT_PODMAN_STORAGE
     log_level: str = "info"
@@ -463,9 +463,7 @@ class Config:
             groups=self.groups | {Group.EXPORTER},
             pid_label=self.pid_label,
             max_process_series_per_gpu=self.max_series_per_gpu,
-            kubernetes_labels=self.kubernetes,
-            container_labels=self.containers,
-            slurm_labels=self.slurm,
+            workload_labels=self.workload_labels,
         )
 
 
@@ -574,7 +572,8 @@ def resolve(namespace: argparse.Namespace, environ: Mapping[str, str]) -> Config
         else:
             values[flag.dest] = _value(flag, flag.default, f"--{flag.name} default")
     groups = frozenset(g for g in SWITCHABLE_GROUPS if values.pop(f"collector_{g.value}"))
-    config = Config(groups=groups, **values)
+    kinds = tuple(kind for kind in KINDS if values.pop(f"workload_{kind.name}"))
+    config = Config(groups=groups, workload_labels=WorkloadLabels(kinds), **values)
     _check(config)
     return config
 

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from exporter.attribution.workloads import KUBERNETES
 from exporter.config import (
     FLAGS,
     RANGES,
@@ -126,7 +127,7 @@ def test_values_from_flags() -> None:
     options = config.exposition_options()
     assert options.max_process_series_per_gpu == 8
     assert not options.pid_label
-    assert options.kubernetes_labels
+    assert options.workload_labels.kinds == (KUBERNETES,)
 
 
 def test_environment_variables_and_precedence() -> None:

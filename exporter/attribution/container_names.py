@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from exporter.attribution.cgroup import CgroupIdentity
 from exporter.attribution.defaults import DEFAULT_DOCKER_ROOT, DEFAULT_PODMAN_STORAGE
 from exporter.files import describe, read_file
 
@@ -33,6 +34,13 @@ log = logging.getLogger(__name__)
 
 #: Kind counted in ``Snapshot.errors`` when a runtime file exists but cannot be read.
 ERROR_KIND = "container_name"
+#: Characters of the ID in the ``container_id`` label (what ``docker ps`` shows).
+SHORT_ID = 12
+
+
+def container_labels(container_id: str, name: str | None) -> dict[str, str]:
+    """The ``container`` and ``container_id`` labels of a container outside Kubernetes."""
+    return {"container": name or "", "container_id": container_id[:SHORT_ID]}
 
 
 class _Unreadable(Exception):
@@ -98,6 +106,13 @@ class ContainerNames:
         with self._lock:
             count, self._errors = self._errors, 0
         return {ERROR_KIND: count} if count else {}
+
+    def labels(self, identity: CgroupIdentity) -> dict[str, str]:
+        """The labels of a container the cgroup named (its name when the runtime's files give
+        it, else "")."""
+        container_id = identity.ids.get("container_id", "")
+        return container_labels(container_id, self.name(identity.ids.get("runtime"),
+                                                        container_id))
 
     def name(self, runtime: str | None, container_id: str) -> str | None:
         """The container's name, or None when the runtime's files do not give it."""

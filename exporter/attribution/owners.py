@@ -1,8 +1,8 @@
 """pid -> owner (uid, user name, process name, start time) and cgroup, from a procfs tree.
 
 This is the one step that reads ``/proc/<pid>``: with ``cgroups=True`` the same lookup also
-reads ``<pid>/cgroup`` (the pod/container identity, ``exporter.attribution.cgroup``), and
-both are cached together per (pid, start time).
+reads ``<pid>/cgroup`` (the workload identity, ``exporter.attribution.workloads.identify``),
+and both are cached together per (pid, start time).
 
 Everything is read from ``<procfs>/<pid>/...`` with a configurable root, so the exporter works
 in the host PID namespace (``/proc``) and with the host's procfs mounted elsewhere (e.g.
@@ -41,6 +41,7 @@ from enum import Enum
 from exporter.attribution.cgroup import CgroupIdentity, read_cgroup
 from exporter.attribution.passwd import PASSWD_ERROR_KIND, PasswdFile
 from exporter.attribution.pidcache import CollectionScoped
+from exporter.attribution.workloads import identify
 from exporter.files import describe, read_file, read_small
 from exporter.snapshot import ProcessOwner
 
@@ -175,7 +176,7 @@ class OwnerResolver(CollectionScoped[_Entry, OwnerLookup]):
         passwd_check_interval: float = 1.0,
         max_entries: int = 16384,
     ) -> None:
-        """``cgroups``: also read each process's cgroup (for pod labels)."""
+        """``cgroups``: also read each process's cgroup (for workload labels)."""
         super().__init__(max_entries)
         self._cgroups = cgroups
         self._cgroup_errors = 0
@@ -264,7 +265,7 @@ class OwnerResolver(CollectionScoped[_Entry, OwnerLookup]):
         cgroup_failed = False  # the owner is fine; the entry is not cached so it is retried
         if self._cgroups:
             try:
-                cgroup = read_cgroup(self._procfs, pid)
+                cgroup = identify(read_cgroup(self._procfs, pid))
             except (FileNotFoundError, ProcessLookupError):
                 return self._vanished(pid)
             except OSError:

@@ -23,7 +23,6 @@ from exporter.metrics import (
     process,
     self_metrics,
 )
-from exporter.metrics.accounting import ACCOUNTING_LABELS
 from exporter.metrics.activity import (
     DRAM_ACTIVE,
     GPM_STATUS,
@@ -42,20 +41,16 @@ from exporter.metrics.attribution import (
     ALLOCATION_LABELS,
     POD_RESOURCES_STATUS,
     POD_RESOURCES_UP,
-    WORKLOAD_LABELS,
     WORKLOAD_MEMORY,
     WORKLOAD_UTILIZATION,
 )
 from exporter.metrics.core import (
-    CONTAINER_LABELS,
     GPU_LABELS,
-    KUBERNETES_LABELS,
     OPT_IN_GROUPS,
     OVERFLOW_VALUE,
     PREFIX,
     PROCESS_LABELS,
     SELF_PREFIX,
-    SLURM_LABELS,
     SWITCHABLE_GROUPS,
     UNITS,
     UNKNOWN_VALUE,
@@ -178,7 +173,6 @@ def markdown_table() -> str:
 
 
 __all__ = [
-    "ACCOUNTING_LABELS",
     "ACCOUNTING_ROWS",
     "ALLOCATION_INFO",
     "ALLOCATION_LABELS",
@@ -187,7 +181,6 @@ __all__ = [
     "CATALOGUE",
     "COLLECTION_DURATION",
     "COLLECTION_SUCCESS",
-    "CONTAINER_LABELS",
     "DATA_AGE",
     "DRAM_ACTIVE",
     "ECC_AGGREGATE",
@@ -205,7 +198,6 @@ __all__ = [
     "GRAPHICS_CLOCK",
     "HEALTH_EVENTS",
     "HEALTH_EVENT_COUNT",
-    "KUBERNETES_LABELS",
     "LAST_SUCCESS",
     "LAST_XID",
     "MEMORY_CLOCK",
@@ -249,7 +241,6 @@ __all__ = [
     "RETIRED_PAGES",
     "RETIRED_PENDING",
     "SELF_PREFIX",
-    "SLURM_LABELS",
     "SM_ACTIVE",
     "SM_CLOCK",
     "SM_OCCUPANCY",
@@ -268,7 +259,6 @@ __all__ = [
     "USER_PROCESSES",
     "USER_UTILIZATION_MAX",
     "UTILIZATION",
-    "WORKLOAD_LABELS",
     "WORKLOAD_MEMORY",
     "WORKLOAD_UTILIZATION",
     "XID_ERRORS",

@@ -102,13 +102,9 @@ SELF_PREFIX = "gpu_exporter_"
 
 #: Labels on every per-GPU series.
 GPU_LABELS: tuple[str, ...] = ("gpu", "uuid")
-#: Labels of per-process series (``pid`` can be switched off; pod labels only on Kubernetes).
+#: Labels of per-process series (``pid`` can be switched off; the labels of the workload kinds
+#: switched on follow: ``exporter.attribution.workloads``).
 PROCESS_LABELS: tuple[str, ...] = (*GPU_LABELS, "pid", "process", "user", "uid")
-KUBERNETES_LABELS: tuple[str, ...] = ("namespace", "pod", "container")
-#: Process labels of containers outside Kubernetes (``--containers``; ``container`` is shared
-#: with Kubernetes) and of Slurm jobs (``--slurm``).
-CONTAINER_LABELS: tuple[str, ...] = ("container", "container_id")
-SLURM_LABELS: tuple[str, ...] = ("slurm_job",)
 #: Label value used for processes folded into the overflow series when the per-GPU cap is hit,
 #: and for processes whose owner could not be resolved.
 OVERFLOW_VALUE = "__overflow__"
@@ -201,7 +197,7 @@ class Metric:
 
     ``name`` is the full exposed name (for info metrics including ``_info``; for counters
     including ``_total``). ``labels`` lists the label names in exposition order; per-process
-    metrics may add ``KUBERNETES_LABELS`` and drop ``pid`` according to configuration.
+    metrics add the labels of the workload kinds switched on and may drop ``pid``.
     ``label_values`` lists, for a per-GPU metric with one extra label, that label's values in
     exposition order (other values a source reports are left out).
 

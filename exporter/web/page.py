@@ -124,9 +124,8 @@ def _process_row(gpu: GpuReading, process: GpuProcess, now: float) -> str:
     owner = process.owner
     user = owner.user if owner is not None else "unknown"
     name = owner.name if owner is not None else "unknown"
-    pod = ""
-    if process.pod is not None and process.pod.pod:
-        pod = f"{process.pod.namespace or '?'}/{process.pod.pod}"
+    labels = process.workload.labels if process.workload is not None else {}
+    pod = f"{labels.get('namespace') or '?'}/{labels['pod']}" if labels.get("pod") else ""
     return (
         f"<tr><td>{gpu.identity.index}</td><td>{process.pid}</td><td>{_e(user)}</td>"
         f"<td>{_e(name)}</td><td>{_e(pod)}</td>"

@@ -342,7 +342,7 @@ def test_cgroup_is_read_with_the_owner_and_cached_per_start_time(procfs: Path) -
     with resolver.collection():
         first = resolver.lookup(300)
     assert first.cgroup is not None
-    assert first.cgroup.container_id == "ab" * 32
+    assert first.cgroup.ids["container_id"] == "ab" * 32
     (procfs / "300" / "cgroup").unlink()
     with resolver.collection():
         assert resolver.lookup(300).cgroup == first.cgroup  # same process: nothing re-read

@@ -7,6 +7,7 @@ from dataclasses import replace
 from exporter import metrics
 from exporter.attribution.accounting import IdleAccounting
 from exporter.attribution.torchtotals import TorchUserTotals
+from exporter.attribution.workloads import KUBERNETES, WorkloadLabels
 from exporter.health import MigDevice, MigProcess, XidKey, XidStat
 from exporter.metrics import allocator
 from exporter.metrics.activity import PER_INSTANCE
@@ -15,12 +16,12 @@ from exporter.snapshot import (
     GpuIdentity,
     GpuProcess,
     GpuReading,
-    PodRef,
     PodResourcesHealth,
     ProcessOwner,
     ProcessType,
     Snapshot,
     Value,
+    Workload,
 )
 from exporter.state import ExporterState
 
@@ -41,6 +42,15 @@ def identity(index: int) -> GpuIdentity:
     )
 
 
+def pod(namespace: str | None, name: str | None, container: str | None = None, *,
+        uid: str = "uid", container_id: str | None = None) -> Workload:
+    """The workload of a process in a Kubernetes pod, as enrichment fills it (a name the
+    kubelet's log tree does not give: None, an empty label)."""
+    labels = {"namespace": namespace or "", "pod": name or "", "container": container or ""}
+    ids = {"pod_uid": uid} | ({"container_id": container_id} if container_id else {})
+    return Workload(KUBERNETES.name, labels, ids)
+
+
 def process(
     pid: int,
     memory: int | None,
@@ -48,7 +58,7 @@ def process(
     user: str | None = "alice",
     name: str = "python",
     utilization: float | None = 0.25,
-    pod: PodRef | None = None,
+    workload: Workload | None = None,
     start: float = 1_700_000_000.0,
     last_active: float | None = 60.0,
     torch_allocated: int | None = None,
@@ -67,7 +77,7 @@ def process(
         used_memory_bytes=memory,
         sm_utilization_ratio=utilization,
         owner=owner,
-        pod=pod,
+        workload=workload,
         values={
             **({} if last_active is None or utilization is None else {
                 metrics.PROCESS_LAST_ACTIVE.name: start + pid + last_active}),
@@ -167,11 +177,7 @@ def fleet(gpus: int = 8, processes_per_gpu: int = 32) -> Snapshot:
         procs = []
         for slot in range(processes_per_gpu):
             pid = 10_000 + index * 1000 + slot
-            pod = (
-                PodRef(pod_uid=f"uid-{slot}", namespace="ml", pod=f"train-{slot}", container="main")
-                if slot % 2
-                else None
-            )
+            in_pod = pod("ml", f"train-{slot}", "main", uid=f"uid-{slot}") if slot % 2 else None
             procs.append(
                 process(
                     pid,
@@ -179,7 +185,7 @@ def fleet(gpus: int = 8, processes_per_gpu: int = 32) -> Snapshot:
                     user=USERS[slot % len(USERS)],
                     name=f"worker{slot % 5}",
                     utilization=(slot % 10) / 10,
-                    pod=pod,
+                    workload=in_pod,
                     # every fourth process publishes allocator figures (group torch)
                     torch_allocated=(slot + 1) * 32 * 1024**2 if slot % 4 == 1 else None,
                 )
@@ -197,7 +203,7 @@ def fleet(gpus: int = 8, processes_per_gpu: int = 32) -> Snapshot:
     # and idle accounting over one 15-second interval.
     first = TorchUserTotals().enrich(snapshot(*readings, allocations=allocations,
                                               pod_resources=PodResourcesHealth(True, "ok")))
-    accounting = IdleAccounting(pods=True)
+    accounting = IdleAccounting(WorkloadLabels((KUBERNETES,)))
     accounting.enrich(replace(first, taken_at=first.taken_at - 15.0))
     return accounting.enrich(first)
 

@@ -14,6 +14,7 @@ import pytest
 from exporter import metrics
 from exporter.attribution.accounting import IdleAccounting
 from exporter.attribution.torchtotals import TorchUserTotals
+from exporter.attribution.workloads import every_kind
 from exporter.exposition.json_model import GpuModel, ProcessModel
 from exporter.metrics import SWITCHABLE_GROUPS, Group, Metric, Scope
 from exporter.snapshot import GpuReading
@@ -89,8 +90,7 @@ def _exposed_names() -> set[str]:
         now[0] += 10.0  # a second collection: accounting needs an interval
         snapshots.append(accounting.enrich(totals.enrich(source.collect(ALL))))
     snapshots.append(factory.fleet(1, 2))  # processes in pods: the workload families
-    options = ExpositionOptions(groups=frozenset(Group), kubernetes_labels=True,
-                                container_labels=True, slurm_labels=True)
+    options = ExpositionOptions(groups=frozenset(Group), workload_labels=every_kind())
     names: set[str] = set()
     for snapshot in snapshots:
         text = collect_text(factory.state(snapshot), options)

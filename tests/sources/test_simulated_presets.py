@@ -154,15 +154,15 @@ def test_kubernetes_processes_carry_pods() -> None:
     first = source.collect(ALL)
     clock.now += 60
     later = source.collect(ALL)
-    pods = {p.pid: p.pod for g in first.gpus for p in g.processes}
-    namespaces = {pod.namespace for pod in pods.values() if pod}
+    pods = {p.pid: p.workload for g in first.gpus for p in g.processes}
+    namespaces = {pod.labels["namespace"] for pod in pods.values() if pod}
     assert namespaces >= {"ml-training", "inference", "research"}
     assert pods[9921] is None  # the host process
     assert pods[3312] is not None
-    assert pods[3312].container == "trainer"
-    assert pods[3312].pod_uid
-    assert pods[3312].container_id
-    assert pods == {p.pid: p.pod for g in later.gpus for p in g.processes}  # stable identities
+    assert (pods[3312].kind, pods[3312].labels["container"]) == ("kubernetes", "trainer")
+    assert pods[3312].ids["pod_uid"]
+    assert len(pods[3312].ids["container_id"]) == 64
+    assert pods == {p.pid: p.workload for g in later.gpus for p in g.processes}  # stable
     # the notebook's user holds memory and runs nothing anywhere (a per-user idle holder)
     notebook = [p for g in later.gpus for p in g.processes if p.owner and p.owner.user == "1000"]
     assert [p.pid for p in notebook] == [5821]

@@ -47,11 +47,9 @@ from exporter.metrics.activity import PER_INSTANCE, PIPES, TENSOR_PIPES
 from exporter.metrics.process import LAST_ACTIVE
 from exporter.snapshot import (
     AllocationRow,
-    ContainerRef,
     GpuIdentity,
     GpuProcess,
     GpuReading,
-    PodRef,
     PodResourcesHealth,
     ProcessOwner,
     Snapshot,
@@ -170,9 +168,9 @@ class _ActivitySum:
 class _Proc:
     """Precomputed timeline of one scenario process."""
 
-    __slots__ = ("container", "context", "grow", "jitter", "kernels", "last", "leak", "life",
-                 "mem_util", "noise", "owner", "period", "pod", "ramp", "sm", "spec", "steady",
-                 "t0", "torch", "util")
+    __slots__ = ("context", "grow", "jitter", "kernels", "last", "leak", "life", "mem_util",
+                 "noise", "owner", "period", "ramp", "sm", "spec", "steady", "t0", "torch",
+                 "util")
 
     def __init__(self, spec: ProcessSpec, life: float | None, key: int) -> None:
         self.spec, self.t0, self.life = spec, spec.start, life
@@ -192,13 +190,6 @@ class _Proc:
         self.last: tuple[int, int, float, GpuProcess, float | None, dict[str, float]] | None \
             = None
         self.torch = spec.torch
-        self.pod = None if spec.pod is None else PodRef(
-            pod_uid=str(uuid.UUID(int=(_mix(key) << 64) | _mix(key ^ 5), version=4)),
-            container_id=f"{_mix(key ^ 1):016x}{_mix(key ^ 2):016x}{_mix(key ^ 3):016x}"
-                         f"{_mix(key ^ 4):016x}",
-            namespace=spec.pod.namespace, pod=spec.pod.pod, container=spec.pod.container)
-        self.container = None if spec.container is None else ContainerRef(
-            spec.container.id, spec.container.name, "docker")
 
     def cycle(self, t: float) -> tuple[int, float] | None:
         """(restart number, age) when alive at ``t``, else None."""
@@ -478,8 +469,8 @@ class SimulatedSource:
                     last = p.last = (k, memory, u, GpuProcess(
                         pid=p.spec.pid + _RESTART_PID_STEP * k, type=p.spec.type,
                         used_memory_bytes=memory, sm_utilization_ratio=u if want_putil else None,
-                        owner=self._owner(p, k, start), pod=p.pod, values=process_values,
-                        slurm_job=p.spec.slurm_job, container=p.container,
+                        owner=self._owner(p, k, start), workload=p.spec.workload,
+                        values=process_values,
                         gpu_instance=p.spec.gpu_instance,
                         compute_instance=p.spec.compute_instance), active, published)
                 procs.append(last[3])
