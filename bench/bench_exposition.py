@@ -25,6 +25,7 @@ from prometheus_client import openmetrics
 from prometheus_client.exposition import generate_latest
 
 from bench.harness import timed_ms
+from exporter.attribution.workloads import select
 from exporter.exposition import MetricsRenderer, build_registry, snapshot_families
 from exporter.metrics import default_groups
 from exporter.sources.simulated.scenario import synthetic_fleet
@@ -72,7 +73,8 @@ def main() -> int:
     rounds = max(10, min(args.rounds, 10_000))
 
     snap = factory.fleet(args.gpus, args.processes)
-    options = ExpositionOptions(kubernetes_labels=not args.no_kubernetes_labels)
+    options = ExpositionOptions(
+        workload_labels=select(*() if args.no_kubernetes_labels else ("kubernetes",)))
     state = factory.state(snap)
     registry = build_registry(lambda: state, options, process_metrics=False)
     text = generate_latest(registry)
@@ -118,7 +120,8 @@ def main() -> int:
     lines = text.count(b"\n")
     print(
         f"{args.gpus} GPUs x {args.processes} processes, {rounds} rounds, "
-        f"kubernetes labels {options.kubernetes_labels}; text body {len(text)} bytes, {lines} lines"
+        f"kubernetes labels {not args.no_kubernetes_labels}; text body {len(text)} bytes, "
+        f"{lines} lines"
     )
     for name, fn in cases:
         p50, p99 = timed(fn, rounds)

@@ -17,7 +17,7 @@ Usage (repository root; hold the bench lock here):
    loopback connection with Prometheus' headers (OpenMetrics, gzip) ``--scrapes`` times;
    its VmRSS after a warm-up and at ten checkpoints, and the peak (VmHWM).
 
-Targets (issue 14): on NVML, RSS after scraping within 8 MB of the floor; on the simulated 8x32
+Targets: on NVML, RSS after scraping within 8 MB of the floor; on the simulated 8x32
 node, at most 60 MB; and flat: RSS at the last checkpoint no more than 1 MB above the second
 (the first tenth of the scrapes settles caches). Exit 1 with ``--check`` when one is missed.
 ``--fresh`` runs a new collection per scrape (``--collector.min-interval 0``); the default is

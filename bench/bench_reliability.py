@@ -10,8 +10,12 @@ one table:
 - hostile floods: 200 clients hammering one endpoint back to back (or holding idle, half-sent
   or TLS-stalled connections) while one well-behaved scraper asks /metrics every 0.5 s with a
   10 s timeout: the scraper's 200s of its requests, its p50/p99;
-- faults: things that once broke it, each followed by a scrape that must answer 200;
-- bad inputs: flags, variables and files that must exit 2 with one line;
+- faults: hostile bytes and connections, each followed by a scrape that must answer 200, and
+  10,000 requests pipelined on one connection (every one must be answered);
+- signals: SIGHUP while serving (reloads, logs one line, never ends it), SIGTERM (exit status
+  and seconds);
+- bad inputs: flags, variables and files (FIFOs, sparse files of a GiB, numbers out of range)
+  that must exit 2 with one line, each within seconds;
 - resident memory before and after, and the bytes of log written.
 
 Everything runs on 127.0.0.1; the load generator shares the machine's cores with the
@@ -25,6 +29,7 @@ import asyncio
 import contextlib
 import os
 import re
+import signal
 import socket
 import ssl
 import struct
@@ -57,6 +62,7 @@ class Exporter:
             [sys.executable, "-m", "exporter", "--web.listen-address", "127.0.0.1:0", *args],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.log_bytes = 0
+        self.sighup_lines = 0  # log lines about SIGHUP
         self.tail: list[str] = []
         self.port = 0
         seen = threading.Event()
@@ -65,6 +71,7 @@ class Exporter:
             assert self.proc.stderr is not None
             for line in self.proc.stderr:
                 self.log_bytes += len(line)
+                self.sighup_lines += b"SIGHUP" in line
                 self.tail = [*self.tail[-20:], line.decode(errors="replace").rstrip()]
                 match = _PORT.search(line.decode(errors="replace"))
                 if match and not seen.is_set():
@@ -299,6 +306,28 @@ def faults(exporter: Exporter) -> list[Row]:
     return rows
 
 
+def pipelined(port: int, count: int = 10_000) -> Row:
+    """``count`` GETs of /healthz sent back to back on one connection, answers read alongside."""
+    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    answered = 0
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+        sender = threading.Thread(target=sock.sendall, args=(request * count,))
+        sender.start()
+        data = b""
+        with contextlib.suppress(OSError):
+            while answered < count:
+                chunk = sock.recv(1 << 20)
+                if not chunk:
+                    break
+                data += chunk
+                answered += data.count(b"HTTP/1.1 200 ")
+                data = data[data.rfind(b"HTTP/1.1 ") + 1:] if b"HTTP/1.1 " in data else data
+        sender.join(20)
+    return (f"fault: {count:,} requests pipelined on one connection",
+            f"{answered:,}/{count:,} answered 200 in {time.monotonic() - started:.2f} s")
+
+
 def _many(port: int, count: int, payload: bytes) -> None:
     socks = []
     for _ in range(count):
@@ -324,6 +353,8 @@ def _abort(port: int) -> None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
 
+#: Contents that are not text: the file is made a FIFO, or a sparse file of 1 GiB.
+FIFO, SPARSE = "<fifo>", "<sparse>"
 BAD_INPUTS: list[tuple[list[str], dict[str, str], str]] = [
     (["--web.listen-address", "localhost"], {}, ""),
     (["--hostname", "\udcff\udcfe"], {}, ""),
@@ -350,6 +381,15 @@ BAD_INPUTS: list[tuple[list[str], dict[str, str], str]] = [
      "gpus: " + "[" * 100000 + "]" * 100000 + "\n"),
     (["--source", "simulated", "--scenario", "{dir}/huge-pid.yaml"], {},
      "gpus: [{model: Tesla T4}]\nprocesses: [{gpu: 0, user: a, pid: 99999999999999999999}]\n"),
+    (["--collector.timeout", "99999999999w"], {}, ""),
+    (["--web.read-header-timeout", "-1s"], {}, ""),
+    ([], {"GPU_EXPORTER_SIMULATE_SPEED": "inf"}, ""),
+    (["--passwd-file", "{dir}/passwd-fifo"], {}, FIFO),
+    (["--web.config.file", "{dir}/web-fifo.yml"], {}, FIFO),
+    (["--source", "simulated", "--scenario", "{dir}/sparse.yaml"], {}, SPARSE),
+    (["--passwd-file", "{dir}/sparse-passwd"], {}, SPARSE),
+    (["--passwd-file", "/dev/zero"], {}, ""),
+    (["--web.config.file", "{dir}"], {}, ""),
 ]
 
 
@@ -358,13 +398,18 @@ def bad_inputs() -> Row:
     with tempfile.TemporaryDirectory() as tmp:
         for template, env, content in BAD_INPUTS:
             args = [a.replace("{dir}", tmp) for a in template]
-            if content:
+            if content == FIFO:
+                os.mkfifo(args[-1])
+            elif content == SPARSE:
+                with open(args[-1], "wb") as handle:
+                    handle.truncate(1 << 30)
+            elif content:
                 Path(args[-1]).write_text(content, encoding="utf-8")
             full_env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_EXPORTER_")}
             started = time.monotonic()
             result = subprocess.run(
                 [sys.executable, "-m", "exporter", "--web.listen-address", "127.0.0.1:0", *args],
-                cwd=ROOT, env={**full_env, **env}, capture_output=True, timeout=60, check=False)
+                cwd=ROOT, env={**full_env, **env}, capture_output=True, timeout=30, check=False)
             slowest = max(slowest, time.monotonic() - started)
             lines = [ln for ln in result.stderr.decode(errors="replace").splitlines()
                      if ln.strip()]
@@ -411,12 +456,20 @@ def main() -> int:
         for name, kind in floods:
             rows.append(asyncio.run(flood(port, name, kind, seconds + 1)))
         rows.extend(faults(exporter))
+        rows.append(pipelined(port))
         rows.append(("RSS after", f"{exporter.rss_mib():.1f} MiB"))
         rows.append(("log written", f"{exporter.log_bytes} B in total"))
+        exporter.proc.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        hup = exporter.sighup_lines
+        rows.append(("SIGHUP while serving", f"alive {exporter.alive()}, {hup} log line, "
+                     f"scrape {'200' if scrape_ok(port) else 'FAILED'}"))
         rows.append(("exporter alive", str(exporter.alive())))
     finally:
+        started = time.monotonic()
         code = exporter.stop()
-    rows.append(("SIGTERM exit status", str(code)))
+        stop_seconds = time.monotonic() - started
+    rows.append(("SIGTERM exit status", f"{code} after {stop_seconds:.2f} s"))
     rows.append(bad_inputs())
     width = max(len(name) for name, _ in rows)
     print(f"| {'what':<{width}} | result |\n|{'-' * (width + 2)}|---|")

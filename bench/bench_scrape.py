@@ -6,8 +6,8 @@ Usage: ``.venv/bin/python bench/bench_scrape.py [--scrapes 2000] [--max-seconds 
 checked out into a temporary git worktree, interleaved with this checkout in the same run, and
 print after/before ratios of the server p50, overall and per exposed series; with ``--check`` a
 ratio above 1.2 fails; ``--after REV2``: revision REV2 plays "after" instead of this checkout,
-to measure one change between two past revisions). Run it under ``flock
-/work/coord/bench.lock`` where several people share the machine.
+to measure one change between two past revisions). Where several people share the machine,
+run it under ``flock`` on a lock file of your choice so timings do not overlap.
 
 ``--instructions`` (with ``--compare``) also counts, with valgrind, the instructions of one
 fresh cycle in each checkout: simulated collection of ``synthetic:8x32``, the enrichment the

@@ -568,7 +568,7 @@ def held(lock: Path | None) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _interrupted(signum: int, frame: object) -> None:
+def _interrupted(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 

@@ -1,4 +1,4 @@
-"""Idle accounting: recording rules for GPU time and memory held while idle (issue 12).
+"""Idle accounting: recording rules for GPU time and memory held while idle.
 
 The exporter integrates, at every collection, what each user (pod, Slurm job) on its host held,
 idled and used into counters (``exporter.attribution.accounting`` has the definitions: idle
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dashboards.rules import RecordingRule, RuleGroup
 from exporter import metrics
+from exporter.attribution.workloads import every_kind
 from exporter.metrics import accounting as counters
 from exporter.report import records
 
@@ -36,7 +37,8 @@ COUNTERS: dict[str, metrics.Metric] = {
 def _rule(level: records.Level, quantity: str) -> RecordingRule:
     """``level``'s record of ``quantity``: the counter's rate, summed over the rows' other
     labels; pods and jobs keep only rows that have them."""
-    drop = ", ".join(x for x in metrics.ACCOUNTING_LABELS if x not in level.keeps)
+    labels = ("user", *every_kind().group_by)  # the counters' labels
+    drop = ", ".join(x for x in labels if x not in level.keeps)
     only = ", ".join(f'{label}!=""' for label in level.keeps if label != "user")
     counter = COUNTERS[quantity].name + (f"{{{only}}}" if only else "")
     return RecordingRule(level.record(quantity),

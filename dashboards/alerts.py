@@ -12,6 +12,7 @@ from __future__ import annotations
 from dashboards import health_alerts
 from dashboards.promql import (
     GPU_LABELS,
+    activity_average,
     allocated_idle,
     num,
     reason_in,
@@ -26,7 +27,6 @@ _HW_POWER_REASONS = tuple(r for r in metrics.POWER_THROTTLE_REASONS if r.startsw
 _SW_POWER_REASONS = tuple(r for r in metrics.POWER_THROTTLE_REASONS if not r.startswith("hw_"))
 
 used, total = metrics.MEMORY_USED.name, metrics.MEMORY_TOTAL.name
-util = metrics.UTILIZATION.name
 
 
 #: Per GPU, the leak trend the forecast alert and the users dashboard's forecast panels share:
@@ -86,7 +86,11 @@ IDLE_MEMORY = (
     f"instance_user:{metrics.USER_IDLE_MEMORY.name}:min_over_time{thresholds.IDLE_AVG_WINDOW}"
 )
 USER_UTILIZATION_MAX = f"instance_user:{metrics.USER_UTILIZATION_MAX.name}:max"
-GPU_UTILIZATION_AVG = f"instance_gpu:{util}:avg_over_time{thresholds.IDLE_AVG_WINDOW}"
+#: Per GPU, how busy it really was over the idle window: SM activity where the GPU reports it
+#: (GPM, Hopper and newer), utilisation where it does not. One expression for a mixed fleet.
+GPU_ACTIVITY_AVG = f"instance_gpu:gpu_activity_ratio:avg_over_time{thresholds.IDLE_AVG_WINDOW}"
+#: How the alert descriptions name that signal.
+ACTIVITY_TEXT = "activity (SM activity where the GPU reports it, else utilisation)"
 
 
 #: Alerts on idle memory fire once per user across the fleet, never per host or process: a
@@ -134,9 +138,8 @@ def user_idle_records() -> tuple[RecordingRule, ...]:
 
 
 def gpu_idle_record() -> RecordingRule:
-    """Per GPU, the window's average utilisation the per-GPU idle alerts share."""
-    return RecordingRule(GPU_UTILIZATION_AVG,
-                         f"avg_over_time({util}[{thresholds.IDLE_AVG_WINDOW}])")
+    """Per GPU, the window's average activity the per-GPU idle alerts share."""
+    return RecordingRule(GPU_ACTIVITY_AVG, activity_average("", thresholds.IDLE_AVG_WINDOW))
 
 
 def idle_group() -> RuleGroup:
@@ -150,22 +153,24 @@ def idle_group() -> RuleGroup:
         expr=(
             f"{used}\n"
             f"and {used} / {total} > {num(thresholds.IDLE_GPU_MEMORY_RATIO)}\n"
-            f"and {GPU_UTILIZATION_AVG} < {num(thresholds.IDLE_UTILIZATION_RATIO)}\n"
+            f"and {GPU_ACTIVITY_AVG} < {num(thresholds.IDLE_UTILIZATION_RATIO)}\n"
         ),
         for_=thresholds.IDLE_FOR,
         severity="warning",
-        summary="A GPU holds memory but runs nothing.",
+        summary="A GPU holds memory but does no work.",
         description=(
-            f"{GPU_TEXT} holds {{{{ $value | humanize1024 }}}}B of memory while its utilisation "
-            f"stayed under {thresholds.IDLE_UTILIZATION_RATIO:.0%} for {thresholds.IDLE_FOR}: a "
-            "forgotten notebook or a hung job is blocking it for everyone else."
+            f"{GPU_TEXT} holds {{{{ $value | humanize1024 }}}}B of memory while its "
+            f"{ACTIVITY_TEXT} stayed under {thresholds.IDLE_UTILIZATION_RATIO:.0%} for "
+            f"{thresholds.IDLE_FOR}: a forgotten notebook, or a hung job (one spinning on a "
+            "tiny kernel shows high utilisation but no SM activity), is blocking it for everyone "
+            "else."
         ),
     )
     # The idle alert's per-GPU average, recorded above, when the windows agree (one window
     # read per GPU instead of three).
-    starved_util = (GPU_UTILIZATION_AVG
+    starved_util = (GPU_ACTIVITY_AVG
                     if thresholds.STARVED_AVG_WINDOW == thresholds.IDLE_AVG_WINDOW
-                    else f"avg_over_time({util}[{thresholds.STARVED_AVG_WINDOW}])")
+                    else activity_average("", thresholds.STARVED_AVG_WINDOW))
     starved = AlertRule(
         alert="GpuStarved",
         expr=(
@@ -177,19 +182,19 @@ def idle_group() -> RuleGroup:
         ),
         for_=thresholds.STARVED_FOR,
         severity="info",
-        summary="A GPU in use is starved: low utilisation and power for a long time.",
+        summary="A GPU in use is starved: low activity and power for a long time.",
         description=(
             f"{GPU_TEXT} has processes but averaged only {{{{ $value | humanizePercentage }}}} "
-            f"utilisation and under {thresholds.STARVED_POWER_RATIO:.0%} of its power limit for "
-            f"{thresholds.STARVED_FOR}: the job waits on the CPU, data loading or I/O, not on the "
-            "GPU."
+            f"{ACTIVITY_TEXT} and under {thresholds.STARVED_POWER_RATIO:.0%} of its power limit "
+            f"for {thresholds.STARVED_FOR}: the job waits on the CPU, data loading or I/O, or "
+            "feeds the GPU batches too small to fill it."
         ),
     )
     allocated = AlertRule(
         alert="GpuAllocatedIdle",
         expr=allocated_idle("", ratio=thresholds.IDLE_UTILIZATION_RATIO,
                             window=thresholds.IDLE_AVG_WINDOW,
-                            average=GPU_UTILIZATION_AVG) + "\n",
+                            average=GPU_ACTIVITY_AVG) + "\n",
         for_=thresholds.IDLE_FOR,
         severity="warning",
         summary="A pod holds an allocated GPU and does nothing with it.",
@@ -197,8 +202,8 @@ def idle_group() -> RuleGroup:
             "Pod {{ $labels.namespace }}/{{ $labels.pod }} (container {{ $labels.container }}) was "
             f"given {GPU_TEXT} by the kubelet, and for {thresholds.IDLE_FOR} either none of its "
             "processes was on that GPU or the GPU, its alone, stayed under "
-            f"{thresholds.IDLE_UTILIZATION_RATIO:.0%} utilisation. Nobody else can be scheduled on "
-            "it."
+            f"{thresholds.IDLE_UTILIZATION_RATIO:.0%} {ACTIVITY_TEXT}. Nobody else can be "
+            "scheduled on it."
         ),
     )
     return RuleGroup("gpu-idle", (gpu_idle_record(), gpu_idle, starved, allocated))

@@ -23,7 +23,6 @@ TEMPERATURE_STEPS = (
 )
 COUNT_BAD = (("green", None), ("red", 1.0))
 COUNT_WARN = (("green", None), ("orange", 1.0))
-LEGEND = "{{hostname}} GPU {{gpu}}"
 NODE_LEGEND = "{{hostname}}"
 
 
@@ -47,7 +46,7 @@ def _by_node(record: str) -> str:
 def _idle_gpus() -> str:
     return (
         f"{_rec(recording.GPU_MEMORY_RATIO)} > {num(thresholds.IDLE_GPU_MEMORY_RATIO)} "
-        f"and {_rec(alerts.GPU_UTILIZATION_AVG)} < {num(thresholds.IDLE_UTILIZATION_RATIO)}"
+        f"and {_rec(alerts.GPU_ACTIVITY_AVG)} < {num(thresholds.IDLE_UTILIZATION_RATIO)}"
     )
 
 
@@ -90,7 +89,8 @@ def _summary(grid: panels.Layout) -> None:
     grid.add(panels.stat_panel(
         "GPUs holding memory while idle",
         f"GPUs with over {thresholds.IDLE_GPU_MEMORY_RATIO:.0%} of their memory used but under "
-        f"{thresholds.IDLE_UTILIZATION_RATIO:.0%} average utilisation over "
+        f"{thresholds.IDLE_UTILIZATION_RATIO:.0%} average activity (SM activity where the GPU "
+        "reports it, else utilisation) over "
         f"{thresholds.IDLE_AVG_WINDOW}: usually a forgotten notebook or a hung job (alert "
         "GpuMemoryHeldIdle after 1h). See the users dashboard for who.", "short",
         panels.query(count_or_zero(_idle_gpus())), thresholds=panels.steps(*COUNT_WARN),
@@ -114,10 +114,14 @@ def _per_node(grid: panels.Layout) -> None:
         thresholds=panels.steps(*MEMORY_STEPS), min_val=0, max_val=1,
     ), 12)
     grid.add(panels.timeseries_panel(
-        "Utilisation per node", "Share of time at least one kernel ran, averaged over each "
-        "node's GPUs. High memory with utilisation near 0 means the jobs holding the GPUs are "
-        "not really running.", "percentunit",
-        [panels.query(_by_node(recording.INSTANCE_UTILIZATION), NODE_LEGEND)], min_val=0, max_val=1,
+        "Utilisation and SM activity per node", "Utilisation: share of time at least one kernel "
+        "ran; SM activity (GPUs with GPM, Hopper and newer): share of the SMs that were busy; "
+        "both averaged over each node's GPUs. High memory with both near 0 means the jobs "
+        "holding the GPUs are not really running; utilisation far above SM activity means the "
+        "kernels are too small to fill the GPU.", "percentunit",
+        [panels.query(_by_node(recording.INSTANCE_UTILIZATION), f"{NODE_LEGEND} utilisation"),
+         panels.query(_by_node(recording.INSTANCE_SM_ACTIVE), f"{NODE_LEGEND} SM activity",
+                      ref="B")], min_val=0, max_val=1,
     ), 12)
     grid.add(panels.timeseries_panel(
         "Memory used per node, stacked", "GPU memory in use, summed per node (stacked).",

@@ -8,7 +8,8 @@ Usage (from the repository root)::
 Derived files, all from the metric rows (``exporter.metrics``), the flags
 (``exporter.config``) and the thresholds (``exporter.thresholds``):
 
-- ``README.md``: the metric and flag tables between their ``BEGIN``/``END`` markers;
+- ``README.md``: the metric and flag tables between their ``BEGIN``/``END`` markers, and
+  ``docs/gpu-activity.md``: its map of GPM rows to dcgm-exporter fields;
 - the runbook's XID table (``dashboards.xids``) between its ``BEGIN``/``END XID TABLE`` markers;
 - ``dashboards/grafana/*.json`` and ``dashboards/rules/*.yaml`` (plus
   ``dashboards/rules/tests/rules/``: the alerts without annotations, for the behaviour tests);
@@ -45,7 +46,7 @@ from dashboards import (
     xids,
 )
 from dashboards.golden import golden_files
-from exporter.docs import DocsError, render_readme
+from exporter.docs import DocsError, render_activity_doc, render_readme
 from exporter.report import records
 
 REPO = Path(__file__).resolve().parent.parent
@@ -63,6 +64,7 @@ ALERTS_FILE = "gpu-exporter-alerts.yaml"
 RECORDING_FILE = "gpu-exporter-recording.yaml"
 ACCOUNTING_FILE = records.RULE_FILE
 README = "README.md"
+ACTIVITY_DOC = "docs/gpu-activity.md"
 RUNBOOK = f"dashboards/runbooks/{rules.RUNBOOK_FILE}"
 #: The alert rules without annotations, which the behaviour rule tests load (``rule_files``).
 BEHAVIOUR_RULES = f"dashboards/rules/tests/rules/{ALERTS_FILE}"
@@ -102,6 +104,7 @@ def outputs(root: Path) -> dict[str, str]:
     files[BEHAVIOUR_RULES] = rules.render(alerts.groups(), "alerts.py", annotations=False)
     files.update(golden_files())
     files[README] = render_readme((root / README).read_text(encoding="utf-8"))
+    files[ACTIVITY_DOC] = render_activity_doc((root / ACTIVITY_DOC).read_text(encoding="utf-8"))
     files[RUNBOOK] = xids.render_runbook((root / RUNBOOK).read_text(encoding="utf-8"))
     return files
 

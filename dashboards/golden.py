@@ -14,6 +14,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from exporter.attribution.accounting import IdleAccounting
 from exporter.attribution.torchtotals import TorchUserTotals
+from exporter.attribution.workloads import KUBERNETES, WorkloadLabels
 from exporter.exposition.collector import snapshot_families
 from exporter.exposition.encode import Encoder
 from exporter.metrics import SWITCHABLE_GROUPS, Group
@@ -34,15 +35,15 @@ def golden_body(preset: str) -> str:
     source = SimulatedSource(load_scenario(preset), clock=lambda: clock[0])
     source.start()
     groups = frozenset(SWITCHABLE_GROUPS)
-    kubernetes = preset == "kubernetes-node"
+    workloads = WorkloadLabels((KUBERNETES,) if preset == "kubernetes-node" else ())
     # As the CLI chains them: the per-user counters count from the first collection; idle
     # accounting integrates every collection (one a minute here) since the first.
-    totals, accounting = TorchUserTotals(), IdleAccounting(pods=kubernetes)
+    totals, accounting = TorchUserTotals(), IdleAccounting(workloads)
     snapshot = accounting.enrich(totals.enrich(source.collect(groups)))
     while clock[0] < START + SECONDS:
         clock[0] += COLLECTION_INTERVAL
         snapshot = accounting.enrich(totals.enrich(source.collect(groups)))
-    options = ExpositionOptions(groups=frozenset(Group), kubernetes_labels=kubernetes)
+    options = ExpositionOptions(groups=frozenset(Group), workload_labels=workloads)
     return Encoder(CONTENT_TYPE_PLAIN_0_0_4).encode(snapshot_families(snapshot, options))
 
 

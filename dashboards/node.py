@@ -6,6 +6,7 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard, prometheus
 
 from dashboards import panels, variables
+from dashboards.activity_panels import node_activity_rows
 from dashboards.fleet import MEMORY_STEPS, TEMPERATURE_STEPS, temperature_graph
 from dashboards.gpu_health_panels import GPU_LEGEND, node_health_rows, node_mig_rows
 from dashboards.promql import NOT_OVERFLOW, idle_process_filter, num, seconds, sel
@@ -303,6 +304,7 @@ def build() -> dashboard.Dashboard:
     )
     grid = panels.Layout(built)
     _device(grid)
+    node_activity_rows(grid, HOST_GPU)
     _processes(grid)
     _forgotten(grid)
     _inside(grid)

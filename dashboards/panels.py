@@ -21,7 +21,8 @@ from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 DATASOURCE = common_model.DataSourceRef(type_val="prometheus", uid="${datasource}")
 #: Units the dashboards may use (Grafana unit ids).
 UNITS = frozenset(
-    {"bytes", "percentunit", "celsius", "watt", "hertz", "s", "short", "none", "dateTimeAsIso"}
+    {"bytes", "binBps", "percentunit", "celsius", "watt", "hertz", "s", "short", "none",
+     "dateTimeAsIso"}
 )
 
 Step = tuple[str, float | None]

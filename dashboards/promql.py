@@ -74,6 +74,14 @@ def idle_process_filter(matchers: str, memory_bytes: float, ratio: float, window
     return f"{mem} > {num(memory_bytes)} and max_over_time({busy}[{window}]) < {num(ratio)}"
 
 
+def activity_average(matchers: str, window: str) -> str:
+    """Per GPU, the average over ``window`` of how busy it really was: SM activity where the
+    GPU reports it (GPM), utilisation where it does not. ``or`` keeps the SM series of a GPU
+    that has one, so one expression serves a fleet of both kinds."""
+    return (f"avg_over_time({sel(metrics.SM_ACTIVE, matchers)}[{window}])\n"
+            f"or avg_over_time({sel(metrics.UTILIZATION, matchers)}[{window}])")
+
+
 def exclusive_allocation(host: str, *matchers: str) -> str:
     """Allocations of whole GPUs (not MIG devices) that one container owns alone."""
     return sel(metrics.ALLOCATION_INFO, host, *matchers, 'sharing="exclusive"', 'gpu_instance=""',
@@ -90,14 +98,14 @@ def owned(metric: metrics.Metric, host: str, *matchers: str) -> str:
 def allocated_idle(host: str, *matchers: str, ratio: float, window: str,
                    average: str | None = None) -> str:
     """Allocations (series of ``gpu_allocation_info``) holding a GPU for nothing: no process of
-    the pod on the GPU, or a GPU the container owns alone with average utilisation under
+    the pod on the GPU, or a GPU the container owns alone with average activity under
     ``ratio`` over ``window`` (``average``: a recorded per-GPU average over that window, read
     instead of the raw window)."""
     allocated = sel(metrics.ALLOCATION_INFO, host, *matchers, 'uuid!=""')
     processes = sel(metrics.WORKLOAD_MEMORY, host)
-    utilization = average or f"avg_over_time({sel(metrics.UTILIZATION, host)}[{window}])"
+    activity = average or f"({activity_average(host, window)})"
     return (
         f"({allocated} unless on (job, instance, uuid, namespace, pod) {processes})\n"
         f"or ({exclusive_allocation(host, *matchers)} and on (job, instance, uuid) "
-        f"{utilization} < {num(ratio)})"
+        f"{activity} < {num(ratio)})"
     )

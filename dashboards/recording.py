@@ -13,6 +13,7 @@ from __future__ import annotations
 from dashboards.promql import HOSTNAME_RECORD, owned, sel
 from dashboards.rules import RecordingRule, RuleGroup
 from exporter import metrics
+from exporter.attribution.workloads import KINDS, WorkloadKind, every_kind
 
 _GPU = ", ".join(metrics.GPU_LABELS)
 used, total = metrics.MEMORY_USED.name, metrics.MEMORY_TOTAL.name
@@ -22,6 +23,7 @@ INSTANCE_MEMORY_USED = f"instance:{used}:sum"
 INSTANCE_MEMORY_TOTAL = f"instance:{total}:sum"
 INSTANCE_MEMORY_RATIO = "instance:gpu_memory_used:ratio"
 INSTANCE_UTILIZATION = f"instance:{metrics.UTILIZATION.name}:avg"
+INSTANCE_SM_ACTIVE = f"instance:{metrics.SM_ACTIVE.name}:avg"
 INSTANCE_POWER = f"instance:{metrics.POWER_USAGE.name}:sum"
 INSTANCE_TEMPERATURE = f"instance:{metrics.TEMPERATURE.name}:max"
 INSTANCE_GPUS_UP = f"instance:{metrics.GPU_UP.name}:sum"
@@ -55,6 +57,7 @@ def instance_group() -> RuleGroup:
             INSTANCE_MEMORY_RATIO, f"{INSTANCE_MEMORY_USED} / {INSTANCE_MEMORY_TOTAL}"
         ),
         RecordingRule(INSTANCE_UTILIZATION, f"avg without ({_GPU}) ({metrics.UTILIZATION.name})"),
+        RecordingRule(INSTANCE_SM_ACTIVE, f"avg without ({_GPU}) ({metrics.SM_ACTIVE.name})"),
         RecordingRule(INSTANCE_POWER, f"sum without ({_GPU}) ({metrics.POWER_USAGE.name})"),
         RecordingRule(INSTANCE_TEMPERATURE, f"max without ({_GPU}) ({metrics.TEMPERATURE.name})"),
         RecordingRule(INSTANCE_GPUS_UP, f"sum without ({_GPU}) ({metrics.GPU_UP.name})"),
@@ -87,17 +90,31 @@ def fleet_group() -> RuleGroup:
     return RuleGroup("gpu-exporter-recording-fleet", rules)
 
 
+def workload_memory_rules(kind: WorkloadKind) -> tuple[RecordingRule, ...]:
+    """The memory of a workload kind's processes per workload (its ``group_by`` labels), then
+    per each shorter prefix of them (per namespace for pods); none without ``group_by``."""
+    keys, memory = kind.group_by, metrics.WORKLOAD_MEMORY.name
+    if not keys:
+        return ()
+    others = [label for label in every_kind().names if label not in keys]
+    record = f"{'_'.join(keys)}:{memory}:sum"
+    selector = sel(metrics.WORKLOAD_MEMORY, f'{keys[-1]}!=""')
+    rules = [RecordingRule(record, f"sum without ({', '.join([_GPU, *others])}) ({selector})")]
+    for size in range(len(keys) - 1, 0, -1):
+        shorter = f"{'_'.join(keys[:size])}:{memory}:sum"
+        rules.append(RecordingRule(shorter, f"sum without ({keys[size]}) ({record})"))
+        record = shorter
+    return tuple(rules)
+
+
 def workload_group() -> RuleGroup:
-    """Per namespace and pod (Kubernetes) and per Slurm job.
+    """Per namespace and pod (Kubernetes allocations), and each workload kind's memory per
+    workload (per pod, per Slurm job).
 
     Device metrics (memory, utilisation, power) go to a pod only for whole GPUs one container
     owns alone (``sharing="exclusive"``): a shared GPU's numbers are not split. Memory of
     processes is exact on shared GPUs too (the driver accounts it per process).
     """
-    pod_memory = sel(metrics.WORKLOAD_MEMORY, 'pod!=""')
-    job_memory = sel(metrics.WORKLOAD_MEMORY, 'slurm_job!=""')
-    not_pod = "container, container_id, slurm_job"
-    not_job = "namespace, pod, container, container_id"
     rules = (
         RecordingRule(f"namespace_pod:{used}:sum",
                       f"sum without ({_GPU}, container) ({owned(metrics.MEMORY_USED, '')})"),
@@ -110,15 +127,10 @@ def workload_group() -> RuleGroup:
         RecordingRule(f"namespace:{used}:sum", f"sum without (pod) (namespace_pod:{used}:sum)"),
         RecordingRule(f"namespace:{metrics.POWER_USAGE.name}:sum",
                       f"sum without (pod) ({POD_POWER})"),
-        RecordingRule(f"namespace_pod:{metrics.WORKLOAD_MEMORY.name}:sum",
-                      f"sum without ({_GPU}, {not_pod}) ({pod_memory})"),
-        RecordingRule(f"namespace:{metrics.WORKLOAD_MEMORY.name}:sum",
-                      f"sum without (pod) (namespace_pod:{metrics.WORKLOAD_MEMORY.name}:sum)"),
         RecordingRule("namespace_pod:gpu_allocated:count",
                       f"count without ({_GPU}, device_id, gpu_instance, resource, container, "
                       f"sharing) ({metrics.ALLOCATION_INFO.name})"),
-        RecordingRule(f"slurm_job:{metrics.WORKLOAD_MEMORY.name}:sum",
-                      f"sum without ({_GPU}, {not_job}) ({job_memory})"),
+        *(rule for kind in KINDS for rule in workload_memory_rules(kind)),
     )
     return RuleGroup("gpu-exporter-recording-workloads", rules)
 

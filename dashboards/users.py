@@ -20,7 +20,6 @@ UID = "gpu-exporter-users"
 # Fleet-wide views read per-(host, user) and per-host records: one series per user and node.
 USER_MEM = sel_record(recording.INSTANCE_USER_MEMORY, HOST_USER)
 TOTAL = sel_record(recording.INSTANCE_MEMORY_TOTAL, variables.HOST)
-PROCESS_HIDDEN = ("Time", "__name__", "job", "uuid", "uid")
 COMPLETE = (
     "Per-user numbers are complete only where the exporter sees every user's processes (host "
     "PID namespace, readable /proc); 'unknown' is memory whose owner could not be read."

@@ -12,8 +12,9 @@ from grafana_foundation_sdk.cog import builder as cogbuilder
 from grafana_foundation_sdk.models import dashboard as dashboard_model
 
 from dashboards.panels import DATASOURCE
-from dashboards.promql import sel
+from dashboards.promql import sel, sel_record
 from exporter import metrics
+from exporter.attribution.workloads import KINDS
 
 JOB = 'job=~"$job"'
 INSTANCE = 'instance=~"$instance"'
@@ -82,15 +83,20 @@ def user() -> dashboard.QueryVariable:
 
 
 def workload_labels() -> list[Variable]:
-    """Namespace, pod (of the chosen namespaces) and Slurm job on the chosen targets, from the
-    allocation and process series."""
-    either = f'{{__name__=~"{metrics.ALLOCATION_INFO.name}|{metrics.WORKLOAD_MEMORY.name}", {HOST}'
-    return [
-        _query("namespace", "Namespace", f"label_values({either}}}, namespace)"),
-        _query("pod", "Pod", f'label_values({either}, namespace=~"$namespace"}}, pod)'),
-        _query("slurm_job", "Slurm job",
-               f"label_values({sel(metrics.WORKLOAD_MEMORY, HOST)}, slurm_job)"),
-    ]
+    """A variable per ``group_by`` label of every workload kind (namespace, pod of the chosen
+    namespaces, Slurm job) on the chosen targets, from the per-workload series (and the
+    allocations, for the labels they carry)."""
+    found: list[Variable] = []
+    for kind in KINDS:
+        for position, label in enumerate(kind.group_by):
+            chosen = [f'{outer}=~"${outer}"' for outer in kind.group_by[:position]]
+            families = [row for row in (metrics.ALLOCATION_INFO, metrics.WORKLOAD_MEMORY)
+                        if label in row.labels]
+            series = (sel(families[0], HOST, *chosen) if len(families) == 1 else sel_record(
+                "", f'__name__=~"{"|".join(row.name for row in families)}"', HOST, *chosen))
+            title = label.replace("_", " ").capitalize()
+            found.append(_query(label, title, f"label_values({series}, {label})"))
+    return found
 
 
 def host_chain(*more: Variable, one_node: bool = False) -> list[Variable]:

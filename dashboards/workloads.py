@@ -43,7 +43,7 @@ SHARED_ALLOC = sel(metrics.ALLOCATION_INFO, K8S, SHARED)
 # 15-minute window of raw samples per step: the slowest query at 100 nodes otherwise).
 IDLE = allocated_idle(HOST, *WORKLOAD, ratio=thresholds.IDLE_UTILIZATION_RATIO,
                       window=thresholds.IDLE_AVG_WINDOW,
-                      average=sel_record(alerts.GPU_UTILIZATION_AVG, HOST))
+                      average=sel_record(alerts.GPU_ACTIVITY_AVG, HOST))
 
 
 def _allocations(grid: Layout) -> None:
@@ -55,7 +55,8 @@ def _allocations(grid: Layout) -> None:
     ), 4, 4)
     grid.add(stat_panel(
         "Allocated but idle", "Pod allocations with no process of the pod on the GPU, or a GPU "
-        f"the pod owns alone averaging under {thresholds.IDLE_UTILIZATION_RATIO:.0%} utilisation "
+        f"the pod owns alone averaging under {thresholds.IDLE_UTILIZATION_RATIO:.0%} activity "
+        "(SM activity where the GPU reports it, else utilisation) "
         f"over {thresholds.IDLE_AVG_WINDOW} (alert GpuAllocatedIdle after {thresholds.IDLE_FOR}).",
         "short",
         query(count_or_zero(IDLE)), thresholds=steps(*COUNT_WARN),
@@ -123,9 +124,9 @@ def _allocations(grid: Layout) -> None:
     grid.add(table_panel(
         "Allocated but idle", "Allocations of the selected pods that hold a GPU for nothing "
         "right now: no process of the pod on the GPU, or a GPU the pod owns alone averaging "
-        f"under {thresholds.IDLE_UTILIZATION_RATIO:.0%} utilisation over "
-        f"{thresholds.IDLE_AVG_WINDOW}. After {thresholds.IDLE_FOR} the GpuAllocatedIdle alert "
-        "fires (see its runbook).",
+        f"under {thresholds.IDLE_UTILIZATION_RATIO:.0%} activity (SM activity where the GPU "
+        f"reports it, else utilisation) over {thresholds.IDLE_AVG_WINDOW}. After "
+        f"{thresholds.IDLE_FOR} the GpuAllocatedIdle alert fires (see its runbook).",
         [Column("Idle", f"max by (job, instance, gpu, uuid, namespace, pod, container) "
                         f"({IDLE})", "short")],
         hidden=HIDDEN,

@@ -113,8 +113,6 @@ XIDS: tuple[Xid, ...] = (
 )
 
 BY_CODE: dict[int, Xid] = {x.code: x for x in XIDS}
-#: NVML's eventData for an XID the driver could not name.
-UNKNOWN_XID = 999
 
 
 def codes(kind: XidClass) -> tuple[int, ...]:

@@ -1,19 +1,21 @@
 """``gpu-exporter`` / ``python -m exporter``: flags -> source, enrichers, scheduler, app, uvicorn.
 
-Exit status: 0 after a clean shutdown (SIGTERM or SIGINT), 2 for bad flags, environment
-variables, files or scenarios (the last stderr line says what is wrong), 1 when the listen
-address cannot be bound. Problems after start-up (NVML down, a hung GPU) never exit: they are
-served as metrics.
+Exit status: 0 after SIGTERM or SIGINT (at any time, start-up included; within
+``exporter.signals.STOP_DEADLINE_SECONDS``), 2 for bad flags, environment variables, files or
+scenarios (the last stderr line says what is wrong), 1 when the listen address cannot be bound.
+Problems after start-up (NVML down, a hung GPU, a file that became unreadable) never exit: they
+are logged and served as metrics. SIGHUP re-reads the web config and the passwd file.
 """
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import os
 import socket
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from exporter import __version__
@@ -21,7 +23,9 @@ from exporter.attribution.accounting import IdleAccounting
 from exporter.attribution.enrich import Enricher, ProcessEnricher, chain
 from exporter.attribution.owners import OwnerResolver, ProcfsError, check_procfs
 from exporter.attribution.passwd import PasswdFileError, check_passwd_file
+from exporter.attribution.passwd import request_reload as request_passwd_reload
 from exporter.attribution.torchtotals import TorchUserTotals
+from exporter.attribution.workloads import KUBERNETES
 from exporter.config import (
     Config,
     ConfigError,
@@ -30,11 +34,11 @@ from exporter.config import (
     resolve,
     unknown_env,
 )
-from exporter.entry import StopRequest, install_stop_handler
 from exporter.logs import setup_logging
 from exporter.memory import release_free_heap, tune_malloc
 from exporter.metrics import Group
 from exporter.scheduler import Scheduler
+from exporter.signals import Stopping, StopRequest, install_stop_handler
 from exporter.sources.base import Source
 from exporter.sources.simulated import list_presets
 from exporter.web.app import create_app
@@ -49,8 +53,11 @@ __all__ = ["build_accounting", "build_enricher", "build_poller", "build_source",
 
 log = logging.getLogger("exporter")
 
-#: Seconds uvicorn waits for open requests at shutdown (a hung collection must not stall it).
+#: Seconds uvicorn waits for open requests at shutdown (a hung collection must not stall it);
+#: well inside ``exporter.signals.STOP_DEADLINE_SECONDS``.
 SHUTDOWN_GRACE_SECONDS = 3
+#: Kind counted in ``gpu_exporter_errors_total`` when the web config fails to reload.
+WEB_CONFIG_ERROR = "web_config"
 
 
 def _presets() -> list[str]:
@@ -121,7 +128,8 @@ def build_source(config: Config) -> Source:
 def build_poller(config: Config) -> PodResourcesPoller | None:
     """The kubelet allocation poller (not started), with ``--kubernetes`` on the NVML source
     and a socket path; None otherwise (the simulated source simulates allocations)."""
-    if config.source == "simulated" or not config.kubernetes or not config.pod_resources_socket:
+    if (config.source == "simulated" or not config.workload_labels.on(KUBERNETES)
+            or not config.pod_resources_socket):
         return None
     from exporter.attribution.podresources.client import (  # noqa: PLC0415 (only when on)
         PodResourcesClient,
@@ -137,37 +145,25 @@ def build_poller(config: Config) -> PodResourcesPoller | None:
 
 def build_accounting(config: Config) -> IdleAccounting | None:
     """Idle accounting, run after attribution, when processes are collected (rows kept apart
-    by the pod and job labels the exposition shows)."""
+    by the workload labels the exposition shows)."""
     if not {Group.PROCESSES, Group.PROCESS_UTILIZATION} & config.groups:
         return None
-    return IdleAccounting(pods=config.kubernetes, jobs=config.slurm)
+    return IdleAccounting(config.workload_labels)
 
 
 def build_enricher(config: Config, poller: PodResourcesPoller | None = None) -> Enricher | None:
-    """Owner, cgroup (pod, Slurm job, container) and allocation enrichment, then the published
+    """Owner, cgroup (the workload kinds switched on) and allocation enrichment, then the published
     PyTorch allocator figures and their per-user counters (``--collector.torch``). The
     simulated source gets the per-user counters only (None when torch is off)."""
-    if config.source == "simulated":  # its processes carry owners and pods; /proc is unrelated
+    if config.source == "simulated":  # its processes carry owners and workloads; /proc is unrelated
         return TorchUserTotals() if Group.TORCH in config.groups else None
-    cgroups = config.kubernetes or config.slurm or config.containers
+    workloads = config.workload_labels
     owners = OwnerResolver(
         procfs=config.procfs, passwd_file=config.passwd_file,
-        include_cmdline=config.cmdline, cgroups=cgroups,
+        include_cmdline=config.cmdline, cgroups=bool(workloads.kinds),
     )
-    pods = None
-    if config.kubernetes:
-        from exporter.attribution.kubernetes import PodResolver  # noqa: PLC0415 (only when on)
-
-        pods = PodResolver(
-            pod_logs_dir=config.pod_logs_dir, container_logs_dir=config.container_logs_dir,
-        )
-    names = None
-    if config.containers:
-        from exporter.attribution.container_names import ContainerNames  # noqa: PLC0415
-
-        names = ContainerNames(docker_root=config.docker_root or None,
-                               podman_storage=config.podman_storage or None)
-    enricher = ProcessEnricher(owners, pods, container_names=names, allocations=poller)
+    enricher = ProcessEnricher(owners, workloads.kinds, workloads.resolvers(config),
+                               allocations=poller)
     if Group.TORCH not in config.groups:
         return enricher
     from exporter.attribution.torchstats import (  # noqa: PLC0415 (only when on)
@@ -238,8 +234,9 @@ def serve(config: Config, scheduler: Scheduler, sock: socket.socket,
         access_log=config.access_log,
     )
     # uvicorn installs its own handlers while it runs and re-raises the signal afterwards; ours
-    # (exporter.entry) then only records it, so SIGTERM ends with exit status 0.
+    # (exporter.signals) then only records it, so SIGTERM ends with exit status 0.
     StopRequest.server = server
+    StopRequest.starting = False
     try:
         if StopRequest.requested:  # stopped while starting: nothing to serve
             return True
@@ -255,6 +252,35 @@ def _fail(message: str) -> int:
     return 2
 
 
+def _hang_up_handler(config: Config, watcher: WebConfigWatcher,
+                     scheduler: Scheduler) -> Callable[[], None]:
+    """SIGHUP: re-read the web config and the passwd file, on the event loop once it runs
+    (the watcher lives there; a signal handler may interrupt it anywhere)."""
+    passwd = config.source == "nvml"  # the simulated source reads no passwd file
+
+    def reload() -> None:
+        watcher.request_reload()
+        reloaded = watcher.maybe_reload()
+        if passwd:
+            request_passwd_reload()
+            scheduler.trigger()  # a collection re-reads it now, in the collector thread
+        web = ("no web config file" if watcher.current.path is None
+               else "web config reloaded" if reloaded
+               else "web config kept (see the error above)")
+        log.info("SIGHUP: %s%s", web, "; passwd file re-read" if passwd else "")
+
+    def on_signal() -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not serving yet or any more: the next check reloads
+            watcher.request_reload()
+            request_passwd_reload()
+            return
+        loop.call_soon_threadsafe(reload)
+
+    return on_signal
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the exporter; returns the exit status (see the module docstring)."""
     # --- subcommand: `gpu-exporter report ...` (its own flags; the exporter never starts) ---
@@ -266,21 +292,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     # --- the exporter ---
     install_stop_handler()
     try:
+        return _run(argv)
+    except Stopping:  # SIGTERM/SIGINT while starting (exporter.signals)
+        log.info("gpu-exporter stopped while starting")
+        return 0
+    finally:
+        StopRequest.reload = None
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    try:
         config = parse_config(argv, os.environ)
+    except SystemExit as exc:  # argparse: --help, --version, malformed command line
+        return exc.code if isinstance(exc.code, int) else 2
+    except ConfigError as exc:
+        return _fail(str(exc))
+    try:
         check_files(config)
         watcher = WebConfigWatcher(config.web_config_file)
         source = build_source(config)
-    except SystemExit as exc:  # argparse: --help, --version, malformed command line
-        return exc.code if isinstance(exc.code, int) else 2
     except ConfigError as exc:
         return _fail(str(exc))
     except WebConfigError as exc:
         return _fail(f"--web.config.file: {exc}")
     setup_logging(config.log_level, config.log_format)
     tune_malloc(os.environ)  # before any thread starts
+    for warning in watcher.current.warnings:  # settings that weaken security
+        log.warning("--web.config.file: %s", warning)
     for name in unknown_env(os.environ):
         log.warning("environment variable %s matches no flag; ignored", name)
-    if config.kubernetes and config.source == "nvml":
+    if config.workload_labels.on(KUBERNETES) and config.source == "nvml":
         for flag, path in (("--kubernetes.pod-logs-dir", config.pod_logs_dir),
                            ("--kubernetes.container-logs-dir", config.container_logs_dir)):
             if not os.path.isdir(path):  # a missing mount: pods stay unresolved, not fatal
@@ -297,6 +338,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpu-exporter: error: cannot listen on {config.listen_address}: "
               f"{exc.strerror or exc}", file=sys.stderr)
         return 1
+    try:
+        return _serve_socket(config, source, watcher, sock)
+    finally:
+        sock.close()
+
+
+def _serve_socket(config: Config, source: Source, watcher: WebConfigWatcher,
+                  sock: socket.socket) -> int:
     poller = build_poller(config)
     steps = [step for step in (build_enricher(config, poller), build_accounting(config))
              if step is not None]
@@ -309,6 +358,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         stale_after=config.stale_after,
         on_first_snapshot=release_free_heap,  # start-up's freed heap back to the kernel
     )
+    watcher.on_error = lambda: scheduler.count_errors({WEB_CONFIG_ERROR: 1})
+    StopRequest.reload = _hang_up_handler(config, watcher, scheduler)
     host, port = sock.getsockname()[:2]
     web = watcher.current
     log.info(
@@ -326,7 +377,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         scheduler.close()
         if poller is not None:
             poller.stop()
-        sock.close()
     if not started:
         log.error("the HTTP server failed to start")
         return 1

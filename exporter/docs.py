@@ -1,8 +1,8 @@
-"""The README's generated metric and flag tables (written by ``python -m dashboards.generate``).
+"""Generated tables in the docs (written by ``python -m dashboards.generate``): the README's
+metric and flag tables, and docs/gpu-activity.md's map of the GPM rows to dcgm-exporter fields.
 
-The tables sit between ``<!-- BEGIN METRICS TABLE ... -->`` / ``<!-- END METRICS TABLE -->``
-and ``<!-- BEGIN FLAGS TABLE ... -->`` / ``<!-- END FLAGS TABLE -->``; the marker lines stay
-as they are and everything between them is replaced.
+A table sits between ``<!-- BEGIN <NAME> TABLE ... -->`` and ``<!-- END <NAME> TABLE -->``;
+the marker lines stay as they are and everything between them is replaced.
 """
 
 from __future__ import annotations
@@ -11,28 +11,35 @@ import re
 
 from exporter.config import flags_markdown_table
 from exporter.metrics import markdown_table
+from exporter.metrics.activity import dcgm_markdown_table
 
-__all__ = ["DocsError", "render_readme"]
-
-SECTIONS: tuple[tuple[str, str], ...] = (("METRICS", "metrics"), ("FLAGS", "flags"))
+__all__ = ["DocsError", "render_activity_doc", "render_readme"]
 
 
 class DocsError(ValueError):
-    """The README lacks a BEGIN/END marker pair (or has it twice)."""
-
-
-def _tables() -> dict[str, str]:
-    return {"metrics": markdown_table(), "flags": flags_markdown_table()}
+    """A document lacks a BEGIN/END marker pair (or has it twice)."""
 
 
 def render_readme(text: str) -> str:
-    """``text`` with every generated table replaced by the current one.
+    """The README ``text`` with its metric and flag tables replaced by the current ones.
 
     Raises:
         DocsError: a BEGIN/END marker pair is missing, repeated or out of order.
     """
-    tables = _tables()
-    for marker, key in SECTIONS:
+    return _render(text, {"METRICS": markdown_table(), "FLAGS": flags_markdown_table()})
+
+
+def render_activity_doc(text: str) -> str:
+    """docs/gpu-activity.md ``text`` with its dcgm-exporter map replaced by the current one.
+
+    Raises:
+        DocsError: the marker pair is missing, repeated or out of order.
+    """
+    return _render(text, {"DCGM": dcgm_markdown_table()})
+
+
+def _render(text: str, tables: dict[str, str]) -> str:
+    for marker, table in tables.items():
         pattern = re.compile(
             rf"(^<!-- BEGIN {marker} TABLE[^\n]*-->\n)(.*?)(^<!-- END {marker} TABLE -->$)",
             re.MULTILINE | re.DOTALL,
@@ -43,8 +50,6 @@ def render_readme(text: str) -> str:
                 f"expected one '<!-- BEGIN {marker} TABLE ... -->' ... "
                 f"'<!-- END {marker} TABLE -->' pair, found {len(matches)}"
             )
-        table = tables[key]
-
         def replace(match: re.Match[str], table: str = table) -> str:
             return match.group(1) + table + "\n" + match.group(3)
 

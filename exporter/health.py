@@ -67,6 +67,9 @@ class MigDevice:
     memory_used_bytes: int | None = None  # of the GPU instance (shared by its CIs)
     memory_total_bytes: int | None = None
     processes: tuple[MigProcess, ...] = ()
+    #: GPM figures of the GPU instance (shared by its CIs), by the per-GPU row's name.
+    activity: Mapping[str, float | Mapping[str, float]] = field(
+        default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, slots=True)

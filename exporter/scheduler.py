@@ -237,6 +237,12 @@ class Scheduler:
             if self._initialised or now >= self._next_init_at:
                 self._request(now)
 
+    def count_errors(self, errors: Mapping[str, int]) -> None:
+        """Count problems met outside collections (a web config that failed to reload) in
+        ``errors_total``, by kind."""
+        with self._lock:
+            self._count(errors)
+
     def await_ready(self, timeout: float) -> bool:
         """Start a collection if one is due, then wait up to ``timeout`` for ``ready()``.
 

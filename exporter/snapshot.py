@@ -1,7 +1,7 @@
 """The snapshot: plain, immutable dataclasses that every stage after a source reads.
 
 Data flows one way: a source (NVML or simulated) builds a ``Snapshot``; enrichers return a
-new ``Snapshot`` with owners and Kubernetes identities filled in (``dataclasses.replace``);
+new ``Snapshot`` with owners and workloads filled in (``dataclasses.replace``);
 exposition (Prometheus collector, JSON, page) only reads it.
 
 Conventions:
@@ -46,23 +46,18 @@ class ProcessOwner:
 
 
 @dataclass(frozen=True, slots=True)
-class PodRef:
-    """The Kubernetes container a process runs in (from its cgroup and the kubelet's log tree)."""
+class Workload:
+    """The workload a process runs in (a Kubernetes pod's container, a Slurm job, a container),
+    as its cgroup names it.
 
-    pod_uid: str
-    container_id: str | None = None
-    namespace: str | None = None
-    pod: str | None = None
-    container: str | None = None
+    ``kind`` is the name of a workload kind (``exporter.attribution.workloads``); ``labels``
+    maps each of that kind's label names to its value ("" where unknown); ``ids`` is what
+    else the cgroup named (a pod's UID, a full container ID, the runtime), for the JSON API.
+    """
 
-
-@dataclass(frozen=True, slots=True)
-class ContainerRef:
-    """A container outside Kubernetes (Docker, Podman, containerd, CRI-O), from the cgroup."""
-
-    container_id: str  # 64 hex characters
-    name: str | None = None  # from the runtime's own files on the host, when readable
-    runtime: str | None = None  # "docker", "podman", "containerd", "cri-o"
+    kind: str
+    labels: Mapping[str, str]
+    ids: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,9 +94,7 @@ class GpuProcess:
     used_memory_bytes: int | None  # what the driver handed out (context + framework cache)
     sm_utilization_ratio: float | None = None  # from process-utilisation samples; None if no sample
     owner: ProcessOwner | None = None  # None until enrichment (or if the process vanished)
-    pod: PodRef | None = None  # None outside Kubernetes or for host processes
-    slurm_job: str | None = None  # Slurm job id (or SLUID), from the cgroup
-    container: ContainerRef | None = None  # a container outside Kubernetes
+    workload: Workload | None = None  # from its cgroup; None for host processes
     values: Mapping[str, float] = field(default_factory=dict)  # further per-process metrics
     gpu_instance: int | None = None  # MIG GPU instance it runs in (None without MIG)
     compute_instance: int | None = None  # MIG compute instance within that GPU instance
@@ -161,14 +154,14 @@ class AccountingRow:
     """Running totals of one user's processes on this host (one pod's, one Slurm job's where
     those labels are on), integrated over the collections since the exporter started.
 
-    ``totals`` maps a ``Scope.ACCOUNTING`` metric name to its counter value (byte-seconds,
-    GPU-seconds, joules); a total that could not be measured (no power reading) is absent.
+    ``workload`` maps the accounting labels of the workload kinds switched on to this row's
+    values ("" for processes of no such workload). ``totals`` maps a ``Scope.ACCOUNTING``
+    metric name to its counter value (byte-seconds, GPU-seconds, joules); a total that could
+    not be measured (no power reading) is absent.
     """
 
     user: str
-    namespace: str = ""  # "" outside Kubernetes or with pod labels off
-    pod: str = ""
-    slurm_job: str = ""
+    workload: Mapping[str, str] = field(default_factory=dict)
     totals: Mapping[str, float] = field(default_factory=dict)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from exporter.attribution.workloads import WorkloadLabels
 from exporter.metrics import Group, default_groups
 from exporter.snapshot import Snapshot
 
@@ -31,6 +32,4 @@ class ExpositionOptions:
     groups: frozenset[Group] = field(default_factory=default_groups)
     pid_label: bool = True
     max_process_series_per_gpu: int = 64
-    kubernetes_labels: bool = False
-    container_labels: bool = False  # container/container_id of containers outside Kubernetes
-    slurm_labels: bool = False  # slurm_job
+    workload_labels: WorkloadLabels = field(default_factory=WorkloadLabels)  # kinds switched on

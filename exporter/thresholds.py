@@ -34,11 +34,13 @@ LEAK_MIN_GROWTH_RATIO: Final = 0.05
 LEAK_FOR: Final = "10m"
 
 # --- idle holders and starved GPUs ----------------------------------------------------------
-#: Utilisation below which a GPU (on average over IDLE_AVG_WINDOW) or a process (at every
+#: Activity below which a GPU (on average over IDLE_AVG_WINDOW) or a process (at every
 #: collection within IDLE_AVG_WINDOW: a process that computed at all in the window is not idle)
-#: counts as idle. The exporter applies it per process when it sums idle memory per user
-#: (``gpu_user_idle_memory_bytes``), with IDLE_PROCESS_MEMORY_BYTES, and at every collection
-#: of its idle-accounting counters (``exporter.attribution.accounting``).
+#: counts as idle. A GPU's activity is its SM activity where it reports one (GPM, Hopper and
+#: newer), else its utilisation; a process's is its SM utilisation. The exporter applies it per
+#: process when it sums idle memory per user (``gpu_user_idle_memory_bytes``), with
+#: IDLE_PROCESS_MEMORY_BYTES, and at every collection of its idle-accounting counters
+#: (``exporter.attribution.accounting``).
 IDLE_UTILIZATION_RATIO: Final = 0.05
 IDLE_AVG_WINDOW: Final = "15m"
 #: A GPU is "held" when at least this share of its memory is used (a bare CUDA context is
@@ -53,7 +55,7 @@ IDLE_FOR: Final = "1h"
 FORGOTTEN_MIN_IDLE_SECONDS: Final = 900
 
 #: Starved (CPU- or input-bound): processes hold the GPU, it is not idle, yet average
-#: utilisation stays under STARVED_UTILIZATION_RATIO and power under STARVED_POWER_RATIO of the
+#: activity stays under STARVED_UTILIZATION_RATIO and power under STARVED_POWER_RATIO of the
 #: limit ("power that never rises").
 STARVED_UTILIZATION_RATIO: Final = 0.4
 STARVED_POWER_RATIO: Final = 0.4
@@ -111,3 +113,16 @@ ERRORS_THRESHOLD: Final = 10
 # --- dashboards only ------------------------------------------------------------------------
 #: Colour step where a gauge turns amber before the alert threshold.
 MEMORY_AMBER_RATIO: Final = 0.75
+#: GPM views of the node dashboard, over ACTIVITY_VIEW_WINDOW. "Busy but barely working":
+#: kernels run most of the time (utilisation) yet keep few SMs busy (small kernels, one block
+#: spinning, batches too small to fill the GPU).
+ACTIVITY_VIEW_WINDOW: Final = "5m"
+BARELY_WORKING_UTILIZATION_RATIO: Final = 0.5
+BARELY_WORKING_SM_RATIO: Final = 0.25
+#: "Tensor cores unused": the SMs are busy, the tensor cores nearly never (matrix products in
+#: FP32 without TF32 or mixed precision).
+TENSOR_UNUSED_SM_RATIO: Final = 0.5
+TENSOR_UNUSED_RATIO: Final = 0.05
+#: DRAM bandwidth share from which a GPU counts as memory-bound (a device-to-device copy on an
+#: H200: 0.87; a large fp16 matrix product: 0.17).
+MEMORY_BOUND_DRAM_RATIO: Final = 0.5

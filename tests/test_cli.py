@@ -18,6 +18,7 @@ from exporter import __version__, cli
 from exporter.attribution.enrich import ProcessEnricher, _Chain
 from exporter.attribution.torchstats import TorchEnricher
 from exporter.attribution.torchtotals import TorchUserTotals
+from exporter.attribution.workloads import select
 from exporter.cli import bind, build_enricher, build_source, main, parse_config
 from exporter.config import Config, ListenAddress
 from exporter.metrics import Group, default_groups
@@ -137,10 +138,10 @@ def test_enrichers_follow_the_source() -> None:
     assert build_enricher(Config(source="simulated", scenario="x")) is None
     plain = build_enricher(Config())
     assert isinstance(plain, ProcessEnricher)
-    assert plain.pods is None
-    kube = build_enricher(Config(kubernetes=True))
+    assert plain.resolvers == {}
+    kube = build_enricher(Config(workload_labels=select("kubernetes")))
     assert isinstance(kube, ProcessEnricher)
-    assert kube.pods is not None
+    assert set(kube.resolvers) == {"kubernetes"}
 
 
 def test_torch_group_adds_the_allocator_join_with_its_flags(tmp_path: Path) -> None:

@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import math
+import threading
+import time
 
 import pytest
 
+from exporter.attribution.workloads import KUBERNETES
 from exporter.config import (
     FLAGS,
+    RANGES,
     Config,
     ConfigError,
     ListenAddress,
+    Range,
+    attach_negative_values,
     build_parser,
     flags_markdown_table,
+    format_duration,
     parse_bool,
     parse_duration,
     parse_listen_address,
@@ -36,7 +45,12 @@ def test_parse_duration(text: str, seconds: float) -> None:
     assert parse_duration(text) == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("text", ["", "5", "5x", "s", "-1s", "1s2", "1 s", "ms5"])
+@pytest.mark.parametrize(("text", "seconds"), [("-1s", -1.0), ("-1m30s", -90.0), ("-0", 0.0)])
+def test_parse_duration_reads_negatives_for_the_range_check(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "5", "5x", "s", "--1s", "-", "1s2", "1 s", "ms5", "1e3s"])
 def test_parse_duration_rejects(text: str) -> None:
     with pytest.raises(ValueError, match="not a duration"):
         parse_duration(text)
@@ -113,7 +127,7 @@ def test_values_from_flags() -> None:
     options = config.exposition_options()
     assert options.max_process_series_per_gpu == 8
     assert not options.pid_label
-    assert options.kubernetes_labels
+    assert options.workload_labels.kinds == (KUBERNETES,)
 
 
 def test_environment_variables_and_precedence() -> None:
@@ -144,14 +158,15 @@ def test_env_names_follow_the_flag_names() -> None:
     ("argv", "env", "message"),
     [
         (["--collector.timeout", "soon"], {}, "--collector.timeout"),
-        (["--collector.timeout", "0"], {}, "greater than 0"),
+        (["--collector.timeout", "0"], {}, r"'0' is out of range \(1ms to 1h\)"),
         (["--web.max-requests", "-1"], {}, "--web.max-requests"),
         (["--web.telemetry-path", "metrics"], {}, "absolute URL path"),
         (["--web.telemetry-path", "/healthz"], {}, "already served"),
         (["--source", "dcgm"], {}, "--source"),
         (["--source", "simulated"], {}, "needs --scenario"),
         (["--scenario", "busy"], {}, "only applies to --source simulated"),
-        (["--simulate.speed", "0", "--source", "simulated", "--scenario", "x"], {}, "positive"),
+        (["--simulate.speed", "0", "--source", "simulated", "--scenario", "x"], {},
+         r"--simulate.speed: '0' is out of range \(0.001 to 1000000\)"),
         ([], {"GPU_EXPORTER_COLLECTOR_ENERGY": "perhaps"}, "GPU_EXPORTER_COLLECTOR_ENERGY"),
         ([], {"GPU_EXPORTER_WEB_LISTEN_ADDRESS": "nowhere"}, "GPU_EXPORTER_WEB_LISTEN_ADDRESS"),
         ([], {"GPU_EXPORTER_LOG_LEVEL": "loud"}, "GPU_EXPORTER_LOG_LEVEL"),
@@ -183,3 +198,91 @@ def test_flags_table_lists_every_flag() -> None:
         assert f"{flag.name}`" in table
         assert flag.env in table
     assert "`--[no-]collector.energy`" in table
+
+
+# --- the range table ------------------------------------------------------------------------
+
+_NUMERIC = ("N", "DURATION", "FACTOR")
+_WEB_CONFIG_KEYS = {"rate_limit.interval", "rate_limit.burst"}  # exporter/web/webconfig.py
+
+
+def _text(limits: Range, value: float) -> str:
+    if limits.duration:
+        return ("-" if value < 0 else "") + format_duration(abs(value))
+    return str(int(value)) if float(value).is_integer() else repr(value)
+
+
+def test_every_number_a_flag_reads_has_a_range_and_every_range_a_reader() -> None:
+    numeric = {flag.name for flag in FLAGS if flag.metavar in _NUMERIC}
+    assert numeric == RANGES.keys() - _WEB_CONFIG_KEYS
+    for flag in FLAGS:
+        assert (flag.metavar == "DURATION") == (flag.name in RANGES and RANGES[flag.name].duration)
+
+
+def test_every_range_is_what_the_code_can_represent() -> None:
+    lock = threading.Lock()
+    loop = asyncio.new_event_loop()
+    try:
+        for name, limits in RANGES.items():
+            assert math.isfinite(limits.low), name
+            assert math.isfinite(limits.high), name
+            assert limits.low <= limits.high, name
+            if limits.duration:  # a timeout threading and asyncio accept (no OverflowError)
+                assert lock.acquire(timeout=limits.high), name
+                lock.release()
+                loop.call_later(limits.high, lambda: None).cancel()
+                assert time.monotonic() + limits.high < 2**62  # time_t
+            else:
+                assert limits.high <= 2**63 - 1, name  # a C long: counts, seeds, rlimits
+    finally:
+        loop.close()
+
+
+@pytest.mark.parametrize("name", sorted(RANGES.keys() - _WEB_CONFIG_KEYS))
+def test_range_ends_parse_and_beyond_them_is_one_line_naming_flag_and_range(name: str) -> None:
+    flag = next(f for f in FLAGS if f.name == name)
+    limits = RANGES[name]
+    for value in (limits.low, limits.high):
+        config = _resolve([f"--{name}", _text(limits, value)])
+        assert getattr(config, flag.dest) == pytest.approx(value)
+    step = 0.001 if limits.duration or not float(limits.low).is_integer() else 1
+    beyond = [_text(limits, limits.low - step), _text(limits, limits.high * 2 + step),
+              "9" * 400 + ("s" if limits.duration else "")]
+    if not limits.duration:
+        beyond += ["inf", "nan"] if not float(limits.low).is_integer() else []
+    for text in beyond:
+        for argv, env, origin in (([f"--{name}", text], {}, f"--{name}"),
+                                  ([], {flag.env: text}, flag.env)):
+            with pytest.raises(ConfigError) as info:
+                _resolve(argv, env)
+            message = str(info.value)
+            assert message.startswith(f"invalid value for {origin}: "), message
+            assert message.endswith(f"is out of range ({limits})"), message
+            assert "\n" not in message
+            assert len(message) < 200
+
+
+def test_negative_durations_after_a_space_reach_the_range_check() -> None:
+    with pytest.raises(ConfigError) as info:
+        _resolve(["--web.read-header-timeout", "-1s"])
+    assert str(info.value) == ("invalid value for --web.read-header-timeout: '-1s' is out of "
+                               "range (1ms to 1d)")
+    assert attach_negative_values(["--collector.timeout", "-5s", "--web.max-requests", "-1",
+                                   "--simulate.speed", "-.5"]) == [
+        "--collector.timeout=-5s", "--web.max-requests=-1", "--simulate.speed=-.5"]
+    # anything else after a flag stays argparse's: an option, or a missing value
+    assert attach_negative_values(["--web.config.file", "--source", "simulated"]) == [
+        "--web.config.file", "--source", "simulated"]
+    assert attach_negative_values(["--kubernetes", "-1"]) == ["--kubernetes", "-1"]
+
+
+def test_durations_are_shown_as_they_are_written() -> None:
+    assert [format_duration(v) for v in (0, 0.001, 1, 90, 3600, 86400, 604800, 1.5)] == [
+        "0s", "1ms", "1s", "90s", "1h", "1d", "1w", "1500ms"]
+    assert str(RANGES["web.read-header-timeout"]) == "1ms to 1d"
+    assert str(RANGES["web.max-connections"]) == "1 to 1048576"
+
+
+def test_help_and_flag_table_show_the_ranges() -> None:
+    assert "Range: 1ms to 1h." in flags_markdown_table()
+    assert "range 1ms to 1h" in " ".join(build_parser().format_help().split())

@@ -253,6 +253,15 @@ def test_errors_accumulate_into_errors_total() -> None:
     sched.close()
 
 
+def test_errors_met_outside_collections_are_counted_too() -> None:
+    sched = scheduler(FakeSource(errors={"gpu_lost": 1}), min_interval=60.0)
+    assert sched.state().errors_total == {"gpu_lost": 1}
+    sched.count_errors({"web_config": 1})
+    sched.count_errors({"web_config": 1})
+    assert sched.state().errors_total == {"gpu_lost": 1, "web_config": 2}  # no new collection
+    sched.close()
+
+
 def test_odd_error_counts_are_ignored() -> None:
     source = FakeSource(errors={"odd": "many", "none": None, "ok": 2})  # type: ignore[dict-item]
     sched = scheduler(source, min_interval=0.0)

@@ -1,10 +1,11 @@
-"""Idle accounting: integrate, at every collection, what each user (pod, Slurm job) held,
-idled and used on this host into counters (``exporter.metrics.accounting``).
+"""Idle accounting: integrate, at every collection, what each user (pod, Slurm job: the
+workloads' ``group_by`` labels) held, idled and used on this host into counters
+(``exporter.metrics.accounting``).
 
 Recording rules could compute the same from the per-process series, but they would read every
 process series every minute, a cost that grows with processes (docs/scale.md measured it at
 30x the median rule group on 100 nodes). The exporter already holds every process at every
-collection, so it keeps one running total per (user, pod, job) row instead, and the rules take
+collection, so it keeps one running total per (user, workload) row instead, and the rules take
 ``rate()`` of a few series per host.
 
 Definitions (the idle threshold is ``thresholds.IDLE_UTILIZATION_RATIO``, shared with the
@@ -13,8 +14,9 @@ alerts), applied to each collection over the time since the previous one:
 - **held**: the memory each process holds; a GPU is shared among its processes in proportion
   to that memory (GPU-seconds summing to the time elapsed on a GPU with processes);
 - **idle**: a process whose SM utilisation is under the threshold holds its memory idle; its
-  share of the GPU counts as idle GPU time when the GPU's own utilisation is under the
-  threshold too (an idle process next to a busy one wastes memory, not the GPU);
+  share of the GPU counts as idle GPU time when the GPU's own activity (SM activity where it
+  reports one, else utilisation) is under the threshold too (an idle process next to a busy
+  one wastes memory, not the GPU);
 - **used**: the process's SM utilisation (so held minus used is paid for and not used);
 - **energy**: the GPU's power split by SM-utilisation shares, by memory shares when no
   kernel ran.
@@ -32,7 +34,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from exporter import thresholds
-from exporter.metrics import POWER_USAGE, UNKNOWN_VALUE, UTILIZATION
+from exporter.attribution.workloads import WorkloadLabels
+from exporter.metrics import POWER_USAGE, UNKNOWN_VALUE, gpu_activity
 from exporter.metrics.accounting import (
     ENERGY,
     HELD_GPU_SECONDS,
@@ -47,8 +50,8 @@ __all__ = ["FORGET_AFTER_SECONDS", "MAX_GAP_SECONDS", "IdleAccounting"]
 
 MAX_GAP_SECONDS = 300.0
 FORGET_AFTER_SECONDS = 3600.0
-#: A row: (user, namespace, pod, slurm_job); "" for the labels not kept apart.
-Key = tuple[str, str, str, str]
+#: A row: (user, *the values of ``WorkloadLabels.group_by``).
+Key = tuple[str, ...]
 
 
 class _Row:
@@ -63,24 +66,22 @@ class _Row:
         self.energy: float | None = None
         self.seen = seen
 
-    def snapshot_row(self, key: Key) -> AccountingRow:
+    def snapshot_row(self, key: Key, group_by: tuple[str, ...]) -> AccountingRow:
         totals = {HELD_MEMORY_SECONDS.name: self.held_bytes, HELD_GPU_SECONDS.name: self.held_gpus,
                   IDLE_MEMORY_SECONDS.name: self.idle_bytes, IDLE_GPU_SECONDS.name: self.idle_gpus,
                   USED_GPU_SECONDS.name: self.used_gpus}
         if self.energy is not None:
             totals[ENERGY.name] = self.energy
-        user, namespace, pod, slurm_job = key
-        return AccountingRow(user, namespace, pod, slurm_job, totals)
+        return AccountingRow(key[0], dict(zip(group_by, key[1:], strict=True)), totals)
 
 
 class IdleAccounting:
-    """An enricher that fills ``Snapshot.accounting``. ``pods``/``jobs``: keep the rows of
-    different pods / Slurm jobs apart (the exposition's ``--kubernetes`` / ``--slurm`` labels;
-    otherwise one row per user)."""
+    """An enricher that fills ``Snapshot.accounting``. ``workloads``: keep the rows of
+    different workloads apart by their ``group_by`` labels (the exposition's; without kinds
+    switched on, one row per user)."""
 
-    def __init__(self, *, pods: bool = False, jobs: bool = False) -> None:
-        self._pods = pods
-        self._jobs = jobs
+    def __init__(self, workloads: WorkloadLabels | None = None) -> None:
+        self._workloads = workloads if workloads is not None else WorkloadLabels()
         self._rows: dict[Key, _Row] = {}
         self._last: float | None = None
 
@@ -97,16 +98,15 @@ class IdleAccounting:
             del rows[key]
         if not rows:
             return snapshot
+        group_by = self._workloads.group_by
         return replace(snapshot, accounting=tuple(
-            row.snapshot_row(key) for key, row in sorted(rows.items())))
+            row.snapshot_row(key, group_by) for key, row in sorted(rows.items())))
 
     def _key(self, process: GpuProcess) -> Key:
         """The row of ``process``."""
-        owner, pod = process.owner, process.pod
+        owner = process.owner
         user = owner.user if owner is not None else UNKNOWN_VALUE
-        namespace, name = ((pod.namespace or "", pod.pod or "")
-                           if self._pods and pod is not None else ("", ""))
-        return (user, namespace, name, (process.slurm_job or "") if self._jobs else "")
+        return (user, *self._workloads.group_values(process.workload))
 
     def _gpu_sums(self, gpu: GpuReading) -> dict[Key, list[float]]:
         """Per row on ``gpu``: [memory held, memory held by idle processes, SM utilisation].
@@ -135,8 +135,8 @@ class IdleAccounting:
         sums = self._gpu_sums(gpu)
         memory = sum(row[0] for row in sums.values())
         busy = sum(row[2] for row in sums.values())
-        utilization = gpu.value(UTILIZATION.name)
-        gpu_idle = utilization is not None and utilization < thresholds.IDLE_UTILIZATION_RATIO
+        activity = gpu_activity(gpu)
+        gpu_idle = activity is not None and activity < thresholds.IDLE_UTILIZATION_RATIO
         power = gpu.value(POWER_USAGE.name)
         rows = self._rows
         for key, (held_bytes, idle_bytes, used) in sums.items():

@@ -1,40 +1,52 @@
-"""``/proc/<pid>/cgroup`` -> who runs the process: Kubernetes pod, Slurm job, or container.
+"""``/proc/<pid>/cgroup`` -> the workload a process runs in: a Kubernetes pod, a Slurm job, a
+container, or whatever other workload kind ``exporter.attribution.workloads`` declares.
 
 The owner resolver (``exporter.attribution.owners``) reads the file once per (pid, start time)
 with ``read_cgroup`` and hands the identity on to the enricher.
 
-One parser for every layout gpu-exporter recognises (``docs/attribution.md`` lists them with
-examples). Paths are matched by component, never by anchored prefix, so cgroup-namespace
-``../`` prefixes, extra nesting slices and crun's ``container`` sub-cgroup are fine.
+``parse_cgroup`` tries every path of the file against the workload kinds' path matchers (each
+kind's row names its matcher; the three built-in ones are here). ``docs/attribution.md`` lists
+the layouts with examples. Paths are matched by component, never by anchored prefix, so
+cgroup-namespace ``../`` prefixes, extra nesting slices and crun's ``container`` sub-cgroup
+are fine.
 
-- **Kubernetes** (a ``kubepods`` component): pod UID from ``pod<uid>`` (systemd escapes ``-``
-  as ``_``; static pods have a 32-hex hash), container ID from the first runtime component after
-  it: ``cri-containerd-<id>.scope``, ``crio-<id>.scope``, ``docker-<id>.scope`` (systemd
-  driver) or a bare ``<id>`` / ``crio-<id>`` (cgroupfs driver).
-- **Slurm**, cgroup v1: ``<prepend>/uid_<uid>/job_<id>/step_<step>[/task_<n>]`` with the
-  default prepend ``/slurm`` (``/slurm_<node>`` with multiple slurmd). cgroup v2:
+- **Kubernetes** (``kubernetes_path``, a ``kubepods`` component): pod UID from ``pod<uid>``
+  (systemd escapes ``-`` as ``_``; static pods have a 32-hex hash), container ID from the first
+  runtime component after it: ``cri-containerd-<id>.scope``, ``crio-<id>.scope``,
+  ``docker-<id>.scope`` (systemd driver) or a bare ``<id>`` / ``crio-<id>`` (cgroupfs driver).
+- **Slurm** (``slurm_path``), cgroup v1: ``<prepend>/uid_<uid>/job_<id>/step_<step>[/task_<n>]``
+  with the default prepend ``/slurm`` (``/slurm_<node>`` with multiple slurmd). cgroup v2:
   ``[<node>_]slurmstepd.scope/job_<id>/step_<step>/{user/task_<n>,slurm}``; Slurm 26.05 names
   the job directory by its SLUID (``s`` + 13 Crockford base-32 characters) unless
   ``CgroupJobIdPaths=yes``, and the SLUID is then reported as the job.
-- **Containers outside Kubernetes**: Docker ``docker-<id>.scope`` (systemd driver, rootful or
-  rootless) and ``/docker/<id>`` (cgroupfs); Podman ``libpod-<id>.scope`` (systemd, with or
-  without crun's ``container`` sub-cgroup), ``libpod-<id>`` and ``libpod-payload-<id>``
-  (cgroupfs, ``--cgroups=split``); containerd via nerdctl ``nerdctl-<id>.scope`` and
-  ``cri-containerd-<id>.scope``; CRI-O ``crio-<id>.scope``. Conmon's ``libpod-conmon-`` and
-  ``crio-conmon-`` scopes are monitors, not workloads, and are not containers.
+- **Containers outside Kubernetes** (``container_path``): Docker ``docker-<id>.scope``
+  (systemd driver, rootful or rootless) and ``/docker/<id>`` (cgroupfs); Podman
+  ``libpod-<id>.scope`` (systemd, with or without crun's ``container`` sub-cgroup),
+  ``libpod-<id>`` and ``libpod-payload-<id>`` (cgroupfs, ``--cgroups=split``); containerd via
+  nerdctl ``nerdctl-<id>.scope`` and ``cri-containerd-<id>.scope``; CRI-O ``crio-<id>.scope``.
+  Conmon's ``libpod-conmon-`` and ``crio-conmon-`` scopes are monitors, not workloads, and are
+  not containers.
 
-Anything else (``user.slice``, ``system.slice/<service>``, ``init.scope``) is a host process:
-``parse_cgroup`` returns None. It never raises.
+A matcher takes one path's components (original case) and returns what the path names, by the
+kind's own keys (label names for values that are labels as they are, such as ``slurm_job``),
+or None. Anything no matcher knows (``user.slice``, ``system.slice/<service>``,
+``init.scope``) is a host process: ``parse_cgroup`` returns None. It never raises.
 """
 
 from __future__ import annotations
 
-import os
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeAlias
+
+from exporter.files import read_small
 
 #: Most bytes of a cgroup file read (deeply nested hierarchies stay far below).
 CGROUP_LIMIT = 65536
+
+#: One kind's matcher: a path's components -> what it names (None: not this kind's layout).
+Matcher: TypeAlias = Callable[[Sequence[str]], "dict[str, str] | None"]
 
 _UUID = r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}"
 # Static (mirror) pods have a 32-hex config hash as their UID instead of a UUID.
@@ -62,15 +74,17 @@ _SLURM_STEP = re.compile(r"^step_([a-z0-9_]+)$")
 
 @dataclass(frozen=True, slots=True)
 class CgroupIdentity:
-    """What a process's cgroup says about who runs it (fields not given by the layout: None)."""
+    """What a process's cgroup says about who runs it.
 
-    kind: str  # "kubernetes", "slurm" or "container"
-    pod_uid: str | None = None  # Kubernetes: dashed form, as in the pod's metadata.uid
-    container_id: str | None = None  # 64 hex characters
-    runtime: str | None = None  # "containerd", "cri-o", "docker", "podman"; None if unknown
-    slurm_job: str | None = None  # numeric job id, or the SLUID on Slurm 26.05 v2 paths
-    slurm_step: str | None = None  # "0", "batch", "extern", "interactive", ...
-    slurm_uid: int | None = None  # the job owner's uid (cgroup v1 paths only)
+    ``kind`` is the name of the workload kind whose matcher recognised the path; ``ids`` is
+    what the path names, by that kind's keys (Kubernetes: ``pod_uid`` in its dashed form as in
+    the pod's metadata.uid, ``container_id`` of 64 hex characters and ``runtime`` when the path
+    has them; Slurm: ``slurm_job``, numeric or the SLUID, ``slurm_step`` and ``slurm_uid`` the
+    job owner's uid on cgroup v1; containers: ``container_id`` and ``runtime``).
+    """
+
+    kind: str
+    ids: Mapping[str, str]
 
 
 def _container(component: str, *, allow_bare: bool) -> tuple[str, str | None] | None:
@@ -85,21 +99,41 @@ def _container(component: str, *, allow_bare: bool) -> tuple[str, str | None] | 
     return (container_id, runtime) if runtime is not None else None
 
 
-def _kubernetes(components: list[str]) -> CgroupIdentity | None:
-    for position, component in enumerate(components):
+def _container_ids(found: tuple[str, str | None]) -> dict[str, str]:
+    container_id, runtime = found
+    return {"container_id": container_id} if runtime is None else {
+        "container_id": container_id, "runtime": runtime}
+
+
+def _in_kubernetes(components: Sequence[str]) -> bool:
+    return any("kubepods" in c.lower() for c in components)
+
+
+def kubernetes_path(components: Sequence[str]) -> dict[str, str] | None:
+    """A pod's UID (and its container's ID and runtime) from a ``kubepods`` path."""
+    if not _in_kubernetes(components):
+        return None
+    lowered = [c.lower() for c in components]
+    for position, component in enumerate(lowered):
         match = _POD_COMPONENT.match(component)
-        if match is None or not any("kubepods" in c for c in components[: position + 1]):
+        if match is None or not any("kubepods" in c for c in lowered[: position + 1]):
             continue
-        pod_uid = match.group(1).replace("_", "-")  # systemd escapes '-' in a name as '_'
-        for rest in components[position + 1 :]:
+        ids = {"pod_uid": match.group(1).replace("_", "-")}  # systemd escapes '-' as '_'
+        for rest in lowered[position + 1 :]:
             found = _container(rest, allow_bare=True)
             if found is not None:
-                return CgroupIdentity("kubernetes", pod_uid, found[0], found[1])
-        return CgroupIdentity("kubernetes", pod_uid)
+                return ids | _container_ids(found)
+        return ids
     return None
 
 
-def _slurm_v1(components: list[str]) -> CgroupIdentity | None:
+def slurm_path(components: Sequence[str]) -> dict[str, str] | None:
+    """A Slurm job (step, owner's uid) from a cgroup v2 or v1 job path. SLUIDs are upper case:
+    the components are matched as spelled."""
+    return _slurm_v2(components) or _slurm_v1(components)
+
+
+def _slurm_v1(components: Sequence[str]) -> dict[str, str] | None:
     for position in range(len(components) - 2):
         if not _SLURM_V1_ROOT.match(components[position]):
             continue
@@ -107,12 +141,11 @@ def _slurm_v1(components: list[str]) -> CgroupIdentity | None:
         job = _SLURM_JOB.match(components[position + 2])
         if uid and job:
             step = _step(components[position + 3 : position + 4])
-            return CgroupIdentity("slurm", slurm_job=job.group(1), slurm_step=step,
-                               slurm_uid=int(uid.group(1)))
+            return {"slurm_job": job.group(1), **step, "slurm_uid": uid.group(1)}
     return None
 
 
-def _slurm_v2(components: list[str]) -> CgroupIdentity | None:
+def _slurm_v2(components: Sequence[str]) -> dict[str, str] | None:
     for position in range(len(components) - 1):
         if not _SLURM_V2_SCOPE.match(components[position]):
             continue
@@ -121,42 +154,54 @@ def _slurm_v2(components: list[str]) -> CgroupIdentity | None:
         if job is None and not _SLURM_SLUID.match(name):
             return None  # slurmstepd's own "system" cgroup
         step = _step(components[position + 2 : position + 3])
-        return CgroupIdentity("slurm", slurm_job=job.group(1) if job else name, slurm_step=step)
+        return {"slurm_job": job.group(1) if job else name, **step}
     return None
 
 
-def _step(components: list[str]) -> str | None:
+def _step(components: Sequence[str]) -> dict[str, str]:
     match = _SLURM_STEP.match(components[0].lower()) if components else None
-    return match.group(1) if match else None
+    return {"slurm_step": match.group(1)} if match else {}
 
 
-def _plain_container(components: list[str]) -> CgroupIdentity | None:
+def container_path(components: Sequence[str]) -> dict[str, str] | None:
+    """A container's ID and runtime from a path outside Kubernetes (a pod's containers are
+    the pod's)."""
+    if _in_kubernetes(components):
+        return None
     for position, component in enumerate(components):
         found = _container(component.lower(), allow_bare=False)
         if found is None and position > 0 and components[position - 1] == "docker":
             found = _container(component.lower(), allow_bare=True)  # cgroupfs: /docker/<id>
             found = (found[0], "docker") if found else None
         if found is not None:
-            return CgroupIdentity("container", container_id=found[0], runtime=found[1])
+            return _container_ids(found)
     return None
 
 
-def parse_path(path: str) -> CgroupIdentity | None:
-    """The owner named by one cgroup path, or None for a host process."""
+def parse_path(path: str, kinds: Sequence[tuple[str, Matcher]]) -> CgroupIdentity | None:
+    """The workload named by one cgroup path: the first of ``kinds`` (name, matcher) whose
+    matcher recognises it, or None for a host process."""
     components = [c for c in path.strip().split("/") if c and c != ".."]
-    lowered = [c.lower() for c in components]
-    if any("kubepods" in c for c in lowered):
-        return _kubernetes(lowered)
-    # SLUIDs are upper case: the Slurm parsers see the original spelling.
-    return _slurm_v2(components) or _slurm_v1(components) or _plain_container(components)
+    for kind, match in kinds:
+        ids = match(components)
+        if ids is not None:
+            return CgroupIdentity(kind, ids)
+    return None
 
 
-def parse_cgroup(text: str) -> CgroupIdentity | None:
-    """The owner named by ``/proc/<pid>/cgroup`` text, or None for a host process.
+def _names_more(found: CgroupIdentity, other: CgroupIdentity) -> bool:
+    """True when ``other`` names the same workload as ``found`` and more of it."""
+    return (other.kind == found.kind and len(other.ids) > len(found.ids)
+            and all(other.ids.get(key) == value for key, value in found.ids.items()))
+
+
+def parse_cgroup(text: str, kinds: Sequence[tuple[str, Matcher]]) -> CgroupIdentity | None:
+    """The workload named by ``/proc/<pid>/cgroup`` text, or None for a host process.
 
     The unified (``0::``) line is tried first, then the v1 lines in file order (hybrid hosts
-    often keep the workload's path on v1 controllers only). A Kubernetes container ID missing
-    on the first matching line is taken from another line of the same pod. Never raises.
+    often keep the workload's path on v1 controllers only); the first line naming a workload
+    wins, unless a later line names the same workload with more (a pod's container ID missing
+    on the first line). Never raises.
     """
     paths: list[str] = []
     for line in text.splitlines():
@@ -167,30 +212,20 @@ def parse_cgroup(text: str) -> CgroupIdentity | None:
             paths.insert(0, parts[2])
         else:
             paths.append(parts[2])
-    first: CgroupIdentity | None = None
+    found: CgroupIdentity | None = None
     for path in paths:
-        owner = parse_path(path)
-        if owner is None:
-            continue
-        if first is None:
-            if owner.kind != "kubernetes" or owner.container_id is not None:
-                return owner
-            first = owner
-        elif owner.pod_uid == first.pod_uid and owner.container_id is not None:
-            return owner
-    return first
+        other = parse_path(path, kinds)
+        if other is not None and (found is None or _names_more(found, other)):
+            found = other
+    return found
 
 
-def read_cgroup(procfs: str, pid: int) -> CgroupIdentity | None:
-    """The identity in ``<procfs>/<pid>/cgroup`` (None: a host process).
+def read_cgroup(procfs: str, pid: int) -> str:
+    """The text of ``<procfs>/<pid>/cgroup`` (at most ``CGROUP_LIMIT`` bytes).
 
     Raises:
         OSError: the file cannot be read (FileNotFoundError/ProcessLookupError: the process
             is gone or not visible).
     """
-    fd = os.open(f"{procfs}/{pid}/cgroup", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        data = os.read(fd, CGROUP_LIMIT)
-    finally:
-        os.close(fd)
-    return parse_cgroup(data.decode("utf-8", errors="replace"))
+    data = read_small(f"{procfs}/{pid}/cgroup", CGROUP_LIMIT)
+    return data.decode("utf-8", errors="replace")

@@ -11,23 +11,36 @@ containerd/nerdctl and CRI-O outside Kubernetes (their names live in the runtime
 Docker and Podman with storage elsewhere than the configured roots.
 
 Names are cached per ID and re-checked when the file's mtime changes (``docker rename``),
-at most every ``recheck_seconds``. Files larger than ``max_file_bytes`` are not parsed. A
-missing file is not an error (the runtime's tree is not mounted, or the container is gone);
-an unreadable or malformed one is counted (``take_errors``).
+at most every ``recheck_seconds``. Files larger than ``max_file_bytes``, and anything but a
+regular file, are not read (``exporter.files``). A missing file is not an error (the runtime's
+tree is not mounted, or the container is gone); an unreadable or malformed one is logged and
+counted (``take_errors``).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
 from collections.abc import Callable
 
+from exporter.attribution.cgroup import CgroupIdentity
 from exporter.attribution.defaults import DEFAULT_DOCKER_ROOT, DEFAULT_PODMAN_STORAGE
+from exporter.files import describe, read_file
+
+log = logging.getLogger(__name__)
 
 #: Kind counted in ``Snapshot.errors`` when a runtime file exists but cannot be read.
 ERROR_KIND = "container_name"
+#: Characters of the ID in the ``container_id`` label (what ``docker ps`` shows).
+SHORT_ID = 12
+
+
+def container_labels(container_id: str, name: str | None) -> dict[str, str]:
+    """The ``container`` and ``container_id`` labels of a container outside Kubernetes."""
+    return {"container": name or "", "container_id": container_id[:SHORT_ID]}
 
 
 class _Unreadable(Exception):
@@ -35,20 +48,21 @@ class _Unreadable(Exception):
 
 
 def _read_json(path: str, limit: int) -> object:
-    """Parsed JSON of ``path``; None when missing. Raises _Unreadable otherwise."""
+    """Parsed JSON of ``path``; None when missing. Raises _Unreadable otherwise (logged)."""
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(limit + 1)
+        data = read_file(path, limit)  # a FIFO, device or huge file is refused unread
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as err:
-        raise _Unreadable(str(err)) from None
-    if len(data) > limit:
-        raise _Unreadable(f"{path}: larger than {limit} bytes")
-    try:
-        return json.loads(data)
-    except ValueError as err:
-        raise _Unreadable(f"{path}: {err}") from None
+        problem = describe(err)
+    else:
+        try:
+            return json.loads(data)
+        except (ValueError, RecursionError) as err:
+            problem = f"not JSON: {err}"
+    log.warning("container runtime file %s cannot be read (%s); its container keeps its ID "
+                "only", path, problem)
+    raise _Unreadable(f"{path}: {problem}")
 
 
 def _mtime(path: str) -> int | None:
@@ -92,6 +106,13 @@ class ContainerNames:
         with self._lock:
             count, self._errors = self._errors, 0
         return {ERROR_KIND: count} if count else {}
+
+    def labels(self, identity: CgroupIdentity) -> dict[str, str]:
+        """The labels of a container the cgroup named (its name when the runtime's files give
+        it, else "")."""
+        container_id = identity.ids.get("container_id", "")
+        return container_labels(container_id, self.name(identity.ids.get("runtime"),
+                                                        container_id))
 
     def name(self, runtime: str | None, container_id: str) -> str | None:
         """The container's name, or None when the runtime's files do not give it."""

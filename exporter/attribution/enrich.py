@@ -1,12 +1,13 @@
-"""Enrichment: fill owner, pod, Slurm job and container of a snapshot's processes, and the
-kubelet's GPU allocations, returning a new snapshot.
+"""Enrichment: fill the owner and workload (pod, Slurm job, container, ...) of a snapshot's
+processes, and the kubelet's GPU allocations, returning a new snapshot.
 
 One step per process: ``OwnerResolver.lookup`` reads ``/proc/<pid>`` once per (pid, start
-time), giving the owner and the cgroup identity (``exporter.attribution.cgroup``: a Kubernetes
-pod, a Slurm job or a container); ``PodResolver`` names a pod from the kubelet log tree and
-``ContainerNames`` a container from its runtime's files. Allocations come from a background
-``PodResourcesPoller`` (never a call to the kubelet on the collection path), joined with the
-snapshot's GPUs.
+time), giving the owner and the cgroup identity (``exporter.attribution.workloads``: which
+workload kind's path it is and what the path names). For a kind switched on, the kind's label
+resolver names it (``PodResolver``: a pod from the kubelet log tree; ``ContainerNames``: a
+container from its runtime's files), or the path's ids are the label values (a Slurm job).
+Allocations come from a background ``PodResourcesPoller`` (never a call to the kubelet on the
+collection path), joined with the snapshot's GPUs.
 
 Rule for processes whose owner is missing (``exporter.attribution.owners`` documents the lookup):
 
@@ -26,17 +27,15 @@ added to ``snapshot.errors``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
-from exporter.attribution.cgroup import CgroupIdentity
 from exporter.attribution.owners import OwnerResolver, OwnerStatus
-from exporter.snapshot import ContainerRef, GpuProcess, GpuReading, PodResourcesHealth, Snapshot
+from exporter.attribution.workloads import LabelResolver, WorkloadKind
+from exporter.snapshot import GpuProcess, GpuReading, PodResourcesHealth, Snapshot
 
 if TYPE_CHECKING:  # imported by the CLI only when switched on
-    from exporter.attribution.container_names import ContainerNames
-    from exporter.attribution.kubernetes import PodResolver
     from exporter.attribution.podresources.client import PodResourcesPoller
 
 #: Sources whose snapshots are never enriched (their processes are not on this host).
@@ -61,21 +60,21 @@ def merge_errors(base: Mapping[str, int], *extra: Mapping[str, int]) -> dict[str
 
 
 class ProcessEnricher:
-    """Fills owners, and from cgroups pods (with a ``PodResolver``), Slurm jobs and containers
-    (with ``container_names``), of every process; adds the poller's ``allocations``.
+    """Fills owners, and from cgroups the workloads of the ``kinds`` given (named by
+    ``resolvers``, by kind name), of every process; adds the poller's ``allocations``.
 
     Cgroup attribution needs an ``owners`` resolver that reads cgroups
-    (``OwnerResolver(cgroups=True)``). Slurm jobs are always filled when the cgroup names one
-    (exposing them is the exposition's choice); containers only with ``container_names``.
+    (``OwnerResolver(cgroups=True)``). A process whose cgroup names a workload of another kind
+    gets no workload.
     """
 
-    def __init__(self, owners: OwnerResolver, pods: PodResolver | None = None, *,
-                 container_names: ContainerNames | None = None,
+    def __init__(self, owners: OwnerResolver, kinds: Iterable[WorkloadKind] = (),
+                 resolvers: Mapping[str, LabelResolver] | None = None, *,
                  allocations: PodResourcesPoller | None = None,
                  skip_sources: frozenset[str] = SKIPPED_SOURCES) -> None:
         self.owners = owners
-        self.pods = pods
-        self.container_names = container_names
+        self.kinds = {kind.name: kind for kind in kinds}
+        self.resolvers = dict(resolvers or {})
         self.allocations = allocations
         self.skip_sources = skip_sources
 
@@ -86,7 +85,7 @@ class ProcessEnricher:
         with self.owners.collection():
             gpus = tuple(self._gpu(gpu) for gpu in snapshot.gpus)
         more = [resolver.take_errors() for resolver in
-                (self.pods, self.container_names, self.allocations) if resolver is not None]
+                (*self.resolvers.values(), self.allocations) if resolver is not None]
         errors = merge_errors(snapshot.errors, self.owners.take_errors(), *more)
         snapshot = replace(snapshot, gpus=gpus, errors=errors)
         return self._with_allocations(snapshot) if self.allocations is not None else snapshot
@@ -117,24 +116,11 @@ class ProcessEnricher:
         if found.status is OwnerStatus.VANISHED:
             return None
         cgroup = found.cgroup
-        if cgroup is None:
+        kind = self.kinds.get(cgroup.kind) if cgroup is not None else None
+        if kind is None or cgroup is None or process.workload is not None:
             return replace(process, owner=found.owner) if found.owner is not None else process
-        pod, slurm_job, container = process.pod, process.slurm_job, process.container
-        if cgroup.kind == "kubernetes" and pod is None and self.pods is not None:
-            pod = self.pods.names(cgroup)
-        elif cgroup.kind == "slurm" and slurm_job is None:
-            slurm_job = cgroup.slurm_job
-        elif cgroup.kind == "container" and container is None:
-            container = self._container(cgroup)
-        return replace(process, owner=found.owner, pod=pod, slurm_job=slurm_job,
-                       container=container)
-
-    def _container(self, cgroup: CgroupIdentity) -> ContainerRef | None:
-        if self.container_names is None or cgroup.container_id is None:
-            return None
-        return ContainerRef(cgroup.container_id,
-                            self.container_names.name(cgroup.runtime, cgroup.container_id),
-                            cgroup.runtime)
+        workload = kind.workload(cgroup, self.resolvers.get(kind.name))
+        return replace(process, owner=found.owner, workload=workload)
 
 
 class _Chain:

@@ -7,8 +7,8 @@ read-only hostPath mount):
 namespace, pod, container) and ``/var/log/pods/<namespace>_<pod>_<uid>/`` (pod UID ->
 namespace, pod). Kubernetes names cannot contain ``_``, so the split is unambiguous.
 Listings are cached: re-listed every ``listing_ttl`` seconds, or on a lookup miss at most
-every ``miss_relist_interval`` seconds. When the tree is not mounted the ``PodRef`` has the
-UID and container ID only.
+every ``miss_relist_interval`` seconds. When the tree is not mounted the names stay empty (the
+process is still known to be in a pod: its workload keeps the UID and container ID).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable
 
 from exporter.attribution.cgroup import CgroupIdentity
-from exporter.snapshot import PodRef
 
 #: Kind counted in ``Snapshot.errors`` when a cgroup file or log directory cannot be read.
 POD_ERROR_KIND = "pod_lookup"
@@ -143,31 +142,28 @@ class PodResolver:
             count, self._index.errors = self._index.errors, 0
             return {POD_ERROR_KIND: count} if count else {}
 
-    def names(self, identity: CgroupIdentity) -> PodRef:
-        """The pod of a Kubernetes ``identity`` with whatever names the log tree has. Never
-        raises."""
+    def labels(self, identity: CgroupIdentity) -> dict[str, str]:
+        """``namespace``, ``pod`` and ``container`` of a Kubernetes ``identity``, with whatever
+        names the log tree has ("" for the others). Never raises."""
+        container_id = identity.ids.get("container_id")
         with self._lock:
             self._index.refresh(miss=False)
-            ref = self._lookup_names(identity)
-            if ref.pod is None or (identity.container_id is not None and ref.container is None):
+            names = self._lookup_names(identity.ids.get("pod_uid", ""), container_id)
+            if names[1] is None or (container_id is not None and names[2] is None):
                 self._index.refresh(miss=True)
-                ref = self._lookup_names(identity)
-            return ref
+                names = self._lookup_names(identity.ids.get("pod_uid", ""), container_id)
+        namespace, pod, container = names
+        return {"namespace": namespace or "", "pod": pod or "", "container": container or ""}
 
-    def _lookup_names(self, identity: CgroupIdentity) -> PodRef:
+    def _lookup_names(self, pod_uid: str, container_id: str | None
+                      ) -> tuple[str | None, str | None, str | None]:
         namespace = pod = container = None
-        if identity.container_id is not None:
-            found = self._index.containers.get(identity.container_id)
+        if container_id is not None:
+            found = self._index.containers.get(container_id)
             if found is not None:
                 namespace, pod, container = found
         if pod is None:
-            by_uid = self._index.pods.get(identity.pod_uid or "")
+            by_uid = self._index.pods.get(pod_uid)
             if by_uid is not None:
                 namespace, pod = by_uid
-        return PodRef(
-            pod_uid=identity.pod_uid or "",
-            container_id=identity.container_id,
-            namespace=namespace,
-            pod=pod,
-            container=container,
-        )
+        return namespace, pod, container

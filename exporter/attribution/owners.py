@@ -1,8 +1,8 @@
 """pid -> owner (uid, user name, process name, start time) and cgroup, from a procfs tree.
 
 This is the one step that reads ``/proc/<pid>``: with ``cgroups=True`` the same lookup also
-reads ``<pid>/cgroup`` (the pod/container identity, ``exporter.attribution.cgroup``), and
-both are cached together per (pid, start time).
+reads ``<pid>/cgroup`` (the workload identity, ``exporter.attribution.workloads.identify``),
+and both are cached together per (pid, start time).
 
 Everything is read from ``<procfs>/<pid>/...`` with a configurable root, so the exporter works
 in the host PID namespace (``/proc``) and with the host's procfs mounted elsewhere (e.g.
@@ -41,6 +41,8 @@ from enum import Enum
 from exporter.attribution.cgroup import CgroupIdentity, read_cgroup
 from exporter.attribution.passwd import PASSWD_ERROR_KIND, PasswdFile
 from exporter.attribution.pidcache import CollectionScoped
+from exporter.attribution.workloads import identify
+from exporter.files import describe, read_file, read_small
 from exporter.snapshot import ProcessOwner
 
 #: Kind counted in ``Snapshot.errors`` for processes whose owner could not be read.
@@ -89,19 +91,6 @@ class ProcfsFormatError(ValueError):
     """A ``/proc/<pid>`` file does not have the layout proc(5) describes."""
 
 
-def _read(path: str, limit: int = 4096) -> bytes:
-    """One read of a small procfs file (procfs answers a whole small file in one read).
-
-    Raises:
-        OSError: as raised by open/read (FileNotFoundError, PermissionError, ...).
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        return os.read(fd, limit)
-    finally:
-        os.close(fd)
-
-
 def parse_stat(data: bytes) -> tuple[str, int]:
     """(comm, starttime in clock ticks) from ``/proc/<pid>/stat``.
 
@@ -147,10 +136,9 @@ def read_boot_time(procfs: str) -> float:
     """
     path = f"{procfs.rstrip('/')}/stat"
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(1 << 20)
+        data = read_file(path, 1 << 20)
     except OSError as err:
-        raise ProcfsError(f"procfs {procfs}: cannot read {path}: {err.strerror}") from None
+        raise ProcfsError(f"procfs {procfs}: cannot read {path}: {describe(err)}") from None
     for line in data.splitlines():
         if line.startswith(b"btime"):
             fields = line.split()
@@ -188,7 +176,7 @@ class OwnerResolver(CollectionScoped[_Entry, OwnerLookup]):
         passwd_check_interval: float = 1.0,
         max_entries: int = 16384,
     ) -> None:
-        """``cgroups``: also read each process's cgroup (for pod labels)."""
+        """``cgroups``: also read each process's cgroup (for workload labels)."""
         super().__init__(max_entries)
         self._cgroups = cgroups
         self._cgroup_errors = 0
@@ -242,7 +230,7 @@ class OwnerResolver(CollectionScoped[_Entry, OwnerLookup]):
         base = f"{self._procfs}/{pid}"
         cached = self._pids.entries.get(pid)
         try:
-            stat_comm, start_ticks = parse_stat(_read(f"{base}/stat"))
+            stat_comm, start_ticks = parse_stat(read_small(f"{base}/stat"))
         except ProcessLookupError:  # ESRCH: the entry was there when opened
             return self._vanished(pid)
         except FileNotFoundError:
@@ -253,14 +241,14 @@ class OwnerResolver(CollectionScoped[_Entry, OwnerLookup]):
             return OwnerLookup(OwnerStatus.FOUND, self._fresh_name(pid, cached), cached.cgroup)
         # From here the entry is known to have existed: ENOENT/ESRCH means it exited.
         try:
-            uid, status_name = parse_status(_read(f"{base}/status", _STATUS_LIMIT))
+            uid, status_name = parse_status(read_small(f"{base}/status", _STATUS_LIMIT))
         except (FileNotFoundError, ProcessLookupError):
             return self._vanished(pid)
         except (OSError, ProcfsFormatError):
             return OwnerLookup(OwnerStatus.DENIED)
         partial = False
         try:
-            name = _read(f"{base}/comm").rstrip(b"\n").decode("utf-8", errors="replace")
+            name = read_small(f"{base}/comm").rstrip(b"\n").decode("utf-8", errors="replace")
         except (FileNotFoundError, ProcessLookupError):
             return self._vanished(pid)
         except OSError:
@@ -268,7 +256,7 @@ class OwnerResolver(CollectionScoped[_Entry, OwnerLookup]):
         cmdline: str | None = None
         if self._include_cmdline:
             try:
-                cmdline = _format_cmdline(_read(f"{base}/cmdline", _CMDLINE_LIMIT))
+                cmdline = _format_cmdline(read_small(f"{base}/cmdline", _CMDLINE_LIMIT))
             except (FileNotFoundError, ProcessLookupError):
                 return self._vanished(pid)
             except OSError:
@@ -277,7 +265,7 @@ class OwnerResolver(CollectionScoped[_Entry, OwnerLookup]):
         cgroup_failed = False  # the owner is fine; the entry is not cached so it is retried
         if self._cgroups:
             try:
-                cgroup = read_cgroup(self._procfs, pid)
+                cgroup = identify(read_cgroup(self._procfs, pid))
             except (FileNotFoundError, ProcessLookupError):
                 return self._vanished(pid)
             except OSError:

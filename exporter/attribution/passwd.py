@@ -4,18 +4,25 @@ The exporter resolves names against a passwd file it is *given* (typically the h
 ``/etc/passwd`` mounted read-only into the container), never against the container's own NSS:
 ``pwd.getpwuid`` inside an exporter image knows none of the host's users.
 
-At runtime the file is re-read only when its identity (inode, size, mtime) changes, and the
-check itself is a single ``os.stat`` at most once per ``check_interval`` seconds. A missing or
-unreadable file at runtime is not fatal: names fall back to the numeric uid and the failure is
-counted (``PasswdFile.take_errors``). Start-up validation is ``check_passwd_file``.
+At runtime the file is re-read only when its identity (inode, size, mtime) changes, or after
+``request_reload`` (SIGHUP), and the check itself is a single ``os.stat`` at most once per
+``check_interval`` seconds. A missing or unreadable file at runtime is not fatal: names fall
+back to the numeric uid, the failure is counted (``PasswdFile.take_errors``) and logged once
+until the file is readable again. Start-up validation is ``check_passwd_file``. The file is
+read through ``exporter.files`` (a FIFO, device or several-GB file is refused, never read).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Mapping
+
+from exporter.files import FileRefused, describe, read_file
+
+log = logging.getLogger(__name__)
 
 #: Kind counted in ``Snapshot.errors`` when the passwd file cannot be read at runtime.
 PASSWD_ERROR_KIND = "passwd_file"
@@ -26,6 +33,18 @@ MAX_PASSWD_BYTES = 64 * 1024 * 1024
 
 class PasswdFileError(ValueError):
     """A passwd file cannot be used (missing, unreadable, not passwd). The message is for users."""
+
+
+_reload_requests = 0
+
+
+def request_reload() -> None:
+    """Make every ``PasswdFile`` re-read its file at its next check, changed or not (SIGHUP).
+
+    Only an integer is bumped: safe to call from a signal handler.
+    """
+    global _reload_requests  # noqa: PLW0603 (one process-wide request counter)
+    _reload_requests += 1
 
 
 def parse_passwd(text: str) -> dict[int, str]:
@@ -53,14 +72,10 @@ def _read_passwd(path: str) -> dict[int, str]:
     """Read and parse ``path``.
 
     Raises:
-        OSError: the file cannot be opened or read.
-        PasswdFileError: the file is larger than ``MAX_PASSWD_BYTES``.
+        OSError: the file cannot be opened or read, or is refused (``FileRefused``: not a
+            regular file, larger than ``MAX_PASSWD_BYTES``, changing while read).
     """
-    with open(path, "rb") as handle:
-        data = handle.read(MAX_PASSWD_BYTES + 1)
-    if len(data) > MAX_PASSWD_BYTES:
-        raise PasswdFileError(f"passwd file {path}: larger than {MAX_PASSWD_BYTES} bytes")
-    return parse_passwd(data.decode("utf-8", errors="replace"))
+    return parse_passwd(read_file(path, MAX_PASSWD_BYTES).decode("utf-8", errors="replace"))
 
 
 def check_passwd_file(path: str) -> None:
@@ -79,8 +94,10 @@ def check_passwd_file(path: str) -> None:
         raise PasswdFileError(f"passwd file {path}: is a directory, expected a file") from None
     except PermissionError:
         raise PasswdFileError(f"passwd file {path}: permission denied; {hint}") from None
+    except FileRefused as err:
+        raise PasswdFileError(f"passwd file {path}: {err}") from None
     except OSError as err:
-        raise PasswdFileError(f"passwd file {path}: cannot be read: {err.strerror}") from None
+        raise PasswdFileError(f"passwd file {path}: cannot be read: {describe(err)}") from None
     if not users:
         raise PasswdFileError(
             f"passwd file {path}: no valid 'name:password:uid:...' line; is this a passwd file?"
@@ -110,6 +127,7 @@ class PasswdFile:
         self._last_check: float | None = None
         self._failing = False
         self._errors = 0
+        self._reloads_seen = _reload_requests
         self.generation = 0  # bumped whenever the uid -> name table changes
 
     def name(self, uid: int) -> str:
@@ -125,27 +143,35 @@ class PasswdFile:
         """
         with self._lock:
             now = self._clock()
+            requested = self._reloads_seen != _reload_requests
             if (
                 not force
+                and not requested
                 and self._last_check is not None
                 and now - self._last_check < self._check_interval
             ):
                 return
             self._last_check = now
+            self._reloads_seen = _reload_requests
             try:
                 info = os.stat(self.path)
                 identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
-                if identity == self._identity and not self._failing:
+                if identity == self._identity and not self._failing and not requested:
                     return
                 users = _read_passwd(self.path)
-            except (OSError, PasswdFileError):
+            except OSError as err:
                 self._errors += 1
+                if not self._failing:
+                    log.warning("passwd file %s cannot be read (%s); users show as numeric uids "
+                                "until it can", self.path, describe(err))
                 self._failing = True
                 if self._users:
                     self._users = {}
                     self.generation += 1
                 self._identity = None
                 return
+            if self._failing or requested:
+                log.info("passwd file %s read: %d users", self.path, len(users))
             self._failing = False
             self._identity = identity
             if users != self._users:

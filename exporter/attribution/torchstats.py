@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from exporter.attribution.enrich import SKIPPED_SOURCES, merge_errors
 from exporter.attribution.owners import ProcfsFormatError, parse_stat
 from exporter.attribution.pidcache import CollectionScoped
+from exporter.files import read_file_stat, read_small
 from exporter.metrics.allocator import PUBLISHED_FIELDS
 from exporter.snapshot import GpuProcess, GpuReading, Snapshot
 
@@ -69,7 +70,6 @@ class TorchMemory:
     peak_allocated_bytes: int | None = None
     alloc_retries: int | None = None
     ooms: int | None = None
-    published_at: float = 0.0  # Unix seconds the file was written (its mtime)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +94,7 @@ class TorchFileError(ValueError):
     """A publisher file is malformed (message names what is wrong)."""
 
 
-def parse_document(data: bytes, *, mtime: float) -> tuple[int, int, int, float, tuple[
+def parse_document(data: bytes) -> tuple[int, int, int, float, tuple[
         tuple[str, TorchMemory], ...]]:
     """(pid, start ticks, pid namespace, interval, devices) from a file's bytes.
 
@@ -136,7 +136,6 @@ def parse_document(data: bytes, *, mtime: float) -> tuple[int, int, int, float, 
             peak_allocated_bytes=_optional_count(device, "peak_allocated_bytes"),
             alloc_retries=_optional_count(device, "alloc_retries"),
             ooms=_optional_count(device, "ooms"),
-            published_at=mtime,
         )
         parsed.append((uuid, memory))
     return pid, start_ticks, pid_namespace, float(interval), tuple(parsed)
@@ -252,9 +251,9 @@ class TorchStatsReader(CollectionScoped[_Process, TorchFile | None]):
     def _list(self) -> list[tuple[str, os.stat_result]]:
         found: list[tuple[str, os.stat_result]] = []
         with os.scandir(self.directory) as entries:
-            for entry in entries:
-                if len(found) >= self._max_files:
-                    break
+            for looked, entry in enumerate(entries):
+                if looked >= self._max_files:
+                    break  # counted over every entry: a directory of junk names is bounded too
                 if _NAME.match(entry.name) is None:
                     continue  # temporary files (".<name>.tmp") and anything else
                 try:
@@ -288,21 +287,10 @@ class TorchStatsReader(CollectionScoped[_Process, TorchFile | None]):
         if not stat.S_ISREG(info.st_mode) or info.st_size > self._max_file_bytes:
             raise TorchFileError("not a regular file of acceptable size")
         path = os.path.join(self.directory, name)
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            opened = os.fstat(fd)
-            if not stat.S_ISREG(opened.st_mode):
-                raise TorchFileError("not a regular file")
-            data = os.read(fd, self._max_file_bytes + 1)
-        finally:
-            os.close(fd)
-        if len(data) > self._max_file_bytes:
-            raise TorchFileError("file too large")
+        data, opened = read_file_stat(path, self._max_file_bytes, follow_symlinks=False)
         match = _NAME.match(name)
         assert match is not None  # _list keeps matching names only
-        pid, start_ticks, pid_namespace, interval, devices = parse_document(
-            data, mtime=opened.st_mtime
-        )
+        pid, start_ticks, pid_namespace, interval, devices = parse_document(data)
         if (pid, start_ticks, pid_namespace) != tuple(int(g) for g in match.groups()):
             raise TorchFileError("contents do not match the file name")
         return TorchFile(
@@ -345,7 +333,7 @@ class TorchStatsReader(CollectionScoped[_Process, TorchFile | None]):
 
     def _alive(self, pid: int, start_ticks: int) -> bool:
         try:
-            _, ticks = parse_stat(_read_small(f"{self._procfs}/{pid}/stat"))
+            _, ticks = parse_stat(read_small(f"{self._procfs}/{pid}/stat"))
         except (FileNotFoundError, ProcessLookupError):
             return False
         except (OSError, ProcfsFormatError):
@@ -385,7 +373,7 @@ class TorchStatsReader(CollectionScoped[_Process, TorchFile | None]):
     def _process(self, pid: int) -> _Process | None:
         base = f"{self._procfs}/{pid}"
         try:
-            _, start_ticks = parse_stat(_read_small(f"{base}/stat"))
+            _, start_ticks = parse_stat(read_small(f"{base}/stat"))
         except (OSError, ProcfsFormatError):
             self._pids.entries.pop(pid, None)
             return None
@@ -393,7 +381,7 @@ class TorchStatsReader(CollectionScoped[_Process, TorchFile | None]):
         if cached is not None and cached.start_ticks == start_ticks:
             return cached
         try:
-            uid, own_pid = parse_status_ids(_read_small(f"{base}/status", _STATUS_LIMIT))
+            uid, own_pid = parse_status_ids(read_small(f"{base}/status", _STATUS_LIMIT))
         except (OSError, ProcfsFormatError):
             return None
         process = _Process(start_ticks, own_pid or pid, uid, _namespace_of(f"{base}/ns/pid"))
@@ -431,14 +419,6 @@ def _namespace_of(link: str) -> int | None:
     except OSError:
         return None
     return int(match.group(1)) if match else None
-
-
-def _read_small(path: str, limit: int = 4096) -> bytes:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        return os.read(fd, limit)
-    finally:
-        os.close(fd)
 
 
 def _drop(index: dict[tuple[int, int], list[TorchFile]], file: TorchFile | None) -> None:

@@ -1,8 +1,9 @@
 """The idle-accounting counters: one series per row of ``Snapshot.accounting``.
 
-Labels are ``user`` plus ``namespace``/``pod`` (``--kubernetes``) and ``slurm_job``
-(``--slurm``); the enricher (``exporter.attribution.accounting``) keeps rows apart by exactly
-the labels switched on, so no two rows share a series.
+Labels are ``user`` plus the ``group_by`` labels of the workload kinds switched on
+(``namespace``/``pod`` with ``--kubernetes``, ``slurm_job`` with ``--slurm``); the enricher
+(``exporter.attribution.accounting``) keeps rows apart by exactly those labels, so no two rows
+share a series.
 """
 
 from __future__ import annotations
@@ -17,16 +18,17 @@ __all__ = ["accounting_families", "accounting_label_names"]
 
 def accounting_label_names(options: ExpositionOptions) -> tuple[str, ...]:
     """Label names of the accounting counters under ``options``."""
-    return ("user", *(("namespace", "pod") if options.kubernetes_labels else ()),
-            *(("slurm_job",) if options.slurm_labels else ()))
+    return ("user", *options.workload_labels.group_by)
 
 
 def accounting_families(snapshot: Snapshot, options: ExpositionOptions) -> list[FamilyData]:
     """One family per accounting row whose group is on (families without samples left out)."""
     if not snapshot.accounting:
         return []
-    names = accounting_label_names(options)  # also the AccountingRow fields holding them
-    keys = [tuple(getattr(row, name) for name in names) for row in snapshot.accounting]
+    names = accounting_label_names(options)
+    group_by = names[1:]
+    keys = [(row.user, *(row.workload.get(name, "") for name in group_by))
+            for row in snapshot.accounting]
     found = []
     for metric in ACCOUNTING_ROWS:
         if metric.group not in options.groups:

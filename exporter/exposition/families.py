@@ -19,7 +19,7 @@ from prometheus_client.core import (
 from prometheus_client.metrics_core import Metric as Family
 
 from exporter.metrics import Kind, Metric
-from exporter.snapshot import GpuIdentity
+from exporter.snapshot import GpuIdentity, Value
 
 __all__ = ["Family", "FamilyData", "family", "gpu_label_values"]
 
@@ -40,6 +40,19 @@ class FamilyData:
     def add(self, values: tuple[str, ...], value: float) -> None:
         """Append one sample; ``values`` are in the order of ``labels``."""
         self.rows.append((values, value))
+
+    def add_value(self, values: tuple[str, ...], value: Value) -> None:
+        """Append a stored value: a number is one sample; a mapping one sample per value of
+        the row's extra label, in ``label_values`` order (others are left out, so a driver's
+        new reason cannot create surprise series)."""
+        rows = self.rows
+        if isinstance(value, (int, float)):
+            rows.append((values, value))
+            return
+        for label in self.metric.label_values:
+            labelled = value.get(label)
+            if labelled is not None:
+                rows.append(((*values, label), labelled))
 
     def to_family(self) -> Family:
         """The equivalent prometheus_client family (fresh object).

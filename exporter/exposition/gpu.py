@@ -1,9 +1,8 @@
 """Per-GPU families: ``gpu_info``/``gpu_up`` and one family per per-GPU row.
 
 The per-GPU rows (``exporter.metrics.GPU_ROWS``) are exposed generically from
-``GpuReading.values``: a number becomes one series, a mapping one series per value of the
-row's extra label (in ``label_values`` order; values a source reports beyond those are left
-out, so a driver's new throttle reason cannot create surprise series). An absent value leaves
+``GpuReading.values`` (``FamilyData.add_value``: a number becomes one series, a mapping one
+series per value of the row's extra label). An absent value leaves
 its series out (never 0 or NaN). A GPU with ``up=False`` exposes ``gpu_info`` and ``gpu_up 0``
 only, so one sick GPU neither hides nor pollutes the others.
 """
@@ -45,17 +44,10 @@ def gpu_families(snapshot: Snapshot, groups: frozenset[Group]) -> Iterator[Famil
         if row.group not in groups:
             continue
         result = family(row)
-        name, rows = row.name, result.rows
+        name, add = row.name, result.add_value
         for labels, values in healthy:
             value = values.get(name)
-            if value is None:
-                continue
-            if isinstance(value, (int, float)):
-                rows.append((labels, value))
-                continue
-            for label in row.label_values:
-                labelled = value.get(label)
-                if labelled is not None:
-                    rows.append(((*labels, label), labelled))
-        if rows:
+            if value is not None:
+                add(labels, value)
+        if result.rows:
             yield result

@@ -5,7 +5,7 @@
   device. XID codes are in ascending order.
 - MIG: one ``gpu_mig_instance_info`` and ``gpu_mig_processes`` per MIG device; memory once per
   GPU instance (its compute instances share it); memory per user per MIG device from the GPU's
-  (enriched) process list.
+  (enriched) process list; GPM activity (``exporter.metrics.activity``) once per GPU instance.
 
 Only GPUs that answered (``up``) are exposed, as for every per-GPU family.
 """
@@ -18,6 +18,7 @@ from exporter import metrics
 from exporter.exposition.families import FamilyData, family, gpu_label_values
 from exporter.health import XidStat
 from exporter.metrics import UNKNOWN_VALUE, Group
+from exporter.metrics.activity import PER_INSTANCE
 from exporter.snapshot import GpuReading, Snapshot
 
 __all__ = ["health_families"]
@@ -79,6 +80,24 @@ def _mig_families(gpus: _Labelled) -> Iterator[FamilyData]:
     yield from (f for f in (info, used, total, processes, users) if f.rows)
 
 
+def _mig_activity_families(gpus: _Labelled, groups: frozenset[Group]) -> Iterator[FamilyData]:
+    """GPM figures per MIG GPU instance (``MigDevice.activity``, shared by its CIs)."""
+    for gpu_row, mig_row in PER_INSTANCE:
+        if mig_row.group not in groups:
+            continue
+        result = family(mig_row)
+        for labels, gpu in gpus:
+            seen: set[int] = set()
+            for device in gpu.mig or ():
+                value = device.activity.get(gpu_row.name)
+                if value is None or device.gpu_instance in seen:
+                    continue
+                seen.add(device.gpu_instance)
+                result.add_value((*labels, str(device.gpu_instance), device.profile), value)
+        if result.rows:
+            yield result
+
+
 def health_families(snapshot: Snapshot, groups: frozenset[Group]) -> Iterator[FamilyData]:
     """XID families (group ``xid``) and MIG families (group ``mig``) of answering GPUs."""
     healthy = [(gpu_label_values(gpu.identity), gpu) for gpu in snapshot.gpus if gpu.up]
@@ -86,3 +105,4 @@ def health_families(snapshot: Snapshot, groups: frozenset[Group]) -> Iterator[Fa
         yield from _xid_families(healthy)
     if Group.MIG in groups:
         yield from _mig_families(healthy)
+        yield from _mig_activity_families(healthy, groups)

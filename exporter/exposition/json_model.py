@@ -13,13 +13,13 @@ collector groups that are switched off are ``null`` and processes are omitted wh
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from exporter.attribution.workloads import KUBERNETES
 from exporter.metrics import GPU_ROWS, PROCESS_ROWS, Group, Metric
-from exporter.snapshot import GpuProcess, GpuReading, ProcessType
+from exporter.snapshot import GpuProcess, GpuReading, ProcessType, Workload
 from exporter.state import ExporterState, ExpositionOptions
 
 __all__ = ["GpuModel", "PodModel", "ProcessModel", "SnapshotResponse", "gpu_model",
@@ -141,9 +141,19 @@ else:
     GpuModel.__doc__ = _GpuBase.__doc__
 
 
+def pod_model(workload: Workload | None) -> PodModel | None:
+    """The Kubernetes container of a process in a pod (None for any other process)."""
+    if workload is None or workload.kind != KUBERNETES.name:
+        return None
+    labels, ids = workload.labels, workload.ids
+    return PodModel(pod_uid=ids.get("pod_uid", ""), container_id=ids.get("container_id"),
+                    namespace=labels.get("namespace") or None, pod=labels.get("pod") or None,
+                    container=labels.get("container") or None)
+
+
 def process_model(process: GpuProcess, groups: frozenset[Group]) -> ProcessModel:
     """Mirror one ``GpuProcess`` (rows of switched-off groups are null)."""
-    owner, pod = process.owner, process.pod
+    owner = process.owner
     row_values = {row.name: value for row in PROCESS_ROWS
                   if row.process_value and (value := row.process_value(process)) is not None}
     return ProcessModel(
@@ -153,7 +163,7 @@ def process_model(process: GpuProcess, groups: frozenset[Group]) -> ProcessModel
         uid=owner.uid if owner else None,
         process_name=owner.name if owner else None,
         cmdline=owner.cmdline if owner else None,
-        pod=None if pod is None else PodModel(**asdict(pod)),
+        pod=pod_model(process.workload),
         **_json_values(PROCESS_ROWS, row_values, groups),
     )
 

@@ -2,10 +2,10 @@
 
 Cardinality rules (``ExpositionOptions``):
 - ``pid_label=False`` drops ``pid``; processes that then share every remaining label value
-  (same GPU, process name, user, uid and pod) are summed into one series.
+  (same GPU, process name, user, uid and workload) are summed into one series.
 - At most ``max_process_series_per_gpu`` process series per GPU, overflow series included:
   the largest by memory are kept and the rest are summed into one series whose
-  pid/process/user/uid (and pod) labels are ``metrics.OVERFLOW_VALUE``.
+  pid/process/user/uid (and workload) labels are ``metrics.OVERFLOW_VALUE``.
 - Per-user totals and ``gpu_processes`` count every process, capped or not.
 """
 
@@ -72,17 +72,7 @@ def _row_values(process: GpuProcess) -> list[float | None]:
 def process_label_names(options: ExpositionOptions) -> tuple[str, ...]:
     """Label names of per-process series under ``options`` (catalogue order)."""
     names = tuple(n for n in metrics.PROCESS_LABELS if options.pid_label or n != "pid")
-    if options.kubernetes_labels:
-        names += metrics.KUBERNETES_LABELS
-    if options.container_labels:
-        names += tuple(n for n in metrics.CONTAINER_LABELS if n not in names)
-    if options.slurm_labels:
-        names += metrics.SLURM_LABELS
-    return names
-
-
-def _attributed(options: ExpositionOptions) -> bool:
-    return options.kubernetes_labels or options.container_labels or options.slurm_labels
+    return names + options.workload_labels.names
 
 
 def _labels(
@@ -94,27 +84,9 @@ def _labels(
         who = (metrics.UNKNOWN_VALUE, metrics.UNKNOWN_VALUE, metrics.UNKNOWN_VALUE)
     else:
         who = (owner.name, owner.user, str(owner.uid))
-    if not _attributed(options):
+    if not options.workload_labels.kinds:
         return (*gpu, *pid, *who)
-    return (*gpu, *pid, *who, *_workload(process, options))
-
-
-def _workload(process: GpuProcess, options: ExpositionOptions) -> tuple[str, ...]:
-    """Values of the workload labels switched on (empty strings for a host process)."""
-    labels: tuple[str, ...] = ()
-    pod, box = process.pod, process.container
-    # ``container`` names the Kubernetes container, or with --containers a plain one.
-    box_name = (box.name or "") if box is not None and options.container_labels else ""
-    if options.kubernetes_labels:
-        labels += ((pod.namespace or "", pod.pod or "", pod.container or "") if pod is not None
-                   else ("", "", box_name))
-    if options.container_labels:
-        if not options.kubernetes_labels:
-            labels += (box_name,)
-        labels += (box.container_id[:12] if box is not None else "",)
-    if options.slurm_labels:
-        labels += (process.slurm_job or "",)
-    return labels
+    return (*gpu, *pid, *who, *options.workload_labels.values(process.workload))
 
 
 def _overflow_labels(gpu: tuple[str, str], options: ExpositionOptions) -> tuple[str, ...]:
@@ -223,7 +195,7 @@ def _add_unmerged(gpu: GpuReading, options: ExpositionOptions,
     if not options.pid_label or len(processes) > max(options.max_process_series_per_gpu, 0):
         return False
     gpu_labels = gpu_label_values(gpu.identity)
-    if _attributed(options):
+    if options.workload_labels.kinds:
         keys = [_labels(gpu_labels, proc, options) for proc in processes]
     else:  # what _labels gives, inlined: this runs for every process of every snapshot
         unknown = (metrics.UNKNOWN_VALUE,) * 3
@@ -254,18 +226,18 @@ def _workload_totals(gpus: Iterable[GpuReading], options: ExpositionOptions
                      ) -> tuple[FamilyData, FamilyData]:
     """Memory and summed utilisation per (GPU, workload); processes of no workload are left
     out (they are in the per-user totals)."""
-    names = (*metrics.GPU_LABELS, *process_label_names(options)[len(process_label_names(
-        ExpositionOptions(pid_label=options.pid_label))):])
+    workloads = options.workload_labels
+    names = (*metrics.GPU_LABELS, *workloads.names)
     memory = family(metrics.WORKLOAD_MEMORY, names)
     utilization = family(metrics.WORKLOAD_UTILIZATION, names)
-    if not _attributed(options):
+    if not workloads.kinds:
         return memory, utilization
     for gpu in gpus:
         labels = gpu_label_values(gpu.identity)
         used: dict[tuple[str, ...], int] = {}
         busy: dict[tuple[str, ...], float] = {}
         for proc in gpu.processes:
-            workload = _workload(proc, options)
+            workload = workloads.values(proc.workload)
             if not any(workload):
                 continue
             if proc.used_memory_bytes is not None:

@@ -1,6 +1,7 @@
 """The one catalogue of every metric gpu-exporter exposes: one row (``Metric``) per metric.
 
-Rows live in ``gpu`` (per GPU), ``process`` (per process and per user), ``allocator`` (per
+Rows live in ``gpu`` (per GPU), ``activity`` (per GPU and MIG instance, from GPM),
+``process`` (per process and per user), ``allocator`` (per
 process, PyTorch's allocator as the process publishes it), ``accounting`` (per user on the
 host, the idle-accounting counters) and ``self_metrics`` (the exporter
 itself); ``core`` says what a row holds. The NVML read, the simulated value,
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from exporter.metrics import (
     accounting,
+    activity,
     allocator,
     attribution,
     gpu,
@@ -21,34 +23,44 @@ from exporter.metrics import (
     process,
     self_metrics,
 )
-from exporter.metrics.accounting import ACCOUNTING_LABELS
+from exporter.metrics.activity import (
+    DRAM_ACTIVE,
+    GPM_STATUS,
+    GRAPHICS_ACTIVE,
+    MIG_SM_ACTIVE,
+    NVLINK_TRAFFIC,
+    PCIE_TRAFFIC,
+    PIPE_ACTIVE,
+    SM_ACTIVE,
+    SM_OCCUPANCY,
+    TENSOR_ACTIVE,
+    TENSOR_PIPE_ACTIVE,
+)
 from exporter.metrics.attribution import (
     ALLOCATION_INFO,
     ALLOCATION_LABELS,
     POD_RESOURCES_STATUS,
     POD_RESOURCES_UP,
-    WORKLOAD_LABELS,
     WORKLOAD_MEMORY,
     WORKLOAD_UTILIZATION,
 )
 from exporter.metrics.core import (
-    CONTAINER_LABELS,
     GPU_LABELS,
-    KUBERNETES_LABELS,
     OPT_IN_GROUPS,
     OVERFLOW_VALUE,
     PREFIX,
     PROCESS_LABELS,
     SELF_PREFIX,
-    SLURM_LABELS,
     SWITCHABLE_GROUPS,
     UNITS,
     UNKNOWN_VALUE,
     Constant,
     Fold,
+    GpmField,
     Group,
     Kind,
     Metric,
+    NvmlGpm,
     NvmlRead,
     NvmlSpecial,
     Scope,
@@ -121,10 +133,10 @@ from exporter.metrics.self_metrics import (
     PROCESS_SERIES_OVERFLOW,
     SOURCE_UP,
 )
-from exporter.snapshot import Value
+from exporter.snapshot import GpuReading, Value
 
 #: The modules holding rows, in documentation order (a new row module is added here).
-_ROW_MODULES = (gpu, health, process, allocator, attribution, accounting, self_metrics)
+_ROW_MODULES = (gpu, health, activity, process, allocator, attribution, accounting, self_metrics)
 
 #: Every row, in documentation order (per GPU, per process, the exporter itself).
 CATALOGUE: tuple[Metric, ...] = tuple(
@@ -135,8 +147,17 @@ BY_NAME: dict[str, Metric] = {metric.name: metric for metric in CATALOGUE}
 GPU_ROWS: tuple[Metric, ...] = tuple(m for m in CATALOGUE if m.scope is Scope.GPU)
 #: One series per process (exposition order within each group).
 PROCESS_ROWS: tuple[Metric, ...] = tuple(m for m in CATALOGUE if m.scope is Scope.PROCESS)
+#: Per-GPU rows read from GPM (the status row included).
+GPM_ROWS: tuple[Metric, ...] = tuple(m for m in GPU_ROWS if isinstance(m.nvml, NvmlGpm))
 #: Per user (pod, Slurm job) on the host: the idle-accounting counters.
 ACCOUNTING_ROWS: tuple[Metric, ...] = tuple(m for m in CATALOGUE if m.scope is Scope.ACCOUNTING)
+
+
+def gpu_activity(reading: GpuReading) -> float | None:
+    """How busy the GPU really was: SM activity where GPM reports it, else utilisation (None:
+    neither was read). The alerts' recorded activity is the same choice, in PromQL."""
+    found = reading.value(SM_ACTIVE.name)
+    return reading.value(UTILIZATION.name) if found is None else found
 
 
 def markdown_table() -> str:
@@ -152,7 +173,6 @@ def markdown_table() -> str:
 
 
 __all__ = [
-    "ACCOUNTING_LABELS",
     "ACCOUNTING_ROWS",
     "ALLOCATION_INFO",
     "ALLOCATION_LABELS",
@@ -161,21 +181,23 @@ __all__ = [
     "CATALOGUE",
     "COLLECTION_DURATION",
     "COLLECTION_SUCCESS",
-    "CONTAINER_LABELS",
     "DATA_AGE",
+    "DRAM_ACTIVE",
     "ECC_AGGREGATE",
     "ECC_ERRORS",
     "ENERGY",
     "ERRORS",
     "FAN_SPEED",
+    "GPM_ROWS",
+    "GPM_STATUS",
     "GPU_INFO",
     "GPU_LABELS",
     "GPU_ROWS",
     "GPU_UP",
+    "GRAPHICS_ACTIVE",
     "GRAPHICS_CLOCK",
     "HEALTH_EVENTS",
     "HEALTH_EVENT_COUNT",
-    "KUBERNETES_LABELS",
     "LAST_SUCCESS",
     "LAST_XID",
     "MEMORY_CLOCK",
@@ -189,12 +211,16 @@ __all__ = [
     "MIG_MEMORY_TOTAL",
     "MIG_MEMORY_USED",
     "MIG_PROCESSES",
+    "MIG_SM_ACTIVE",
     "MIG_USER_MEMORY",
     "MIG_XID_ERRORS",
+    "NVLINK_TRAFFIC",
     "OPT_IN_GROUPS",
     "OVERFLOW_VALUE",
     "PCIE_THROUGHPUT",
+    "PCIE_TRAFFIC",
     "PERFORMANCE_STATE",
+    "PIPE_ACTIVE",
     "POD_RESOURCES_STATUS",
     "POD_RESOURCES_UP",
     "POWER_LIMIT",
@@ -215,11 +241,14 @@ __all__ = [
     "RETIRED_PAGES",
     "RETIRED_PENDING",
     "SELF_PREFIX",
-    "SLURM_LABELS",
+    "SM_ACTIVE",
     "SM_CLOCK",
+    "SM_OCCUPANCY",
     "SOURCE_UP",
     "SWITCHABLE_GROUPS",
     "TEMPERATURE",
+    "TENSOR_ACTIVE",
+    "TENSOR_PIPE_ACTIVE",
     "THERMAL_THROTTLE_REASONS",
     "THROTTLE_ACTIVE",
     "THROTTLE_REASONS",
@@ -230,21 +259,23 @@ __all__ = [
     "USER_PROCESSES",
     "USER_UTILIZATION_MAX",
     "UTILIZATION",
-    "WORKLOAD_LABELS",
     "WORKLOAD_MEMORY",
     "WORKLOAD_UTILIZATION",
     "XID_ERRORS",
     "XID_EVENTS_REGISTERED",
     "Constant",
     "Fold",
+    "GpmField",
     "Group",
     "Kind",
     "Metric",
+    "NvmlGpm",
     "NvmlRead",
     "NvmlSpecial",
     "Scope",
     "Value",
     "default_groups",
+    "gpu_activity",
     "markdown_table",
     "nvml",
 ]

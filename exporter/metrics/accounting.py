@@ -11,18 +11,20 @@ processes. Counters start at 0 when the exporter starts.
 
 from __future__ import annotations
 
+from exporter.attribution.workloads import every_kind
 from exporter.metrics.core import Group, Kind, Metric, Scope
 
-#: Labels of the accounting counters (``namespace``/``pod`` with --kubernetes, ``slurm_job``
-#: with --slurm; the exposition drops those switched off).
-ACCOUNTING_LABELS: tuple[str, ...] = ("user", "namespace", "pod", "slurm_job")
+#: Labels of the accounting counters: ``user``, then the ``group_by`` labels of every workload
+#: kind (``namespace``/``pod`` with --kubernetes, ``slurm_job`` with --slurm; the exposition
+#: drops those switched off).
+_LABELS = ("user", *every_kind().group_by)
 
 
 def _counter(name: str, group: Group, help_text: str) -> Metric:
     # Dashboards chart them through the accounting records, not by name.
     return Metric(name, Kind.COUNTER, group, help_text + " Since the exporter started; "
                   "its rate() is the quantity held per second.",
-                  labels=ACCOUNTING_LABELS, scope=Scope.ACCOUNTING, charted=False)
+                  labels=_LABELS, scope=Scope.ACCOUNTING, charted=False)
 
 
 HELD_MEMORY_SECONDS = _counter(
@@ -42,8 +44,9 @@ IDLE_MEMORY_SECONDS = _counter(
 )
 IDLE_GPU_SECONDS = _counter(
     "gpu_accounting_idle_gpu_seconds_total", Group.PROCESS_UTILIZATION,
-    "GPU time held by one user's idle processes while the GPU itself idled (utilisation under "
-    "5 %), in GPU-seconds (memory shares, as for the time held).",
+    "GPU time held by one user's idle processes while the GPU itself idled (SM activity where "
+    "the GPU reports it, else utilisation, under 5 %), in GPU-seconds (memory shares, as for "
+    "the time held).",
 )
 USED_GPU_SECONDS = _counter(
     "gpu_accounting_used_gpu_seconds_total", Group.PROCESS_UTILIZATION,

@@ -7,6 +7,7 @@ the health of the PodResources poller. docs/attribution.md §4 explains the labe
 
 from __future__ import annotations
 
+from exporter.attribution.workloads import every_kind
 from exporter.metrics.core import GPU_LABELS, Group, Kind, Metric, Scope
 
 #: Labels of ``gpu_allocation_info``.
@@ -21,22 +22,21 @@ ALLOCATION_INFO = Metric(
     "for several containers. Value is always 1.",
     labels=ALLOCATION_LABELS, scope=Scope.ALLOCATION,
 )
-#: Labels naming a workload: a pod's, a plain container's, a Slurm job's (those switched on).
-WORKLOAD_LABELS: tuple[str, ...] = ("namespace", "pod", "container", "container_id",
-                                    "slurm_job")
+#: The per-workload families carry the labels of every workload kind (those switched on).
+_WORKLOAD_LABELS = (*GPU_LABELS, *every_kind().names)
 
 WORKLOAD_MEMORY = Metric(
     "gpu_workload_memory_used_bytes", Kind.GAUGE, Group.PROCESSES,
     "GPU memory held by all processes of one workload (pod, container or Slurm job, from "
     "their cgroups) on this GPU, in bytes: exact on shared GPUs too. Labels as switched on "
     "(--kubernetes, --containers, --slurm); host processes are not counted here.",
-    labels=(*GPU_LABELS, *WORKLOAD_LABELS), scope=Scope.GPU_SUMMARY,
+    labels=_WORKLOAD_LABELS, scope=Scope.GPU_SUMMARY,
 )
 WORKLOAD_UTILIZATION = Metric(
     "gpu_workload_utilization_ratio", Kind.GAUGE, Group.PROCESS_UTILIZATION,
     "Summed SM utilisation samples (0-1) of one workload's processes on this GPU: its share "
     "of a time-sliced GPU.",
-    labels=(*GPU_LABELS, *WORKLOAD_LABELS), scope=Scope.GPU_SUMMARY,
+    labels=_WORKLOAD_LABELS, scope=Scope.GPU_SUMMARY,
 )
 POD_RESOURCES_UP = Metric(
     "gpu_exporter_pod_resources_up", Kind.GAUGE, Group.EXPORTER,

@@ -3,7 +3,8 @@
 A row (``Metric``) is the one declaration of a metric. Everything else follows from it:
 
 - the NVML source reads per-GPU rows through their ``nvml`` spec (``NvmlRead`` for a plain
-  call, ``NvmlSpecial`` for the few reads that are genuinely special);
+  call, ``NvmlGpm`` for GPU Performance Monitoring figures, ``NvmlSpecial`` for the few reads
+  that are genuinely special);
 - the simulated source fills per-GPU rows with their ``simulate`` function of the simulated
   GPU's physical state;
 - exposition builds one family per row (per-GPU rows generically from ``GpuReading.values``,
@@ -53,13 +54,17 @@ class Group(str, Enum):
     REMAPPING = "remapping"  # row remapping and page retirement (memory repair)
     XID = "xid"  # XID errors and health events, counted in the background from NVML events
     MIG = "mig"  # MIG GPU / compute instances
+    GPM = "gpm"  # SM, tensor-pipe and DRAM activity from NVML's GPU Performance Monitoring
+    GPM_ENGINE = "gpm_engine"  # graphics-engine activity (GPM; a costly metric of its own)
     EXPORTER = "exporter"  # self-metrics, always on
 
 
 #: Groups that cost much more than the rest per GPU and are therefore off unless asked for
-#: (H200: energy ~2.8 ms, PCIe ~21 ms, BAR1 ~0.36 ms against ~0.03 ms for all default reads);
-#: torch needs the publisher in the training processes and a directory shared with them.
-OPT_IN_GROUPS: frozenset[Group] = frozenset({Group.ENERGY, Group.PCIE, Group.BAR1, Group.TORCH})
+#: (H200: energy ~2.8 ms, PCIe ~21 ms, BAR1 ~0.36 ms, GPM's graphics-engine metric ~1.5 ms,
+#: against ~0.03 ms for all default reads); torch needs the publisher in the training
+#: processes and a directory shared with them.
+OPT_IN_GROUPS: frozenset[Group] = frozenset({Group.ENERGY, Group.PCIE, Group.BAR1, Group.TORCH,
+                                             Group.GPM_ENGINE})
 #: Groups with ``--collector.<group>`` flags (the exporter's own metrics are always on).
 SWITCHABLE_GROUPS: tuple[Group, ...] = tuple(g for g in Group if g is not Group.EXPORTER)
 
@@ -97,13 +102,9 @@ SELF_PREFIX = "gpu_exporter_"
 
 #: Labels on every per-GPU series.
 GPU_LABELS: tuple[str, ...] = ("gpu", "uuid")
-#: Labels of per-process series (``pid`` can be switched off; pod labels only on Kubernetes).
+#: Labels of per-process series (``pid`` can be switched off; the labels of the workload kinds
+#: switched on follow: ``exporter.attribution.workloads``).
 PROCESS_LABELS: tuple[str, ...] = (*GPU_LABELS, "pid", "process", "user", "uid")
-KUBERNETES_LABELS: tuple[str, ...] = ("namespace", "pod", "container")
-#: Process labels of containers outside Kubernetes (``--containers``; ``container`` is shared
-#: with Kubernetes) and of Slurm jobs (``--slurm``).
-CONTAINER_LABELS: tuple[str, ...] = ("container", "container_id")
-SLURM_LABELS: tuple[str, ...] = ("slurm_job",)
 #: Label value used for processes folded into the overflow series when the per-GPU cap is hit,
 #: and for processes whose owner could not be resolved.
 OVERFLOW_VALUE = "__overflow__"
@@ -157,6 +158,31 @@ class NvmlSpecial:
     name: str
 
 
+@dataclass(frozen=True, slots=True)
+class GpmField:
+    """One GPM metric behind a row (or behind one value of its extra label), and the
+    dcgm-exporter field that reports the same figure (None: dcgm-exporter has none)."""
+
+    metric: Constant  # NVML_GPM_METRIC_* name and id
+    dcgm: str | None
+    label: str | None = None  # the row's extra label value (None: the row's one value)
+
+
+@dataclass(frozen=True, slots=True)
+class NvmlGpm:
+    """A per-GPU metric from NVML's GPU Performance Monitoring (Hopper and newer): the figure
+    over the window between this collection's GPM sample and the previous one.
+
+    ``scale`` turns GPM's unit (percent, MiB/s) into the base unit; ``nvlink`` rows are read
+    only on GPUs that have NVLink (GPM answers 0 for links that do not exist). A row without
+    ``fields`` is the reader's status, filled whenever a GPM row is read.
+    """
+
+    fields: tuple[GpmField, ...]
+    scale: float = 0.01
+    nvlink: bool = False
+
+
 def nvml(function: str, *args: Argument, attribute: str | None = None, scale: float = 1.0,
          divisor: float = 1.0, fallback: tuple[str, ...] = (),
          per_label: Mapping[str, tuple[Argument, ...]] | None = None,
@@ -171,7 +197,7 @@ class Metric:
 
     ``name`` is the full exposed name (for info metrics including ``_info``; for counters
     including ``_total``). ``labels`` lists the label names in exposition order; per-process
-    metrics may add ``KUBERNETES_LABELS`` and drop ``pid`` according to configuration.
+    metrics add the labels of the workload kinds switched on and may drop ``pid``.
     ``label_values`` lists, for a per-GPU metric with one extra label, that label's values in
     exposition order (other values a source reports are left out).
 
@@ -194,7 +220,7 @@ class Metric:
     labels: tuple[str, ...] = GPU_LABELS
     scope: Scope = Scope.GPU
     label_values: tuple[str, ...] = ()
-    nvml: NvmlRead | NvmlSpecial | None = None
+    nvml: NvmlRead | NvmlGpm | NvmlSpecial | None = None
     simulate: Callable[[SimulatedGpu], Value | None] | None = field(default=None, compare=False)
     json_field: str | None = None
     json_type: type[float] | type[int] | type[bool] = float

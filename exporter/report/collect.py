@@ -11,7 +11,6 @@ range, sampled every ``forgotten_step`` seconds, and one reads the details of th
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 from exporter import metrics, thresholds
@@ -134,8 +133,7 @@ def _explain_empty(client: PrometheusClient, span: TimeRange, matchers: str,
 
 
 def build_report(client: PrometheusClient, span: TimeRange, *, matchers: str = "",
-                 top: int = 10, progress: Progress | None = None,
-                 now: float | None = None) -> Report:
+                 top: int = 10, progress: Progress | None = None) -> Report:
     """Query Prometheus and assemble the ranked report.
 
     Raises:
@@ -145,7 +143,7 @@ def build_report(client: PrometheusClient, span: TimeRange, *, matchers: str = "
     loaded_interval = rule_interval(client)
     interval = loaded_interval or float(records.INTERVAL_SECONDS)
     report = Report(prometheus_url=client.base, start=span.start, end=span.end,
-                    interval_seconds=interval, generated_at=time.time() if now is None else now,
+                    interval_seconds=interval,
                     matchers=matchers)
     pieces = chunks(span)
     total = len(pieces) * len(records.LEVELS) + 1

@@ -17,7 +17,7 @@ from exporter.report import records
 from exporter.report.model import GIB, HOUR, ProcessRow, Report, Row, Usage
 from exporter.report.timerange import format_duration, iso
 
-__all__ = ["FORMATS", "render"]
+__all__ = ["csv_text", "json_text", "markdown", "sections", "summary_lines", "text"]
 
 KWH = 3.6e6
 
@@ -192,19 +192,3 @@ def json_text(report: Report) -> str:
     doc = asdict(report)
     doc["totals"]["used_ratio"] = report.totals.used_ratio
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
-
-
-def _html(report: Report) -> str:
-    from exporter.report.html import render_html  # noqa: PLC0415
-
-    return render_html(report)
-
-
-FORMATS: dict[str, Callable[[Report], str]] = {
-    "text": text, "markdown": markdown, "csv": csv_text, "json": json_text, "html": _html,
-}
-
-
-def render(report: Report, fmt: str) -> str:
-    """The report in ``fmt`` (one of ``FORMATS``)."""
-    return FORMATS[fmt](report)

@@ -9,18 +9,24 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
 from exporter.report.client import Connection, PrometheusClient, ReportError
 from exporter.report.collect import build_report
-from exporter.report.formats import FORMATS, render
+from exporter.report.formats import csv_text, json_text, markdown, text
+from exporter.report.html import render_html
+from exporter.report.model import Report
 from exporter.report.timerange import TimeRange, parse_duration
 
 __all__ = ["main"]
 
 PROG = "gpu-exporter report"
+#: ``--format`` -> how the report is written.
+FORMATS: dict[str, Callable[[Report], str]] = {
+    "text": text, "markdown": markdown, "csv": csv_text, "json": json_text, "html": render_html,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                               progress=ProgressLine(sys.stderr) if show else None)
     except ReportError as exc:
         return _fail(str(exc))
-    text = render(report, args.format)
+    text = FORMATS[args.format](report)
     if args.output is None:
         sys.stdout.write(text)
         return 0

@@ -70,7 +70,6 @@ class Report:
     start: float
     end: float
     interval_seconds: float
-    generated_at: float
     matchers: str = ""
     totals: Usage = field(default_factory=Usage)
     users: list[Row] = field(default_factory=list)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from exporter import metrics
+from exporter.attribution.workloads import KUBERNETES, SLURM
 
 #: How often the accounting group runs; every total multiplies by it.
 INTERVAL: Final = "1m"
@@ -23,8 +24,8 @@ RATE_WINDOW: Final = "2m"
 GROUP: Final = "gpu-exporter-accounting"
 RULE_FILE: Final = "gpu-exporter-accounting.yaml"
 
-#: The batch-job label on process series (Slurm job id; none until an enricher adds it).
-JOB_LABEL: Final = "slurm_job"  # the exporter's --slurm label (metrics.core.SLURM_LABELS)
+#: The batch-job label on process series (the Slurm job id, with the exporter's --slurm).
+JOB_LABEL: Final = SLURM.group_by[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +41,7 @@ class Level:
 
 
 USER: Final = Level("instance_user", ("user",))
-POD: Final = Level("instance_namespace_pod", ("namespace", "pod"))
+POD: Final = Level("instance_namespace_pod", KUBERNETES.group_by)
 JOB: Final = Level("instance_job", (JOB_LABEL, "user"))
 LEVELS: Final = (USER, POD, JOB)
 

@@ -18,7 +18,9 @@ are open: ~1,100 of them exhausted file descriptors and stopped every scrape. He
   after an idle spell), and an idle keep-alive connection lasts ``idle_timeout``;
 - ``guarded_protocol`` is uvicorn's httptools protocol reporting those transitions, bounding
   a request head to ``MAX_HEAD_BYTES`` (431 beyond it: the httptools parser has no bound of
-  its own) and checking ``client_allowed_sans`` of a verified client certificate.
+  its own), bounding the requests pipelined on one connection that wait for their turn
+  (``MAX_PIPELINED``: reading pauses beyond it, every request is still answered in order) and
+  checking ``client_allowed_sans`` of a verified client certificate.
 
 httptools (llhttp, in C) rather than uvicorn's pure-Python h11 protocol: under a flood of
 scrapes it halved the exporter's CPU per answer (``bench/bench_load.py``,
@@ -52,6 +54,11 @@ SWEEP_SECONDS = 0.5
 #: Longest request head (request line and headers) accepted: h11's default bound, which the
 #: server applied while it parsed with h11.
 MAX_HEAD_BYTES = 16 * 1024
+#: Requests pipelined on one connection parsed ahead of the one being answered; reading the
+#: connection pauses beyond it (a client that pipelines faster than it reads answers would
+#: otherwise queue requests without bound). The socket buffers the rest.
+MAX_PIPELINED = 256
+_HEAD_END = b"\r\n\r\n"
 _HEAD_TOO_LARGE_TEXT = b"request head over %d bytes\n" % MAX_HEAD_BYTES
 _HEAD_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
                    b"content-type: text/plain; charset=utf-8\r\n"
@@ -278,7 +285,9 @@ def guarded_protocol(
     class GuardedHttpToolsProtocol(HttpToolsProtocol):
         _fd = -1
         _in_head = False  # a request head has begun and is not complete yet
-        _head_bytes = 0  # bytes received since it began (counted per read: a close bound)
+        _head_bytes = 0  # bytes of it received so far (an upper bound, see data_received)
+        _heads_begun = 0  # request heads begun since the connection opened
+        _refused = False  # a head over the bound was answered 431: ignore the rest
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -292,28 +301,68 @@ def guarded_protocol(
         def _in_request(self) -> bool:
             return self.cycle is not None and not self.cycle.response_complete
 
+        def _refuse_head(self) -> None:
+            """431 and close, once the requests pipelined before this head are answered."""
+            self._refused = True
+            self.flow.pause_reading()  # nothing after it is read
+            busy = (self.cycle is not None and not self.cycle.response_complete) or self.pipeline
+            if not busy and not self.transport.is_closing():
+                self.transport.write(_HEAD_TOO_LARGE)
+                self.transport.close()
+
         def on_message_begin(self) -> None:
+            if self._refused:
+                return
             super().on_message_begin()
             self._in_head, self._head_bytes = True, 0
+            self._heads_begun += 1
 
         def on_headers_complete(self) -> None:
+            if self._refused:
+                return
             self._in_head = False
+            # A head that arrived whole within one read: its size from what was parsed.
+            size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+            if size > MAX_HEAD_BYTES:
+                self._refuse_head()
+                return
             super().on_headers_complete()
+
+        def on_body(self, body: bytes) -> None:
+            if not self._refused:
+                super().on_body(body)
+
+        def on_message_complete(self) -> None:
+            if not self._refused:
+                super().on_message_complete()
 
         def data_received(self, data: bytes) -> None:
             table.mark(self._fd, State.READING)
+            begun = self._heads_begun
             super().data_received(data)
             if self._in_head:
-                self._head_bytes += len(data)
-                if self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
-                    self.transport.write(_HEAD_TOO_LARGE)
-                    self.transport.close()
+                # The head still open began in this read if one began at all, and then after
+                # the read's last CRLFCRLF (no head contains one): only those bytes are its.
+                # Counting the whole read would refuse pipelined requests (431) once a read
+                # held more than MAX_HEAD_BYTES of them.
+                if self._heads_begun != begun:
+                    self._head_bytes = len(data) - (data.rfind(_HEAD_END) + len(_HEAD_END)
+                                                    if _HEAD_END in data else 0)
+                else:
+                    self._head_bytes += len(data)
+                if self._head_bytes > MAX_HEAD_BYTES:
+                    self._refuse_head()
                     return
             if self._in_request():
                 table.mark(self._fd, State.BUSY)
 
         def on_response_complete(self) -> None:
-            super().on_response_complete()
+            super().on_response_complete()  # starts the next pipelined request, resumes reading
+            if self._refused:
+                self._refuse_head()
+                return
+            if len(self.pipeline) > MAX_PIPELINED:
+                self.flow.pause_reading()  # resumed by a later response, once under the bound
             table.mark(self._fd, State.BUSY if self._in_request() else State.IDLE)
 
     return GuardedHttpToolsProtocol

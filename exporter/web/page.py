@@ -13,7 +13,14 @@ from importlib import resources
 from string import Template
 
 from exporter import thresholds
-from exporter.metrics import MEMORY_USED, POWER_LIMIT, POWER_USAGE, TEMPERATURE, UTILIZATION
+from exporter.metrics import (
+    MEMORY_USED,
+    POWER_LIMIT,
+    POWER_USAGE,
+    TEMPERATURE,
+    UTILIZATION,
+    gpu_activity,
+)
 from exporter.metrics.process import last_active_seconds
 from exporter.report.timerange import format_duration
 from exporter.snapshot import GpuProcess, GpuReading
@@ -56,13 +63,13 @@ def _hints(gpu: GpuReading) -> str:
     hints = []
     used, total = gpu.value(MEMORY_USED.name), gpu.identity.memory_total_bytes
     ratio = used / total if used is not None and total > 0 else None
-    utilization = gpu.value(UTILIZATION.name)
+    activity = gpu_activity(gpu)
     temperature = gpu.value(TEMPERATURE.name)
     # The alerts' thresholds (the page sees one sample, the alerts an average over time).
     if ratio is not None and ratio > thresholds.MEMORY_USED_RATIO:
         hints.append("memory almost full")
     if (ratio is not None and ratio > thresholds.IDLE_GPU_MEMORY_RATIO
-            and utilization is not None and utilization < thresholds.IDLE_UTILIZATION_RATIO):
+            and activity is not None and activity < thresholds.IDLE_UTILIZATION_RATIO):
         hints.append("memory held but GPU idle")
     if temperature is not None and temperature > thresholds.TEMPERATURE_WARNING_CELSIUS:
         hints.append("hot: check cooling")
@@ -117,9 +124,8 @@ def _process_row(gpu: GpuReading, process: GpuProcess, now: float) -> str:
     owner = process.owner
     user = owner.user if owner is not None else "unknown"
     name = owner.name if owner is not None else "unknown"
-    pod = ""
-    if process.pod is not None and process.pod.pod:
-        pod = f"{process.pod.namespace or '?'}/{process.pod.pod}"
+    labels = process.workload.labels if process.workload is not None else {}
+    pod = f"{labels.get('namespace') or '?'}/{labels['pod']}" if labels.get("pod") else ""
     return (
         f"<tr><td>{gpu.identity.index}</td><td>{process.pid}</td><td>{_e(user)}</td>"
         f"<td>{_e(name)}</td><td>{_e(pod)}</td>"

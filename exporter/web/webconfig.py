@@ -9,6 +9,12 @@ line naming the key. Relative file names are relative to the web config file's d
 One key is ours: ``unauthenticated_paths`` (a list, at most ``/healthz`` and ``/readyz``)
 leaves those probe endpoints open when ``basic_auth_users`` is set, for kubelet probes.
 
+Every file (the config, certificates, keys, CAs) is read through ``exporter.files``: a FIFO,
+device, directory or oversized file is refused with one line, never opened for a blocking read,
+and OpenSSL only ever reads private temporary copies. Settings that weaken security (a file
+that other users may write, TLS versions below 1.2) are accepted with a warning
+(``WebConfig.warnings``, logged at every load).
+
 Unsupported toolkit features are refused, never silently ignored: ``client_auth_type``
 ``RequestClientCert``/``RequireAnyClientCert`` (Python's ssl cannot ask for a certificate
 without verifying it) and ``curve_preferences`` (Python < 3.13 sets one curve only).
@@ -22,6 +28,7 @@ import logging
 import os
 import re
 import ssl
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -29,7 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from exporter.config import parse_duration
+from exporter.config import check_range, parse_duration
+from exporter.files import describe, read_file_stat
 
 __all__ = [
     "OPENABLE_PATHS",
@@ -92,6 +100,11 @@ _CIPHERS: dict[str, str | None] = {
 #: Headers http_server_config.headers may set (exporter-toolkit's list).
 _HEADERS = ("Content-Security-Policy", "X-Frame-Options", "X-Content-Type-Options",
             "X-XSS-Protection", "Strict-Transport-Security")
+#: Largest web config file, and largest certificate, key or CA file, read.
+MAX_CONFIG_BYTES = 1 << 20
+MAX_PEM_BYTES = 1 << 20
+#: Versions below TLS 1.2 (deprecated by RFC 8996): accepted with a warning.
+_WEAK_VERSIONS = frozenset({ssl.TLSVersion.TLSv1, ssl.TLSVersion.TLSv1_1})
 #: $2a$/$2b$/$2y$, two-digit cost, 53 characters of salt and hash.
 _BCRYPT = re.compile(r"\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}")
 
@@ -102,10 +115,10 @@ class TlsConfig:
 
     cert_file: str | None
     key_file: str | None
-    cert_pem: str | None  # inline ``cert``
-    key_pem: str | None  # inline ``key``
+    cert_pem: str  # inline ``cert``, or the text of ``cert_file``
+    key_pem: str  # inline ``key``, or the text of ``key_file``
     client_ca_file: str | None
-    client_ca_pem: str | None
+    client_ca_pem: str | None  # inline ``client_ca``, or the text of ``client_ca_file``
     verify_mode: ssl.VerifyMode
     client_allowed_sans: frozenset[str]
     min_version: ssl.TLSVersion
@@ -136,6 +149,7 @@ class WebConfig:
     headers: tuple[tuple[str, str], ...] = ()
     rate_limit: RateLimit | None = None
     unauthenticated_paths: frozenset[str] = frozenset()
+    warnings: tuple[str, ...] = ()  # settings that weaken security, logged at every load
 
     @property
     def fingerprint(self) -> str:
@@ -184,16 +198,25 @@ def _bool(value: Any, where: str, default: bool) -> bool:
     return value
 
 
-def _readable(path: str, where: str) -> str:
+def _writable_by_others(info: os.stat_result) -> bool:
+    return bool(info.st_mode & stat.S_IWOTH)
+
+
+def _pem_file(path: str, where: str, warnings: list[str]) -> str:
+    """The text of a certificate, key or CA file (bounded, regular files only)."""
     try:
-        with open(path, "rb") as handle:
-            handle.read(1)
+        data, info = read_file_stat(path, MAX_PEM_BYTES)
+        text = data.decode("ascii")
     except OSError as exc:
-        raise WebConfigError(f"{where}: cannot read {path}: {exc.strerror or exc}") from None
-    return path
+        raise WebConfigError(f"{where}: cannot read {path}: {describe(exc)}") from None
+    except UnicodeDecodeError:
+        raise WebConfigError(f"{where}: {path} is not PEM text") from None
+    if _writable_by_others(info):
+        warnings.append(f"{where}: {path} is writable by every user (chmod o-w it)")
+    return text
 
 
-def _tls(raw: Any, base: Path) -> TlsConfig:
+def _tls(raw: Any, base: Path, warnings: list[str]) -> TlsConfig:
     where = "tls_server_config"
     tls = _mapping(raw, where, (
         "cert_file", "key_file", "cert", "key", "client_ca_file", "client_ca",
@@ -203,17 +226,19 @@ def _tls(raw: Any, base: Path) -> TlsConfig:
     def file(key: str) -> str | None:
         if tls.get(key) is None:
             return None
-        return _readable(str(base / _string(tls[key], f"{where}.{key}")), f"{where}.{key}")
+        return str(base / _string(tls[key], f"{where}.{key}"))
+
+    def pem(key: str) -> str | None:
+        inline, path = tls.get(key), file(f"{key}_file")
+        if inline is not None and path is not None:
+            raise WebConfigError(f"{where}: set {key} or {key}_file, not both")
+        if path is not None:
+            return _pem_file(path, f"{where}.{key}_file", warnings)
+        return _string(inline, f"{where}.{key}") if inline is not None else None
 
     cert_file, key_file, ca_file = file("cert_file"), file("key_file"), file("client_ca_file")
-    cert_pem = _string(tls["cert"], f"{where}.cert") if tls.get("cert") is not None else None
-    key_pem = _string(tls["key"], f"{where}.key") if tls.get("key") is not None else None
-    ca_pem = (_string(tls["client_ca"], f"{where}.client_ca")
-              if tls.get("client_ca") is not None else None)
-    for a, b in (("cert", cert_file), ("key", key_file), ("client_ca", ca_file)):
-        if tls.get(a) is not None and b is not None:
-            raise WebConfigError(f"{where}: set {a} or {a}_file, not both")
-    if (cert_file or cert_pem) is None or (key_file or key_pem) is None:
+    cert_pem, key_pem, ca_pem = pem("cert"), pem("key"), pem("client_ca")
+    if cert_pem is None or key_pem is None:
         raise WebConfigError(f"{where}: needs cert_file (or cert) and key_file (or key)")
 
     auth_name = tls.get("client_auth_type")
@@ -249,6 +274,10 @@ def _tls(raw: Any, base: Path) -> TlsConfig:
     low, high = version("min_version", "TLS12"), version("max_version", "TLS13")
     if low > high:
         raise WebConfigError(f"{where}: min_version is above max_version")
+    if low in _WEAK_VERSIONS:
+        warnings.append(f"{where}.min_version: {tls['min_version']} allows TLS versions "
+                        "below 1.2, deprecated by RFC 8996 (use TLS12; OpenSSL may refuse "
+                        "them anyway)")
     ciphers: list[str] = []
     for i, name in enumerate(_strings(tls.get("cipher_suites"), f"{where}.cipher_suites")):
         if name not in _CIPHERS:
@@ -306,27 +335,32 @@ def _rate_limit(raw: Any) -> RateLimit | None:
     text = limit.get("interval", "0")
     text = text if isinstance(text, str) else str(text)
     try:
-        seconds = parse_duration(text)
-    except ValueError:
-        raise WebConfigError(
-            f"rate_limit.interval: {text!r} is not a duration (e.g. 100ms)") from None
+        seconds = check_range("rate_limit.interval", parse_duration(text), text)
+    except ValueError as exc:
+        raise WebConfigError(f"rate_limit.interval: {exc}") from None
     burst = limit.get("burst", 1)
-    if isinstance(burst, bool) or not isinstance(burst, int) or not 0 < burst <= 1_000_000:
-        raise WebConfigError("rate_limit.burst: expected an integer from 1 to 1000000")
+    try:
+        if isinstance(burst, bool) or not isinstance(burst, int):
+            raise ValueError(f"{burst!r} is not an integer")
+        check_range("rate_limit.burst", burst)
+    except ValueError as exc:
+        raise WebConfigError(f"rate_limit.burst: {exc}") from None
     return None if seconds == 0 else RateLimit(interval_seconds=seconds, burst=burst)
 
 
-def parse_web_config(data: Any, path: str) -> WebConfig:
-    """Validate parsed YAML (``path`` anchors relative file names).
+def parse_web_config(data: Any, path: str, warnings: tuple[str, ...] = ()) -> WebConfig:
+    """Validate parsed YAML (``path`` anchors relative file names; ``warnings`` found so far
+    about the file itself are kept with those found here).
 
     Raises:
         WebConfigError: the first problem found.
     """
+    found = list(warnings)
     top = _mapping(data, "web config", (
         "tls_server_config", "http_server_config", "basic_auth_users", "rate_limit",
         "unauthenticated_paths"))
     base = Path(path).resolve().parent
-    tls = _tls(top["tls_server_config"], base) if top.get("tls_server_config") else None
+    tls = _tls(top["tls_server_config"], base, found) if top.get("tls_server_config") else None
     http = _mapping(top.get("http_server_config"), "http_server_config", ("http2", "headers"))
     _bool(http.get("http2"), "http_server_config.http2", True)
     users = _users(top.get("basic_auth_users"))
@@ -338,6 +372,7 @@ def parse_web_config(data: Any, path: str) -> WebConfig:
     config = WebConfig(
         path=path, tls=tls, users=users, headers=_headers(http.get("headers")),
         rate_limit=_rate_limit(top.get("rate_limit")), unauthenticated_paths=open_paths,
+        warnings=tuple(found),
     )
     if tls is not None:
         build_ssl_context(tls)  # loads the certificate and key: a bad pair fails here
@@ -351,28 +386,30 @@ def load_web_config(path: str) -> WebConfig:
         WebConfigError: unreadable, not YAML, or invalid (one line naming the key).
     """
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read((1 << 20) + 1)
+        raw, info = read_file_stat(path, MAX_CONFIG_BYTES)
     except OSError as exc:
-        raise WebConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise WebConfigError(f"cannot read {path}: {describe(exc)}") from None
     # YAML loads only when a web config file is given (resident memory of the default setup).
     from exporter.boundedyaml import YamlLimitError, load_bounded  # noqa: PLC0415
 
     try:
         text = raw.decode("utf-8")
-        data = load_bounded(text, max_bytes=1 << 20, max_depth=8, max_nodes=10_000)
+        data = load_bounded(text, max_bytes=MAX_CONFIG_BYTES, max_depth=8, max_nodes=10_000)
     except UnicodeDecodeError:
         raise WebConfigError(f"{path}: not UTF-8 text") from None
     except YamlLimitError as exc:
         raise WebConfigError(f"{path}: {exc}") from None
-    return parse_web_config(data, path)
+    warnings = ((f"{path} is writable by every user, who can then turn authentication off "
+                 "(chmod o-w it)",) if _writable_by_others(info) else ())
+    return parse_web_config(data, path, warnings)
 
 
 # --- the SSL context -------------------------------------------------------------------------
 
 
 def _load_pem_pair(context: ssl.SSLContext, cert: str, key: str) -> None:
-    # load_cert_chain only takes paths: inline PEM goes through a private temporary file.
+    # load_cert_chain only takes paths: the PEM text (inline, or read by _pem_file, which
+    # refuses FIFOs and devices) goes through private temporary files.
     with tempfile.TemporaryDirectory(prefix="gpu-exporter-tls-") as tmp:
         cert_path, key_path = os.path.join(tmp, "cert.pem"), os.path.join(tmp, "key.pem")
         for target, text in ((cert_path, cert), (key_path, key)):
@@ -389,13 +426,8 @@ def load_certificate(context: ssl.SSLContext, tls: TlsConfig) -> None:
         WebConfigError: they cannot be loaded or do not match.
     """
     try:
-        if tls.cert_file and tls.key_file:
-            context.load_cert_chain(tls.cert_file, tls.key_file)
-        else:
-            cert = tls.cert_pem or Path(tls.cert_file or "").read_text(encoding="utf-8")
-            key = tls.key_pem or Path(tls.key_file or "").read_text(encoding="utf-8")
-            _load_pem_pair(context, cert, key)
-    except (ssl.SSLError, OSError, UnicodeDecodeError) as exc:
+        _load_pem_pair(context, tls.cert_pem, tls.key_pem)
+    except (ssl.SSLError, OSError, UnicodeEncodeError) as exc:
         reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
         raise WebConfigError(f"tls_server_config: cannot load the certificate and key "
                              f"({reason})") from None
@@ -421,8 +453,8 @@ def build_ssl_context(tls: TlsConfig) -> ssl.SSLContext:
     context.verify_mode = tls.verify_mode
     if tls.verify_mode is not ssl.CERT_NONE:
         try:
-            context.load_verify_locations(cafile=tls.client_ca_file, cadata=tls.client_ca_pem)
-        except (ssl.SSLError, OSError) as exc:
+            context.load_verify_locations(cadata=tls.client_ca_pem)
+        except (ssl.SSLError, OSError, ValueError) as exc:
             raise WebConfigError(f"tls_server_config: cannot load the client CA "
                                  f"({getattr(exc, 'reason', None) or exc})") from None
     return context
@@ -453,6 +485,9 @@ class WebConfigWatcher:
     last good config kept. Switching TLS on or off needs a restart (the listener is fixed).
     Checks are throttled to one ``stat`` round per ``check_interval`` seconds; call
     ``maybe_reload`` as connections and requests arrive (all on the event loop thread).
+    ``request_reload`` (SIGHUP) makes the next call re-read the files whether they changed or
+    not. A failed reload calls ``on_error`` (the CLI counts it in
+    ``gpu_exporter_errors_total{kind="web_config"}``).
     """
 
     def __init__(self, path: str | None, *, check_interval: float = 1.0,
@@ -468,9 +503,11 @@ class WebConfigWatcher:
             self.ssl_context.set_alpn_protocols(["http/1.1"])
         self.reloads = 0
         self.reload_failures = 0
+        self.on_error: Callable[[], object] | None = None
         self._check_interval = check_interval
         self._clock = clock
         self._next_check = clock() + check_interval
+        self._forced = False
         self._signature = self._watch_signature()
 
     def _watch_signature(self) -> _Signature:
@@ -479,16 +516,24 @@ class WebConfigWatcher:
             return ()
         return _signature((config.path, *(config.tls.files() if config.tls else ())))
 
+    def request_reload(self) -> None:
+        """Re-read the files at the next ``maybe_reload``, changed or not (safe in a signal
+        handler: two assignments)."""
+        self._forced = True
+        self._next_check = float("-inf")
+
     def maybe_reload(self) -> bool:
-        """Re-read the config if a watched file changed; True when a new config is live."""
+        """Re-read the config if a watched file changed (or a reload was requested); True
+        when a new config is live."""
         if self.current.path is None:
             return False
         now = self._clock()
         if now < self._next_check:
             return False
         self._next_check = now + self._check_interval
+        forced, self._forced = self._forced, False
         signature = self._watch_signature()
-        if signature == self._signature:
+        if signature == self._signature and not forced:
             return False
         self._signature = signature
         try:
@@ -500,11 +545,15 @@ class WebConfigWatcher:
         except WebConfigError as exc:
             self.reload_failures += 1
             log.error("web config not reloaded, the previous one stays in force: %s", exc)
+            if self.on_error is not None:
+                self.on_error()
             return False
         self.current = config
         self._signature = self._watch_signature()  # the new config may name other files
         self.reloads += 1
         log.info("web config reloaded from %s", config.path)
+        for warning in config.warnings:
+            log.warning("web config: %s", warning)
         return True
 
     def _apply_tls(self, tls: TlsConfig) -> None:
@@ -519,4 +568,4 @@ class WebConfigWatcher:
         context.verify_mode = tls.verify_mode
         if tls.verify_mode is not ssl.CERT_NONE:
             # Adds to the trusted set: a CA removed from the file stays trusted until restart.
-            context.load_verify_locations(cafile=tls.client_ca_file, cadata=tls.client_ca_pem)
+            context.load_verify_locations(cadata=tls.client_ca_pem)

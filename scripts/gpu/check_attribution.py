@@ -14,7 +14,7 @@ of its own, created as root in the host's cgroup v2 tree:
 
 Then it serves the kubelet's PodResources API with a fake kubelet (tests/fixtures/kubelet.py,
 the generated v1 servicer) on a unix socket, allocating this GPU's real UUID to the pod, and
-compares: the kernel's ``/proc/<pid>/cgroup`` parsed by ``exporter.attribution.cgroup``; the
+compares: the kernel's ``/proc/<pid>/cgroup`` parsed by ``exporter.attribution.workloads``; the
 PodResources client's table; and the exporter's ``/metrics`` (process labels and the allocation
 series).
 Everything it created is removed at the end. Prints PASS/FAIL lines; exit status 1 on any FAIL.
@@ -44,7 +44,8 @@ sys.path.insert(0, str(ROOT))
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from exporter.attribution.cgroup import CgroupIdentity, parse_cgroup  # noqa: E402
+from exporter.attribution.cgroup import CgroupIdentity  # noqa: E402
+from exporter.attribution.workloads import identify  # noqa: E402
 from scripts.gpu.results import RESULTS, check  # noqa: E402
 
 POD_UID = "3f1e2d4c-5b6a-4798-8a9b-0c1d2e3f4a5b"
@@ -84,11 +85,12 @@ def cases() -> list[Case]:
     return [
         Case("kubernetes", "kubepods.slice/kubepods-besteffort.slice/"
              f"kubepods-besteffort-pod{systemd_uid}.slice/cri-containerd-{K8S_CID}.scope",
-             CgroupIdentity("kubernetes", POD_UID, K8S_CID, "containerd")),
+             CgroupIdentity("kubernetes", {"pod_uid": POD_UID, "container_id": K8S_CID,
+                                           "runtime": "containerd"})),
         Case("slurm", f"system.slice/slurmstepd.scope/job_{SLURM_JOB}/step_0/user/task_0",
-             CgroupIdentity("slurm", slurm_job=SLURM_JOB, slurm_step="0")),
+             CgroupIdentity("slurm", {"slurm_job": SLURM_JOB, "slurm_step": "0"})),
         Case("docker", f"system.slice/docker-{DOCKER_CID}.scope",
-             CgroupIdentity("container", container_id=DOCKER_CID, runtime="docker")),
+             CgroupIdentity("containers", {"container_id": DOCKER_CID, "runtime": "docker"})),
     ]
 
 
@@ -278,7 +280,7 @@ def main() -> int:
                 check(f"{case.name} cgroup created", False, f"{root / case.cgroup}: {err}")
         for case in all_cases:
             text = Path(f"/proc/{case.pid}/cgroup").read_text()
-            owner = parse_cgroup(text)
+            owner = identify(text)
             check(f"kernel cgroup of the {case.name} process parses", owner == case.expected,
                   f"{text.strip()!r} -> {owner}")
         socket_path = str(work / "kubelet.sock")

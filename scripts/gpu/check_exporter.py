@@ -64,19 +64,26 @@ def smi_gpus() -> dict[int, dict[str, float]]:
 
 
 def smi_features() -> dict[int, dict[str, bool]]:
-    """Per GPU: whether it has a fan and ECC on (rows the driver cannot answer otherwise)."""
+    """Per GPU: whether it has a fan, ECC on and NVLink links (rows the driver cannot answer
+    otherwise)."""
     out = sh("nvidia-smi", "--query-gpu=index,fan.speed,ecc.mode.current",
              "--format=csv,noheader,nounits")
     features = {}
     for line in out.strip().splitlines():
         i, fan, ecc = (v.strip() for v in line.split(","))
-        features[int(i)] = {"fan": "N/A" not in fan, "ecc": ecc.lower() == "enabled"}
+        try:
+            links = "Link" in sh("nvidia-smi", "nvlink", "--status", "-i", i)
+        except subprocess.CalledProcessError:
+            links = False
+        features[int(i)] = {"fan": "N/A" not in fan, "ecc": ecc.lower() == "enabled",
+                            "nvlink": links}
     return features
 
 
 def check_every_row(series: dict[str, list[Any]], features: dict[int, dict[str, bool]]) -> None:
     """Every per-GPU metric row NVML reads in the default groups is exposed for every GPU."""
-    optional = {metrics.FAN_SPEED.name: "fan", metrics.ECC_ERRORS.name: "ecc"}
+    optional = {metrics.FAN_SPEED.name: "fan", metrics.ECC_ERRORS.name: "ecc",
+                metrics.NVLINK_TRAFFIC.name: "nvlink"}
     # Page retirement is the pre-Ampere mechanism: a GPU that remaps rows answers NOT_SUPPORTED.
     retired = {metrics.RETIRED_PAGES.name, metrics.RETIRED_PENDING.name}
 

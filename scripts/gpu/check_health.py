@@ -184,7 +184,7 @@ def child(nvml: ModuleType, wait_ms: int) -> int:
     """Run the waiter until SIGTERM; then stop it and print how long that took."""
     waiter = EventWaiter(nvml, wait_ms=wait_ms)
 
-    def on_term(signum: int, frame: Any) -> None:
+    def on_term(_signum: int, _frame: Any) -> None:
         took = waiter.stop()
         print(json.dumps({"stop_seconds": took,
                           "registered": [g.registered for g in waiter.counts().gpus.values()]}),

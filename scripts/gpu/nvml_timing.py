@@ -6,7 +6,8 @@ Usage (on the GPU machine, from the repository root):
 Prints what the driver reports (versions, NOT_SUPPORTED fields, process-list call used), then
 p50/p99 of a raw collection and of ``NvmlSource.collect(default_groups())``, idle and with one
 busy torch process per GPU (scripts/gpu/cuda_load.py; skipped without torch). Target: the
-source within 2x of the raw calls.
+source within 2x of the raw calls. Then what the GPM group adds to a collection per GPU
+(collections with and without it, alternating; target: at most 0.5 ms).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import pynvml
 
-from exporter.metrics import SWITCHABLE_GROUPS, default_groups
+from exporter.metrics import SWITCHABLE_GROUPS, Group, default_groups
+from exporter.sources.nvml.gpm import plan
 from exporter.sources.nvml.source import NvmlSource
 
 LOAD = Path(__file__).with_name("cuda_load.py")
@@ -44,6 +46,14 @@ class Raw:
         self.ecc = _supported(pynvml.nvmlDeviceGetTotalEccErrors, h, 0, 0)
         self.fan = _supported(pynvml.nvmlDeviceGetFanSpeed, h)
         self.remapped = _supported(pynvml.nvmlDeviceGetRemappedRows, h)
+        # GPM as the source reads it: a sample into the spare buffer, the window's metrics.
+        self.gpm = bool(pynvml.nvmlGpmQueryDeviceSupport(h).isSupportedDevice)
+        gpm = plan(default_groups(), lambda c: int(getattr(pynvml, c.name, c.value)))
+        self.gpm_ids = [m.metric_id for m in gpm.device if not m.nvlink] if gpm else []
+        self.buffers = [[pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc()]
+                        for _ in self.handles] if self.gpm else []
+        self.request = pynvml.c_nvmlGpmMetricsGet_t()
+        self.turn = 0
         # Not timed: MIG mode (the source asks it once per GPU) and XID counts (the event
         # waiter's thread counts them off the collection path).
 
@@ -82,8 +92,25 @@ class Raw:
                     samples = []
                 row.append(samples)
             row += [compute, graphics]
+            if self.gpm:
+                row.append(self._gpm(h, self.buffers[i]))
             out.append(row)
+        self.turn ^= 1
         return out
+
+    def _gpm(self, handle: Any, buffers: list[Any]) -> Any:
+        new, old = buffers[self.turn], buffers[1 - self.turn]
+        pynvml.nvmlGpmSampleGet(handle, new)
+        request = self.request
+        request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(self.gpm_ids)
+        request.sample1, request.sample2 = old, new
+        for index, metric_id in enumerate(self.gpm_ids):
+            request.metrics[index].metricId = metric_id
+        try:
+            return pynvml.nvmlGpmMetricsGet(request)
+        except pynvml.NVMLError_InvalidArgument:  # the very first call: one buffer is empty
+            return None
 
 
 def _supported(fn: Any, *args: Any) -> bool:
@@ -120,6 +147,22 @@ def compare(source: NvmlSource, raw: Raw, iterations: int) -> dict[str, Any]:
     r, s = _stats(raw_t), _stats(src_t)
     return {"raw": r, "source": s, "ratio_p50": s["p50_us"] / r["p50_us"],
             "ratio_p99": s["p99_us"] / r["p99_us"]}
+
+
+def gpm_cost(source: NvmlSource, gpus: int, iterations: int) -> dict[str, Any]:
+    """What the GPM group adds to one collection, per GPU: collections with and without it,
+    alternating (each with GPM closes the window since the previous one with it)."""
+    with_gpm = default_groups()
+    without = with_gpm - {Group.GPM}
+    timed: dict[bool, list[float]] = {True: [], False: []}
+    for round_ in range(iterations * 2):
+        on = round_ % 2 == 0
+        t0 = time.perf_counter()
+        source.collect(with_gpm if on else without)
+        timed[on].append(time.perf_counter() - t0)
+    on, off = _stats(timed[True]), _stats(timed[False])
+    return {"with_gpm": on, "without_gpm": off,
+            "added_per_gpu_ms": (on["p50_us"] - off["p50_us"]) / 1000 / max(1, gpus)}
 
 
 def report(source: NvmlSource) -> dict[str, Any]:
@@ -182,9 +225,15 @@ def main() -> int:
             for proc in loads:
                 proc.kill()
                 proc.wait(timeout=30)
+    result["gpm_cost"] = gpm_cost(source, len(raw.handles), args.iterations)
+    print("GPM group, idle:", json.dumps(result["gpm_cost"]), flush=True)
     source.close()
     verdict = all(result[k]["ratio_p50"] <= 2.0 for k in ("idle", "busy") if k in result)
     print("VERDICT: source within 2x of raw (p50):", "PASS" if verdict else "FAIL", flush=True)
+    gpm_ok = result["gpm_cost"]["added_per_gpu_ms"] <= 0.5
+    print("VERDICT: GPM adds at most 0.5 ms per GPU (p50):", "PASS" if gpm_ok else "FAIL",
+          flush=True)
+    verdict = verdict and gpm_ok
     if args.json:
         args.json.write_text(json.dumps(result, indent=2, default=str))
     return 0 if verdict else 1

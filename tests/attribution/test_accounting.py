@@ -13,9 +13,10 @@ from exporter.attribution.accounting import (
     MAX_GAP_SECONDS,
     IdleAccounting,
 )
+from exporter.attribution.workloads import select
 from exporter.exposition import snapshot_families
 from exporter.metrics import accounting as counters
-from exporter.snapshot import AccountingRow, GpuProcess, GpuReading, PodRef, Snapshot
+from exporter.snapshot import AccountingRow, GpuProcess, GpuReading, Snapshot, Workload
 from exporter.state import ExpositionOptions
 from tests.exposition import factory
 
@@ -27,14 +28,15 @@ USED, ENERGY = counters.USED_GPU_SECONDS.name, counters.ENERGY.name
 def process(pid: int, user: str, memory: int | None, utilization: float | None, *,
             pod: str | None = None, job: str | None = None) -> GpuProcess:
     found = factory.process(pid, memory, user=user, utilization=utilization,
-                            pod=PodRef("uid-" + pod, namespace="ml", pod=pod) if pod else None)
-    return replace(found, slurm_job=job)
+                            workload=factory.pod("ml", pod, uid="uid-" + pod) if pod else None)
+    return replace(found, workload=Workload("slurm", {"slurm_job": job})) if job else found
 
 
 def gpu(index: int, utilization: float | None, power: float | None,
-        *processes: GpuProcess, up: bool = True) -> GpuReading:
+        *processes: GpuProcess, up: bool = True, sm_active: float | None = None) -> GpuReading:
+    """A GPU without GPM (``sm_active`` None: its utilisation tells whether it idles)."""
     return factory.reading(index, processes, up=up, utilization_ratio=utilization,
-                           power_usage_watts=power)
+                           power_usage_watts=power, sm_active_ratio=sm_active)
 
 
 def snapshot(at: float, *gpus: GpuReading) -> Snapshot:
@@ -42,7 +44,8 @@ def snapshot(at: float, *gpus: GpuReading) -> Snapshot:
 
 
 def rows(result: Snapshot) -> dict[tuple[str, str, str, str], dict[str, float]]:
-    return {(r.user, r.namespace, r.pod, r.slurm_job): dict(r.totals) for r in result.accounting}
+    return {(r.user, *(r.workload.get(label, "") for label in ("namespace", "pod", "slurm_job"))):
+            dict(r.totals) for r in result.accounting}
 
 
 #: GPU 0: alice (4 B) idles next to bob (12 B, 80 %), who keeps the GPU busy at 400 W.
@@ -51,6 +54,18 @@ GPUS = (
     gpu(0, 0.8, 400.0, process(10, "alice", 4, 0.0), process(20, "bob", 12, 0.8, job="77")),
     gpu(1, 0.04, 100.0, process(11, "alice", 8, 0.04), process(30, "carol", 8, 0.0, pod="nb-0")),
 )
+
+
+def test_sm_activity_decides_whether_a_gpu_with_gpm_idles() -> None:
+    """With GPM, a GPU spinning one kernel (utilisation 100 %, SM activity 0.5 %) idles, and
+    one whose SMs work while NVML's utilisation reads low does not."""
+    spinning = gpu(0, 1.0, 150.0, process(10, "alice", 8, 0.0), sm_active=0.005)
+    working = gpu(1, 0.02, 600.0, process(11, "bob", 8, 0.0), sm_active=0.6)
+    accounting = IdleAccounting()
+    accounting.enrich(snapshot(1000.0, spinning, working))
+    got = rows(accounting.enrich(snapshot(1010.0, spinning, working)))
+    assert got[("alice", "", "", "")][IDLE_GPUS] == pytest.approx(10.0)
+    assert got[("bob", "", "", "")][IDLE_GPUS] == 0
 
 
 def test_first_collection_opens_rows_at_zero_and_the_next_one_accounts_the_interval() -> None:
@@ -92,7 +107,7 @@ def test_the_idle_threshold_is_strict_and_shared() -> None:
 
 
 def test_pods_and_jobs_are_rows_only_when_their_labels_are_on() -> None:
-    accounting = IdleAccounting(pods=True, jobs=True)
+    accounting = IdleAccounting(select("kubernetes", "slurm"))
     accounting.enrich(snapshot(0.0, *GPUS))
     got = rows(accounting.enrich(snapshot(2.0, *GPUS)))
     assert set(got) == {("alice", "", "", ""), ("bob", "", "", "77"),
@@ -122,14 +137,15 @@ def test_counters_only_grow_and_rows_without_processes_are_forgotten() -> None:
 
 
 def test_exposed_as_counters_with_the_labels_switched_on() -> None:
-    row = AccountingRow("alice", "ml", "nb-0", "77", {HELD: 5.0, IDLE: 1.0})
+    row = AccountingRow("alice", {"namespace": "ml", "pod": "nb-0", "slurm_job": "77"},
+                        {HELD: 5.0, IDLE: 1.0})
     base = Snapshot("nvml", "h1", 0.0, 0.0, accounting=(row,))
     plain = {f.metric.name: f for f in snapshot_families(base, ExpositionOptions())}
     assert plain[HELD].labels == ("user",)
     assert plain[HELD].rows == [(("alice",), 5.0)]
     assert counters.ENERGY.name not in plain  # no total, no family
     labelled = {f.metric.name: f for f in snapshot_families(
-        base, ExpositionOptions(kubernetes_labels=True, slurm_labels=True))}
+        base, ExpositionOptions(workload_labels=select("kubernetes", "slurm")))}
     assert labelled[IDLE].rows == [(("alice", "ml", "nb-0", "77"), 1.0)]
     off = ExpositionOptions(groups=frozenset({metrics.Group.PROCESSES}))
     names = {f.metric.name for f in snapshot_families(base, off)}

@@ -98,3 +98,14 @@ def test_disabled_roots(tmp_path: Path) -> None:
     write_docker(tmp_path / "docker", CID_A, "x")
     resolver = ContainerNames(docker_root=None, podman_storage=None)
     assert resolver.name("docker", CID_A) is None
+
+
+def test_a_runtime_file_that_is_a_fifo_is_counted_and_logged_not_read(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "docker" / "containers" / CID_A / "config.v2.json"
+    path.parent.mkdir(parents=True)
+    os.mkfifo(path)
+    names = ContainerNames(docker_root=str(tmp_path / "docker"), podman_storage=None)
+    assert names.name("docker", CID_A) is None  # would block forever with a plain open()
+    assert names.take_errors() == {"container_name": 1}
+    assert "is a FIFO, not a regular file" in caplog.text

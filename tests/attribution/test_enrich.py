@@ -12,14 +12,15 @@ from exporter.attribution import owners
 from exporter.attribution.enrich import ProcessEnricher, merge_errors
 from exporter.attribution.kubernetes import PodResolver
 from exporter.attribution.owners import OwnerResolver
+from exporter.attribution.workloads import CONTAINERS, KUBERNETES, SLURM
 from exporter.snapshot import (
     GpuIdentity,
     GpuProcess,
     GpuReading,
-    PodRef,
     ProcessOwner,
     ProcessType,
     Snapshot,
+    Workload,
 )
 from tests.fixtures.cgroups import CID_A, UID_A
 from tests.fixtures.fakeproc import write_boot, write_kubelet_logs, write_process
@@ -61,11 +62,20 @@ def owner_enricher(node: Path) -> ProcessEnricher:
     return ProcessEnricher(OwnerResolver(procfs=str(node / "proc"), passwd_file=str(PASSWD)))
 
 
+def pod_resolver(node: Path) -> PodResolver:
+    return PodResolver(pod_logs_dir=str(node / "pods"), container_logs_dir=str(node / "containers"))
+
+
 def pod_enricher(node: Path) -> ProcessEnricher:
     """Owners and pods, as with --kubernetes."""
     return ProcessEnricher(
         OwnerResolver(procfs=str(node / "proc"), passwd_file=str(PASSWD), cgroups=True),
-        PodResolver(pod_logs_dir=str(node / "pods"), container_logs_dir=str(node / "containers")))
+        (KUBERNETES,), {KUBERNETES.name: pod_resolver(node)})
+
+
+#: What the enricher gives process 100 of the ``node`` fixture (systemd driver, containerd).
+TRAINER = Workload("kubernetes", {"namespace": "ml", "pod": "job-0", "container": "trainer"},
+                   {"pod_uid": UID_A, "container_id": CID_A, "runtime": "containerd"})
 
 
 def by_pid(snap: Snapshot, index: int) -> dict[int, GpuProcess]:
@@ -116,14 +126,14 @@ def test_process_seen_before_and_gone_now_is_dropped(node: Path) -> None:
 def test_permission_denied_stays_unknown_and_counted(
     node: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_read = owners._read
+    real_read = owners.read_small
 
     def denying(path: str, limit: int = 4096) -> bytes:
         if "/100/" in path:
             raise PermissionError(13, "Permission denied", path)
         return real_read(path, limit)
 
-    monkeypatch.setattr(owners, "_read", denying)
+    monkeypatch.setattr(owners, "read_small", denying)
     after = owner_enricher(node).enrich(snapshot(gpu(0, 100, 101)))
     assert by_pid(after, 0)[100].owner is None
     assert by_pid(after, 0)[101].owner is not None
@@ -131,16 +141,16 @@ def test_permission_denied_stays_unknown_and_counted(
 
 
 def test_existing_owners_and_pods_are_left_alone(node: Path) -> None:
-    preset_pod = PodRef(pod_uid="preset")
+    preset_pod = Workload("kubernetes", {"namespace": "", "pod": "", "container": ""})
     reading = gpu(0)
     reading = GpuReading(identity=reading.identity, processes=(
         GpuProcess(pid=100, type=ProcessType.COMPUTE, used_memory_bytes=1,
-                   owner=PRESET_OWNER, pod=preset_pod),
+                   owner=PRESET_OWNER, workload=preset_pod),
         GpuProcess(pid=9999, type=ProcessType.GRAPHICS, used_memory_bytes=2, owner=PRESET_OWNER),
     ))
     after = pod_enricher(node).enrich(snapshot(reading))
     assert after.gpus[0].processes[0].owner == PRESET_OWNER
-    assert after.gpus[0].processes[0].pod == preset_pod
+    assert after.gpus[0].processes[0].workload == preset_pod
     assert after.gpus[0].processes[1].owner == PRESET_OWNER  # pid 9999 not in /proc: kept
     assert after.errors == {}
 
@@ -157,11 +167,11 @@ def test_one_step_fills_owners_and_pods(node: Path) -> None:
         snapshot(gpu(0, 100, 101), gpu(1), gpu(2, 100, up=True))
     )
     procs = by_pid(after, 0)
-    assert procs[100].pod == PodRef(UID_A, CID_A, "ml", "job-0", "trainer")
+    assert procs[100].workload == TRAINER
     assert procs[100].owner is not None
-    assert procs[101].pod is None  # host process
+    assert procs[101].workload is None  # host process
     assert procs[101].owner is not None
-    assert by_pid(after, 2)[100].pod == procs[100].pod
+    assert by_pid(after, 2)[100].workload == TRAINER
     assert after.gpus[1].processes == ()
 
 
@@ -172,7 +182,7 @@ def test_pod_errors_are_merged(node: Path) -> None:
     after = pod_enricher(node).enrich(
         snapshot(gpu(0, 100), errors={"pod_lookup": 3})
     )
-    assert by_pid(after, 0)[100].pod is None
+    assert by_pid(after, 0)[100].workload is None
     assert by_pid(after, 0)[100].owner is not None
     assert after.errors == {"pod_lookup": 4}
 
@@ -195,9 +205,9 @@ def test_warm_collections_read_one_file_per_distinct_pid(
     gpus = [gpu(i, *(pids[(i % 4) * 32:(i % 4) * 32 + 32])) for i in range(8)]
     before = snapshot(*gpus)
     enricher = ProcessEnricher(
-        OwnerResolver(procfs=str(proc), passwd_file=str(PASSWD), cgroups=True),
-        PodResolver(pod_logs_dir=str(tmp_path / "none"),
-                    container_logs_dir=str(tmp_path / "none")),
+        OwnerResolver(procfs=str(proc), passwd_file=str(PASSWD), cgroups=True), (KUBERNETES,),
+        {KUBERNETES.name: PodResolver(pod_logs_dir=str(tmp_path / "none"),
+                                      container_logs_dir=str(tmp_path / "none"))},
     )
     cold = enricher.enrich(before)
 
@@ -213,7 +223,8 @@ def test_warm_collections_read_one_file_per_distinct_pid(
     assert warm == cold
     assert sorted(reads) == sorted(f"{proc}/{pid}/stat" for pid in pids)
     assert sum(len(g.processes) for g in warm.gpus) == 256
-    assert all(p.pod is not None and p.owner is not None for g in warm.gpus for p in g.processes)
+    assert all(p.workload is not None and p.owner is not None
+               for g in warm.gpus for p in g.processes)
 
 
 # --- Slurm jobs, containers outside Kubernetes, kubelet allocations --------------------------
@@ -228,21 +239,20 @@ def test_slurm_job_and_container_come_from_the_same_cgroup_read(node: Path) -> N
     write_process(proc, 201, uid=0, comm="triton", start_ticks=13,
                   cgroup=f"0::/system.slice/docker-{CID_B}.scope\n")
     write_docker(node / "docker", CID_B, "triton")
+    names = ContainerNames(docker_root=str(node / "docker"), podman_storage=None)
     enricher = ProcessEnricher(
         OwnerResolver(procfs=str(proc), passwd_file=str(PASSWD), cgroups=True),
-        PodResolver(pod_logs_dir=str(node / "pods"), container_logs_dir=str(node / "containers")),
-        container_names=ContainerNames(docker_root=str(node / "docker"), podman_storage=None),
+        (KUBERNETES, CONTAINERS, SLURM),
+        {KUBERNETES.name: pod_resolver(node), CONTAINERS.name: names},
     )
     procs = by_pid(enricher.enrich(snapshot(gpu(0, 100, 101, 200, 201))), 0)
-    assert procs[200].slurm_job == "913377"
-    assert procs[200].pod is None
-    assert procs[200].container is None
-    box = procs[201].container
-    assert box is not None
-    assert (box.container_id, box.name, box.runtime) == (CID_B, "triton", "docker")
-    assert procs[100].pod is not None
-    assert procs[100].pod.pod == "job-0"
-    assert (procs[101].pod, procs[101].slurm_job, procs[101].container) == (None, None, None)
+    assert procs[200].workload == Workload(
+        "slurm", {"slurm_job": "913377"}, {"slurm_job": "913377", "slurm_step": "0"})
+    assert procs[201].workload == Workload(
+        "containers", {"container": "triton", "container_id": CID_B[:12]},
+        {"container_id": CID_B, "runtime": "docker"})
+    assert procs[100].workload == TRAINER
+    assert procs[101].workload is None
 
 
 def test_containers_without_names_resolver_are_left_out(node: Path) -> None:
@@ -251,7 +261,7 @@ def test_containers_without_names_resolver_are_left_out(node: Path) -> None:
     write_process(node / "proc", 201, uid=0, comm="triton", start_ticks=13,
                   cgroup=f"0::/system.slice/docker-{CID_B}.scope\n")
     procs = by_pid(pod_enricher(node).enrich(snapshot(gpu(0, 201))), 0)
-    assert procs[201].container is None  # --containers is off
+    assert procs[201].workload is None  # --containers is off
 
 
 class FakePoller:

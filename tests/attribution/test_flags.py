@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from exporter.attribution.workloads import CONTAINERS, KUBERNETES, SLURM
 from exporter.cli import build_enricher, build_poller, parse_config
 from exporter.config import ConfigError
 from exporter.exposition.self_metrics import collection_success
@@ -20,19 +21,23 @@ def config(*flags: str):  # type: ignore[no-untyped-def]
 
 def test_defaults() -> None:
     got = config()
-    assert (got.kubernetes, got.slurm, got.containers) == (False, False, False)
+    assert got.workload_labels.kinds == ()
     assert got.pod_resources_socket == "/var/lib/kubelet/pod-resources/kubelet.sock"
     assert got.pod_resources_interval == 5.0
     assert got.pod_resources_max_bytes == 16 * 1024 * 1024
     options = config("--slurm", "--containers").exposition_options()
-    assert (options.slurm_labels, options.container_labels, options.kubernetes_labels) == (
-        True, True, False)
+    assert options.workload_labels.kinds == (CONTAINERS, SLURM)  # table order
+    assert options.workload_labels.names == ("container", "container_id", "slurm_job")
+    assert options.workload_labels.group_by == ("slurm_job",)
+    assert config("--kubernetes").workload_labels.kinds == (KUBERNETES,)
+    environment = parse_config(["--source", "nvml"], {"GPU_EXPORTER_SLURM": "true"})
+    assert environment.workload_labels.kinds == (SLURM,)
 
 
 @pytest.mark.parametrize(("flag", "message"), [
-    ("--kubernetes.pod-resources-max-bytes=1073741824", "between"),
-    ("--kubernetes.pod-resources-max-bytes=1000", "between"),
-    ("--kubernetes.pod-resources-interval=200ms", "minimum of 1s"),
+    ("--kubernetes.pod-resources-max-bytes=1073741824", r"out of range \(65536 to 268435456\)"),
+    ("--kubernetes.pod-resources-max-bytes=1000", r"out of range \(65536 to 268435456\)"),
+    ("--kubernetes.pod-resources-interval=200ms", r"out of range \(1s to 1d\)"),
     ("--kubernetes.pod-resources-interval=soon", "duration"),
 ])
 def test_bad_values_are_clear_errors(flag: str, message: str) -> None:
@@ -63,7 +68,9 @@ def test_cgroups_are_read_for_any_attribution_flag() -> None:
         assert enricher.owners._cgroups  # type: ignore[union-attr]
     plain = build_enricher(config())
     assert not plain.owners._cgroups  # type: ignore[union-attr]
-    assert build_enricher(config("--containers")).container_names is not None  # type: ignore[union-attr]
+    resolvers = build_enricher(config("--containers")).resolvers  # type: ignore[union-attr]
+    assert set(resolvers) == {"containers"}
+    assert set(build_enricher(config("--slurm")).resolvers) == set()  # type: ignore[union-attr]
 
 
 def test_kubelet_failures_never_fail_the_collection() -> None:
@@ -77,6 +84,14 @@ def test_kubelet_failures_never_fail_the_collection() -> None:
     ({"allocations": [{"gpu": 0, "namespace": "a", "pod": "b"}]}, "container"),
     ({"processes": [{"gpu": 0, "user": "x", "container": {"name": "n", "id": "xyz"}}]}, "64"),
     ({"processes": [{"gpu": 0, "user": "x", "slurm_job": 913377}]}, "slurm_job"),
+    ({"processes": [{"gpu": 0, "user": "x", "slurm_job": "1",
+                     "pod": {"namespace": "a", "pod": "b", "container": "c"}}]}, "one workload"),
+    ({"processes": [{"gpu": 0, "user": "x", "workload": {"kind": "lsf", "job": "1"}}]},
+     "unknown workload kind 'lsf'"),
+    ({"processes": [{"gpu": 0, "user": "x", "workload": {"kind": "slurm", "pod": "p"}}]},
+     "workload.pod: unknown key"),
+    ({"processes": [{"gpu": 0, "user": "x", "workload": {"kind": "slurm"}}]}, "names none"),
+    ({"processes": [{"gpu": 0, "user": "x", "workload": ["slurm"]}]}, "expected a mapping"),
 ])
 def test_scenario_attribution_keys_are_checked(extra: dict[str, object], message: str) -> None:
     data = {"gpus": [{"model": "NVIDIA H200"}], **extra}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -14,7 +15,7 @@ from exporter.attribution.kubernetes import (
     parse_container_log_name,
     parse_pod_log_dir_name,
 )
-from exporter.snapshot import PodRef
+from exporter.attribution.workloads import KUBERNETES, identify
 from tests.fixtures.cgroups import CID_A, CID_B, CID_C, UID_A, UID_B, UID_C, V1_HOST
 from tests.fixtures.fakeproc import write_boot, write_kubelet_logs, write_process
 from tests.scheduler_fakes import FakeClock
@@ -62,6 +63,16 @@ def tree(tmp_path: Path) -> Path:
     return tmp_path
 
 
+class PodRef(NamedTuple):
+    """What the enricher learns of a pod's process (None: a name the log tree does not give)."""
+
+    pod_uid: str
+    container_id: str | None = None
+    namespace: str | None = None
+    pod: str | None = None
+    container: str | None = None
+
+
 class Resolver:
     """Reads a pid's cgroup from the fake tree and names it, as the enricher does."""
 
@@ -69,10 +80,13 @@ class Resolver:
         self.procfs, self.pods = str(procfs), pods
 
     def resolve(self, pid: int) -> PodRef | None:
-        identity = read_cgroup(self.procfs, pid)
-        if identity is None or identity.kind != "kubernetes":
+        identity = identify(read_cgroup(self.procfs, pid))
+        if identity is None or identity.kind != KUBERNETES.name:
             return None
-        return self.pods.names(identity)
+        workload = KUBERNETES.workload(identity, self.pods)
+        ids, labels = workload.ids, workload.labels
+        return PodRef(ids["pod_uid"], ids.get("container_id"), labels["namespace"] or None,
+                      labels["pod"] or None, labels["container"] or None)
 
     def take_errors(self) -> dict[str, int]:
         return self.pods.take_errors()
@@ -159,7 +173,7 @@ def test_missing_process_raises_file_not_found(tree: Path) -> None:
 def test_own_process_via_the_real_proc_is_not_a_pod() -> None:
     with open("/proc/self/cgroup") as handle:
         in_pod = "kubepods" in handle.read()
-    identity = read_cgroup("/proc", os.getpid())
+    identity = identify(read_cgroup("/proc", os.getpid()))
     assert (identity is not None and identity.kind == "kubernetes") == in_pod
 
 

@@ -40,26 +40,26 @@ def make_resolver(procfs: Path, **kwargs: object) -> OwnerResolver:
 
 def count_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     reads: list[str] = []
-    real_read = owners._read
+    real_read = owners.read_small
 
     def counting(path: str, limit: int = 4096) -> bytes:
         reads.append(path)
         return real_read(path, limit)
 
-    monkeypatch.setattr(owners, "_read", counting)
+    monkeypatch.setattr(owners, "read_small", counting)
     return reads
 
 
 def deny(monkeypatch: pytest.MonkeyPatch, suffix: str) -> None:
     """Make reads of files ending in ``suffix`` fail as under hidepid or strict modes."""
-    real_read = owners._read
+    real_read = owners.read_small
 
     def denying(path: str, limit: int = 4096) -> bytes:
         if path.endswith(suffix):
             raise PermissionError(13, "Permission denied", path)
         return real_read(path, limit)
 
-    monkeypatch.setattr(owners, "_read", denying)
+    monkeypatch.setattr(owners, "read_small", denying)
 
 
 def test_resolves_uid_user_name_and_start_time(procfs: Path) -> None:
@@ -216,7 +216,7 @@ def test_esrch_is_vanished(procfs: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         raise ProcessLookupError(3, "No such process", path)
 
     write_process(procfs, 610, uid=0, comm="z", start_ticks=3)
-    monkeypatch.setattr(owners, "_read", gone)
+    monkeypatch.setattr(owners, "read_small", gone)
     assert make_resolver(procfs).lookup(610).status is OwnerStatus.VANISHED
 
 
@@ -342,7 +342,7 @@ def test_cgroup_is_read_with_the_owner_and_cached_per_start_time(procfs: Path) -
     with resolver.collection():
         first = resolver.lookup(300)
     assert first.cgroup is not None
-    assert first.cgroup.container_id == "ab" * 32
+    assert first.cgroup.ids["container_id"] == "ab" * 32
     (procfs / "300" / "cgroup").unlink()
     with resolver.collection():
         assert resolver.lookup(300).cgroup == first.cgroup  # same process: nothing re-read

@@ -73,18 +73,24 @@ def test_name_falls_back_to_uid(tmp_path: Path) -> None:
     assert db.take_errors() == 0
 
 
-def test_reread_only_when_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = tmp_path / "passwd"
-    shutil.copy(FIXTURE, path)
-    clock = FakeClock(1000.0)
-    reads: list[str] = []
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths passwd files are read from (every read, counted)."""
+    paths: list[str] = []
     real_read = passwd._read_passwd
 
     def counting(p: str) -> dict[int, str]:
-        reads.append(p)
+        paths.append(p)
         return real_read(p)
 
     monkeypatch.setattr(passwd, "_read_passwd", counting)
+    return paths
+
+
+def test_reread_only_when_changed(tmp_path: Path, reads: list[str]) -> None:
+    path = tmp_path / "passwd"
+    shutil.copy(FIXTURE, path)
+    clock = FakeClock(1000.0)
     db = PasswdFile(str(path), check_interval=1.0, clock=clock)
     assert db.name(1002) == "bob"
     for _ in range(5):  # unchanged file: stat only, no re-read
@@ -138,3 +144,37 @@ def test_missing_from_the_start_never_raises(tmp_path: Path) -> None:
     db = PasswdFile(str(tmp_path / "nope"))
     assert db.name(0) == "0"
     assert db.take_errors() == 1
+
+
+def test_a_fifo_or_huge_file_is_refused_at_start_and_counted_at_run_time(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "passwd"
+    os.mkfifo(path)
+    with pytest.raises(PasswdFileError, match="is a FIFO, not a regular file"):
+        check_passwd_file(str(path))
+    clock = FakeClock(1000.0)
+    db = PasswdFile(str(path), clock=clock)
+    assert db.name(0) == "0"  # no blocking open
+    path.unlink()
+    with path.open("wb") as handle:
+        handle.truncate(passwd.MAX_PASSWD_BYTES + 1)
+    clock.now += 5
+    assert db.name(0) == "0"
+    assert db.take_errors() == 2
+    warnings = [r for r in caplog.records if "cannot be read" in r.getMessage()]
+    assert len(warnings) == 1  # once while it stays bad
+    assert "is a FIFO" in warnings[0].getMessage()
+
+
+def test_request_reload_rereads_an_unchanged_file_at_once(
+        tmp_path: Path, reads: list[str]) -> None:
+    path = tmp_path / "passwd"
+    shutil.copy(FIXTURE, path)
+    clock = FakeClock(1000.0)
+    db = PasswdFile(str(path), check_interval=60.0, clock=clock)
+    assert db.name(1001) == "alice"
+    assert db.name(1001) == "alice"
+    assert len(reads) == 1
+    passwd.request_reload()
+    assert db.name(1001) == "alice"  # within the interval and unchanged, yet read again
+    assert len(reads) == 2

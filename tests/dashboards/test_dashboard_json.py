@@ -195,6 +195,8 @@ def test_committed_files_equal_generated() -> None:
 def _scratch_tree(tmp_path: Path) -> Path:
     """A copy of what the generator reads and writes."""
     shutil.copy(generate.REPO / "README.md", tmp_path / "README.md")
+    (tmp_path / "docs").mkdir()
+    shutil.copy(generate.REPO / generate.ACTIVITY_DOC, tmp_path / generate.ACTIVITY_DOC)
     for part in ("dashboards/grafana", "dashboards/rules", "dashboards/runbooks",
                  "helm/gpu-exporter/files", "tests/golden"):
         shutil.copytree(generate.REPO / part, tmp_path / part)

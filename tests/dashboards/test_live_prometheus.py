@@ -64,7 +64,9 @@ EVAL_AFTER = 40.0
 TRIGGERS: dict[str, list[tuple[str, str | None]]] = {
     "GpuMemoryAlmostFull": [("memory-leak", "0")],
     "GpuMemoryExhaustionForecast": [("memory-leak", "0")],
-    "GpuMemoryHeldIdle": [("shared-workstation", "2"), ("kubernetes-node", "2")],
+    # input-starved's GPU 2 spins one kernel: utilisation 100 %, SM activity < 1 % (GPM).
+    "GpuMemoryHeldIdle": [("shared-workstation", "2"), ("kubernetes-node", "2"),
+                          ("input-starved", "2")],
     "GpuProcessIdle": [("shared-workstation", None), ("kubernetes-node", None),
                        ("slurm-node", None)],
     # notebook-alice-0's GPU idles; sweep-trial-3 holds a replica of GPU 3 with no process.

@@ -1,4 +1,4 @@
-"""Structure that keeps rules and dashboards cheap on a large fleet (issue 15).
+"""Structure that keeps rules and dashboards cheap on a large fleet.
 
 Timings are measured by ``bench/fleet.py`` (figures in ``docs/scale.md``); these tests pin the
 shape those figures depend on: no rule (alerting, recording or accounting) reads per-process

@@ -11,6 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import metrics
+from exporter.attribution.workloads import KUBERNETES
 from tests.e2e.server import ExporterProcess
 
 pytestmark = pytest.mark.slow
@@ -101,6 +102,6 @@ def test_kubernetes_without_log_mounts_warns_and_serves(tmp_path: Path) -> None:
                          str(missing), module=MODULE) as proc:
         text = httpx.get(proc.url("/metrics")).text
     labels = _samples(text, metrics.PROCESS_MEMORY.name)[0][0]
-    assert set(metrics.KUBERNETES_LABELS) <= labels.keys()  # present, with no pod resolved
+    assert set(KUBERNETES.labels) <= labels.keys()  # present, with no pod resolved
     assert any("--kubernetes.pod-logs-dir" in line and "not a directory" in line
                for line in proc.lines)

@@ -16,6 +16,7 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import metrics
+from exporter.attribution.workloads import KUBERNETES
 from tests.e2e.server import ExporterProcess
 
 pytestmark = pytest.mark.slow
@@ -166,5 +167,5 @@ def test_kubernetes_scenario_exposes_pod_labels() -> None:
         if s.name == metrics.PROCESS_MEMORY.name
     ]
     assert labels
-    assert all(set(metrics.KUBERNETES_LABELS) <= label.keys() for label in labels)
+    assert all(set(KUBERNETES.labels) <= label.keys() for label in labels)
     assert any(label["namespace"] not in ("", metrics.UNKNOWN_VALUE) for label in labels)

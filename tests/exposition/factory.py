@@ -7,19 +7,21 @@ from dataclasses import replace
 from exporter import metrics
 from exporter.attribution.accounting import IdleAccounting
 from exporter.attribution.torchtotals import TorchUserTotals
+from exporter.attribution.workloads import KUBERNETES, WorkloadLabels
 from exporter.health import MigDevice, MigProcess, XidKey, XidStat
 from exporter.metrics import allocator
+from exporter.metrics.activity import PER_INSTANCE
 from exporter.snapshot import (
     AllocationRow,
     GpuIdentity,
     GpuProcess,
     GpuReading,
-    PodRef,
     PodResourcesHealth,
     ProcessOwner,
     ProcessType,
     Snapshot,
     Value,
+    Workload,
 )
 from exporter.state import ExporterState
 
@@ -40,6 +42,15 @@ def identity(index: int) -> GpuIdentity:
     )
 
 
+def pod(namespace: str | None, name: str | None, container: str | None = None, *,
+        uid: str = "uid", container_id: str | None = None) -> Workload:
+    """The workload of a process in a Kubernetes pod, as enrichment fills it (a name the
+    kubelet's log tree does not give: None, an empty label)."""
+    labels = {"namespace": namespace or "", "pod": name or "", "container": container or ""}
+    ids = {"pod_uid": uid} | ({"container_id": container_id} if container_id else {})
+    return Workload(KUBERNETES.name, labels, ids)
+
+
 def process(
     pid: int,
     memory: int | None,
@@ -47,7 +58,7 @@ def process(
     user: str | None = "alice",
     name: str = "python",
     utilization: float | None = 0.25,
-    pod: PodRef | None = None,
+    workload: Workload | None = None,
     start: float = 1_700_000_000.0,
     last_active: float | None = 60.0,
     torch_allocated: int | None = None,
@@ -66,7 +77,7 @@ def process(
         used_memory_bytes=memory,
         sm_utilization_ratio=utilization,
         owner=owner,
-        pod=pod,
+        workload=workload,
         values={
             **({} if last_active is None or utilization is None else {
                 metrics.PROCESS_LAST_ACTIVE.name: start + pid + last_active}),
@@ -166,11 +177,7 @@ def fleet(gpus: int = 8, processes_per_gpu: int = 32) -> Snapshot:
         procs = []
         for slot in range(processes_per_gpu):
             pid = 10_000 + index * 1000 + slot
-            pod = (
-                PodRef(pod_uid=f"uid-{slot}", namespace="ml", pod=f"train-{slot}", container="main")
-                if slot % 2
-                else None
-            )
+            in_pod = pod("ml", f"train-{slot}", "main", uid=f"uid-{slot}") if slot % 2 else None
             procs.append(
                 process(
                     pid,
@@ -178,7 +185,7 @@ def fleet(gpus: int = 8, processes_per_gpu: int = 32) -> Snapshot:
                     user=USERS[slot % len(USERS)],
                     name=f"worker{slot % 5}",
                     utilization=(slot % 10) / 10,
-                    pod=pod,
+                    workload=in_pod,
                     # every fourth process publishes allocator figures (group torch)
                     torch_allocated=(slot + 1) * 32 * 1024**2 if slot % 4 == 1 else None,
                 )
@@ -196,9 +203,14 @@ def fleet(gpus: int = 8, processes_per_gpu: int = 32) -> Snapshot:
     # and idle accounting over one 15-second interval.
     first = TorchUserTotals().enrich(snapshot(*readings, allocations=allocations,
                                               pod_resources=PodResourcesHealth(True, "ok")))
-    accounting = IdleAccounting(pods=True)
+    accounting = IdleAccounting(WorkloadLabels((KUBERNETES,)))
     accounting.enrich(replace(first, taken_at=first.taken_at - 15.0))
     return accounting.enrich(first)
+
+
+#: GPM figures of a MIG GPU instance: every per-instance row, its label values at 0.25.
+_MIG_ACTIVITY = {row.name: dict.fromkeys(row.label_values, 0.25) if row.label_values else 0.5
+                 for row, _ in PER_INSTANCE}
 
 
 def with_health(gpu: GpuReading) -> GpuReading:
@@ -212,7 +224,8 @@ def with_health(gpu: GpuReading) -> GpuReading:
                                                          if p.gpu_instance == gi),
                   memory_total_bytes=size * GIB,
                   processes=tuple(MigProcess(p.pid, p.used_memory_bytes) for p in placed
-                                  if p.gpu_instance == gi))
+                                  if p.gpu_instance == gi),
+                  activity=_MIG_ACTIVITY)
         for gi, profile, size in ((2, "3g.71gb", 71), (7, "1g.18gb", 18)))
     xids = {XidKey(79): XidStat(2, 1_700_000_050.0),
             XidKey(31, 2, 0): XidStat(1, 1_700_000_060.0)}

@@ -6,13 +6,14 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from exporter import metrics
+from exporter.attribution.workloads import KUBERNETES, select
 from exporter.exposition import ExporterCollector, build_registry
 from exporter.metrics import Group, Kind
 from exporter.state import ExporterState, ExpositionOptions
 from tests.exposition import factory
 from tests.exposition.parse import families, openmetrics_families
 
-EVERYTHING = ExpositionOptions(groups=frozenset(Group), kubernetes_labels=True)
+EVERYTHING = ExpositionOptions(groups=frozenset(Group), workload_labels=select("kubernetes"))
 
 
 def test_registration_does_not_collect() -> None:
@@ -63,7 +64,7 @@ def test_openmetrics_types_and_units_match_the_catalogue() -> None:
         assert fam.unit == metric.unit
         assert fam.documentation == metric.help
         for sample in fam.samples:
-            assert set(sample.labels) <= {*metric.labels, *metrics.KUBERNETES_LABELS}
+            assert set(sample.labels) <= {*metric.labels, *KUBERNETES.labels}
 
 
 def test_fresh_families_every_collect() -> None:

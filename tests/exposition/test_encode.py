@@ -16,12 +16,12 @@ import pytest
 from prometheus_client.utils import floatToGoString
 
 from exporter import metrics
+from exporter.attribution.workloads import select
 from exporter.exposition import snapshot_families
 from exporter.exposition.encode import EOF, Encoder, encode, escaping_of, format_value
 from exporter.exposition.families import FamilyData, family
 from exporter.exposition.render import negotiate
 from exporter.metrics import Group
-from exporter.snapshot import PodRef
 from exporter.state import ExpositionOptions
 from tests.exposition import factory
 
@@ -60,7 +60,7 @@ def _odd_snapshot() -> factory.Snapshot:
             user="alice",
             name=name,
             utilization=[0.0, 1.0, 1e-9, 0.123456789, None][i % 5],
-            pod=PodRef(pod_uid="u", namespace=name, pod=name, container=None),
+            workload=factory.pod(name, name),
         )
         for i, name in enumerate(ODD_VALUES)
     )
@@ -80,7 +80,8 @@ def _odd_snapshot() -> factory.Snapshot:
 @pytest.mark.parametrize("kube", [False, True])
 def test_byte_identical_to_prometheus_client(accept: str | None, kube: bool) -> None:
     encoder, content_type = negotiate(accept)
-    options = ExpositionOptions(groups=frozenset(Group), kubernetes_labels=kube)
+    options = ExpositionOptions(groups=frozenset(Group),
+                                workload_labels=select(*["kubernetes"][:kube]))
     for snap in (_odd_snapshot(), factory.fleet(3, 5), factory.snapshot()):
         data = snapshot_families(snap, options)
         openmetrics = content_type.startswith("application/openmetrics")

@@ -9,7 +9,7 @@ from fastapi import FastAPI
 
 from exporter.exposition.json_model import SnapshotResponse
 from exporter.metrics import Group
-from exporter.snapshot import PodRef, ProcessOwner
+from exporter.snapshot import ProcessOwner
 from exporter.state import ExpositionOptions, default_groups
 from tests.exposition import factory
 
@@ -17,13 +17,14 @@ MIB = 1024**2
 
 
 def _state() -> factory.ExporterState:
-    pod = PodRef(pod_uid="u1", container_id="c1", namespace="ml", pod="train", container="main")
+    pod = factory.pod("ml", "train", "main", uid="u1", container_id="c1")
     secret = replace(
         factory.process(8, 5 * MIB, user="bob"),
         owner=ProcessOwner(uid=1001, user="bob", name="python", start_time_seconds=5.0,
                            cmdline="python train.py"),
     )
-    procs = (factory.process(7, 10 * MIB, pod=pod), secret, factory.process(9, None, user=None))
+    procs = (factory.process(7, 10 * MIB, workload=pod), secret,
+             factory.process(9, None, user=None))
     snap = factory.snapshot(
         factory.reading(1, fan_speed_ratio=None),
         factory.reading(0, procs),

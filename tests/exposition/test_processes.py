@@ -1,13 +1,14 @@
-"""Per-process and per-user families: labels, merging, cap and overflow, Kubernetes labels."""
+"""Per-process and per-user families: labels, merging, cap and overflow, workload labels."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from exporter import metrics as cat
+from exporter.attribution.workloads import KUBERNETES, select
 from exporter.exposition.processes import process_families, process_label_names, process_series
 from exporter.metrics import Group
-from exporter.snapshot import ContainerRef, PodRef
+from exporter.snapshot import Workload
 from exporter.state import ExpositionOptions
 from tests.exposition import factory as f
 from tests.exposition.parse import collect_text, series, value
@@ -122,24 +123,26 @@ def test_cap_counts_processes_not_series_when_pids_are_merged() -> None:
 
 
 def test_kubernetes_labels_are_appended() -> None:
-    pod = PodRef(pod_uid="u1", namespace="ml", pod="train-0", container="main")
-    procs = (f.process(1, MIB, pod=pod), f.process(2, MIB))
-    text = _text(*procs, kubernetes_labels=True)
+    pod = f.pod("ml", "train-0", "main", uid="u1")
+    procs = (f.process(1, MIB, workload=pod), f.process(2, MIB))
+    text = _text(*procs, workload_labels=select("kubernetes"))
     in_pod = next(s for s in series(text, cat.PROCESS_MEMORY.name) if s["pid"] == "1")
     host = next(s for s in series(text, cat.PROCESS_MEMORY.name) if s["pid"] == "2")
     assert (in_pod["namespace"], in_pod["pod"], in_pod["container"]) == ("ml", "train-0", "main")
     assert (host["namespace"], host["pod"], host["container"]) == ("", "", "")
-    names = process_label_names(ExpositionOptions(kubernetes_labels=True, pid_label=False))
-    assert names == tuple(n for n in cat.PROCESS_LABELS if n != "pid") + cat.KUBERNETES_LABELS
+    names = process_label_names(ExpositionOptions(workload_labels=select("kubernetes"),
+                                                  pid_label=False))
+    assert names == tuple(n for n in cat.PROCESS_LABELS if n != "pid") + KUBERNETES.labels
     assert "namespace" not in series(_text(*procs), cat.PROCESS_MEMORY.name)[0]
 
 
 def test_slurm_and_container_labels_are_appended_when_asked_for() -> None:
-    box = ContainerRef("4f6c2a9e1b7d" + "0" * 52, "triton", "docker")
-    pod = PodRef(pod_uid="u1", namespace="ml", pod="train-0", container="main")
-    procs = (replace(f.process(1, MIB), slurm_job="913377"),
-             replace(f.process(2, MIB), container=box), f.process(3, MIB, pod=pod))
-    text = _text(*procs, slurm_labels=True, container_labels=True)
+    box = Workload("containers", {"container": "triton", "container_id": "4f6c2a9e1b7d"},
+                   {"container_id": "4f6c2a9e1b7d" + "0" * 52, "runtime": "docker"})
+    pod = f.pod("ml", "train-0", "main", uid="u1")
+    procs = (replace(f.process(1, MIB), workload=Workload("slurm", {"slurm_job": "913377"})),
+             replace(f.process(2, MIB), workload=box), f.process(3, MIB, workload=pod))
+    text = _text(*procs, workload_labels=select("slurm", "containers"))
     rows = {s["pid"]: s for s in series(text, cat.PROCESS_MEMORY.name)}
     assert (rows["1"]["slurm_job"], rows["1"]["container"], rows["1"]["container_id"]) == (
         "913377", "", "")
@@ -147,7 +150,7 @@ def test_slurm_and_container_labels_are_appended_when_asked_for() -> None:
         "", "triton", "4f6c2a9e1b7d")
     assert "namespace" not in rows["3"]  # --kubernetes off: the pod is not exposed
     assert rows["3"]["container"] == ""
-    both = _text(*procs, kubernetes_labels=True, container_labels=True)
+    both = _text(*procs, workload_labels=select("kubernetes", "containers"))
     rows = {s["pid"]: s for s in series(both, cat.PROCESS_MEMORY.name)}
     assert (rows["2"]["container"], rows["3"]["container"]) == ("triton", "main")
     assert "slurm_job" not in rows["1"]
@@ -156,8 +159,8 @@ def test_slurm_and_container_labels_are_appended_when_asked_for() -> None:
     assert set(workloads) == {("913377", ""), ("", "triton")}  # host process 3: not a workload
     assert "pid" not in workloads[("913377", "")]
     assert value(text, cat.WORKLOAD_MEMORY.name, slurm_job="913377") == MIB
-    names = process_label_names(ExpositionOptions(kubernetes_labels=True, container_labels=True,
-                                                  slurm_labels=True))
+    names = process_label_names(ExpositionOptions(
+        workload_labels=select("kubernetes", "containers", "slurm")))
     assert names[-5:] == ("namespace", "pod", "container", "container_id", "slurm_job")
 
 
@@ -170,9 +173,9 @@ def test_allocations_are_one_info_series_each() -> None:
 
 
 def test_same_process_in_two_pods_stays_two_series_without_pid() -> None:
-    pods = [PodRef(pod_uid=f"u{i}", namespace="ml", pod=f"p{i}", container="c") for i in (1, 2)]
-    procs = [f.process(i, MIB, pod=pods[i - 1]) for i in (1, 2)]
-    text = _text(*procs, kubernetes_labels=True, pid_label=False)
+    pods = [f.pod("ml", f"p{i}", "c", uid=f"u{i}") for i in (1, 2)]
+    procs = [f.process(i, MIB, workload=pods[i - 1]) for i in (1, 2)]
+    text = _text(*procs, workload_labels=select("kubernetes"), pid_label=False)
     assert len(series(text, cat.PROCESS_MEMORY.name)) == 2
 
 
@@ -201,9 +204,9 @@ def _series_rows(snap: f.Snapshot, options: ExpositionOptions) -> dict[str, list
 
 
 def test_unmerged_fast_path_equals_process_series() -> None:
-    pod = PodRef(pod_uid="u", namespace="ml", pod="p", container="c")
+    pod = f.pod("ml", "p", "c")
     odd = (
-        f.process(1, 0, utilization=-0.0, pod=pod),
+        f.process(1, 0, utilization=-0.0, workload=pod),
         f.process(2, None, user=None, utilization=1.5),
         f.process(3, 7 * MIB, utilization=None, name='we"ird\\n'),
     )
@@ -212,7 +215,8 @@ def test_unmerged_fast_path_equals_process_series() -> None:
     metrics = {"memory": cat.PROCESS_MEMORY, "start": cat.PROCESS_START_TIME,
                "util": cat.PROCESS_UTILIZATION, "overflow": cat.PROCESS_SERIES_OVERFLOW}
     for k8s in (False, True):
-        options = ExpositionOptions(kubernetes_labels=k8s, groups=frozenset(Group))
+        options = ExpositionOptions(workload_labels=select(*["kubernetes"][:k8s]),
+                                    groups=frozenset(Group))
         found = {d.metric: d.rows for d in process_families(snap, options)}
         expected = _series_rows(snap, options)
         for key, metric in metrics.items():

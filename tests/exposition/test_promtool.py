@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 
+from exporter.attribution.workloads import select
 from exporter.exposition import MetricsRenderer
 from exporter.metrics import Group
 from exporter.state import ExpositionOptions
@@ -19,7 +20,7 @@ PROMTOOL = shutil.which("promtool")
 @pytest.mark.parametrize(
     "options",
     [
-        ExpositionOptions(groups=frozenset(Group), kubernetes_labels=True),
+        ExpositionOptions(groups=frozenset(Group), workload_labels=select("kubernetes")),
         ExpositionOptions(pid_label=False, max_process_series_per_gpu=4),
     ],
 )

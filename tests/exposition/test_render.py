@@ -13,6 +13,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST
 
 from exporter import metrics
+from exporter.attribution.workloads import select
 from exporter.exposition import ExporterCollector, MetricsRenderer
 from exporter.exposition.render import MAX_CACHED_FORMATS, stored_blocks
 from exporter.state import ExporterState, ExpositionOptions
@@ -20,7 +21,7 @@ from tests.exposition import factory
 from tests.exposition.parse import openmetrics_families, samples, series, value
 
 OM = "application/openmetrics-text; version=1.0.0"
-OPTIONS = ExpositionOptions(kubernetes_labels=True)
+OPTIONS = ExpositionOptions(workload_labels=select("kubernetes"))
 
 
 def _uncached(state: ExporterState, accept: str | None) -> bytes:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from exporter.metrics import SWITCHABLE_GROUPS, THROTTLE_REASONS, default_groups
+from exporter.metrics import SWITCHABLE_GROUPS, THROTTLE_REASONS, Group, default_groups
 from exporter.snapshot import ProcessType, Snapshot
 from exporter.sources.base import SourceUnavailable
 from exporter.sources.nvml.source import NvmlSource
@@ -233,3 +233,76 @@ def test_processes_memory_and_utilization(source: NvmlSource) -> None:
         time.sleep(0.2)
     assert _find(snap, busy.pid) is None
     assert _find(snap, idle.pid) is None
+
+
+def test_gpm_windows_on_a_real_gpu(source: NvmlSource, counting: CountingNvml,
+                                   pynvml: types.ModuleType) -> None:
+    """GPM through the source: support asked once, the first collection only opens the window,
+    every later one reports ratios in 0-1 (idle: SM activity ~0), and NVLink series exist only
+    where the GPU has links; the graphics-engine metric only with its opt-in group."""
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    if not pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice:
+        first = source.collect(default_groups()).gpus[0]
+        assert first.labelled("gpu_exporter_gpm_status") == {"not_supported": 1.0}
+        return
+    first = source.collect(default_groups()).gpus[0]
+    assert first.labelled("gpu_exporter_gpm_status") == {"ok": 1.0}
+    assert first.value("gpu_sm_active_ratio") is None
+    readings = []
+    for _ in range(4):
+        time.sleep(0.3)
+        readings.append(source.collect(default_groups() | {Group.GPM_ENGINE}).gpus[0])
+    for reading in readings:
+        print({k: v for k, v in reading.values.items() if "active" in k or "traffic" in k})
+        for name in ("gpu_sm_active_ratio", "gpu_sm_occupancy_ratio", "gpu_tensor_active_ratio",
+                     "gpu_dram_active_ratio", "gpu_graphics_engine_active_ratio"):
+            value = reading.value(name)
+            assert value is not None, name
+            assert 0.0 <= value <= 1.0, (name, value)
+        for name in ("gpu_tensor_pipe_active_ratio", "gpu_pipe_active_ratio"):
+            assert all(0.0 <= v <= 1.0 for v in (reading.labelled(name) or {"x": -1}).values())
+        pcie = reading.labelled("gpu_pcie_traffic_bytes_per_second")
+        assert pcie is not None
+        assert set(pcie) == {"rx", "tx"}
+    try:
+        pynvml.nvmlDeviceGetNvLinkState(handle, 0)
+        links = True
+    except pynvml.NVMLError:
+        links = False
+    assert ("gpu_nvlink_traffic_bytes_per_second" in readings[-1].values) is links
+    assert counting.calls["nvmlGpmQueryDeviceSupport"] == 1
+    assert counting.calls["nvmlGpmSampleGet"] == 5
+    assert counting.calls["nvmlGpmSampleAlloc"] == 2
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
+def test_gpm_tells_a_spinning_kernel_from_real_work(source: NvmlSource) -> None:
+    """One thread spinning in a kernel: NVML utilisation high, GPM SM activity near 0; a bf16
+    matrix product: both high, tensor cores busy."""
+    figures = {}
+    for kind in ("spin", "bf16"):
+        proc = subprocess.Popen([sys.executable, str(LOAD), "--gpu", "0", "--gib", "1",
+                                 "--kind", kind, "--seconds", "60"], stdout=subprocess.PIPE,
+                                text=True)
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().startswith("ready")
+            time.sleep(2.0)
+            source.collect(default_groups())
+            time.sleep(2.0)
+            reading = source.collect(default_groups()).gpus[0]
+        finally:
+            proc.kill()
+            proc.wait(timeout=30)
+        figures[kind] = (reading.value("gpu_utilization_ratio"),
+                         reading.value("gpu_sm_active_ratio"),
+                         reading.value("gpu_tensor_active_ratio"))
+    print(figures)
+    spin_util, spin_sm, _ = figures["spin"]
+    assert spin_util is not None
+    assert spin_sm is not None
+    assert spin_util > 0.5
+    assert spin_sm < 0.05
+    _, bf16_sm, bf16_tensor = figures["bf16"]
+    assert (bf16_sm or 0) > 0.8
+    assert (bf16_tensor or 0) > 0.7

@@ -14,6 +14,7 @@ import pytest
 from exporter import metrics
 from exporter.attribution.accounting import IdleAccounting
 from exporter.attribution.torchtotals import TorchUserTotals
+from exporter.attribution.workloads import every_kind
 from exporter.exposition.json_model import GpuModel, ProcessModel
 from exporter.metrics import SWITCHABLE_GROUPS, Group, Metric, Scope
 from exporter.snapshot import GpuReading
@@ -41,7 +42,7 @@ def _has(reading: GpuReading, row: Metric) -> bool:
 
 def _every_field_gpu() -> FakeHealthGpu:
     """An H200-like fake GPU answering every call (pages retire too, as on older GPUs)."""
-    return h200_health(0, unsupported=set(), retired_pages={0: [], 1: []})
+    return h200_health(0, unsupported=set(), retired_pages={0: [], 1: []}, nvlink=True)
 
 
 def test_names_are_unique_and_prefixed() -> None:
@@ -55,6 +56,7 @@ def test_nvml_rows_are_read(row: Metric) -> None:
     source = NvmlSource(hostname="h", nvml=fake)
     source.start()
     try:
+        source.collect(ALL)  # GPM rows report the window since the previous collection
         reading = source.collect(ALL).gpus[0]
         assert _has(reading, row), f"{row.name}: the NVML source (or the fake) does not read it"
         assert not _has(source.collect(ALL - {row.group}).gpus[0], row)
@@ -88,8 +90,7 @@ def _exposed_names() -> set[str]:
         now[0] += 10.0  # a second collection: accounting needs an interval
         snapshots.append(accounting.enrich(totals.enrich(source.collect(ALL))))
     snapshots.append(factory.fleet(1, 2))  # processes in pods: the workload families
-    options = ExpositionOptions(groups=frozenset(Group), kubernetes_labels=True,
-                                container_labels=True, slurm_labels=True)
+    options = ExpositionOptions(groups=frozenset(Group), workload_labels=every_kind())
     names: set[str] = set()
     for snapshot in snapshots:
         text = collect_text(factory.state(snapshot), options)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from exporter import snapshot
 from exporter.attribution.accounting import IdleAccounting
+from exporter.attribution.workloads import KINDS, select
 from exporter.metrics import ACCOUNTING_ROWS, POWER_USAGE, UTILIZATION
 
 GIB = 1024**3
@@ -141,6 +142,15 @@ def _last_busy(pid: str) -> dict[int, int]:
     return table
 
 
+def _workload(labels: dict[str, str]) -> snapshot.Workload | None:
+    """A process's workload, as enrichment fills it from the labels its series carry."""
+    for kind in KINDS:
+        if set(kind.labels) & labels.keys():
+            return snapshot.Workload(kind.name, {name: labels.get(name, "")
+                                                 for name in kind.labels})
+    return None
+
+
 def _snapshot(host: str, t: float) -> snapshot.Snapshot:
     """What the host's exporter collected at ``t`` (only what idle accounting reads)."""
     gpus = []
@@ -151,9 +161,7 @@ def _snapshot(host: str, t: float) -> snapshot.Snapshot:
             snapshot.GpuProcess(
                 int(p.pid), snapshot.ProcessType.COMPUTE, round(p.memory(t)), p.util(t),
                 owner=snapshot.ProcessOwner(1000, p.user, p.name, p.start),
-                pod=(snapshot.PodRef("uid", namespace=p.labels["namespace"],
-                                     pod=p.labels["pod"]) if "pod" in p.labels else None),
-                slurm_job=p.labels.get("slurm_job"))
+                workload=_workload(p.labels))
             for p in on_gpu(h, g, t))
         values = {UTILIZATION.name: gpu_util(h, g, t), POWER_USAGE.name: gpu_power(h, g, t)}
         identity = snapshot.GpuIdentity(int(g), f"GPU-{h}-{g}", "H100", g, GPU_TOTAL)
@@ -167,15 +175,14 @@ def _accounting(host: str) -> dict[int, list[tuple[str, str, float]]]:
     the exporter's own ``IdleAccounting`` fed every scrape (a fresh one after h2's restart,
     so its counters start again from 0)."""
     table: dict[int, list[tuple[str, str, float]]] = {}
-    accounting = IdleAccounting(pods=True, jobs=True)
+    accounting = IdleAccounting(select("kubernetes", "slurm"))
     for step in range(0, WEEK + DAY, SCRAPE):
         if not visible(host, step):
-            accounting = IdleAccounting(pods=True, jobs=True)
+            accounting = IdleAccounting(select("kubernetes", "slurm"))
             continue
         rows = accounting.enrich(_snapshot(host, float(step))).accounting
         table[step] = [
-            (name, _host_labels(host, user=row.user, namespace=row.namespace, pod=row.pod,
-                                slurm_job=row.slurm_job), value)
+            (name, _host_labels(host, user=row.user, **row.workload), value)
             for row in rows for name, value in row.totals.items()]
     return table
 

@@ -11,7 +11,7 @@ import yaml
 
 from dashboards import accounting, rules
 from exporter import metrics
-from exporter.metrics import SLURM_LABELS
+from exporter.attribution.workloads import SLURM
 from exporter.report import records
 from tests.dashboards import promtool
 from tests.dashboards.promtool import RULES_DIR, TESTS_DIR
@@ -68,4 +68,5 @@ def test_rules_read_only_the_accounting_counters() -> None:
 
 def test_job_label_is_the_exporters_slurm_label() -> None:
     """The per-job records aggregate the label the exporter really puts on process series."""
-    assert SLURM_LABELS[0] == records.JOB_LABEL
+    assert SLURM.group_by == (records.JOB_LABEL,)
+    assert records.JOB_LABEL in SLURM.labels

@@ -1,6 +1,6 @@
 """scripts/gpu/check_last_active.py against fake pynvml and torch (tests/scripts/fakes/).
 
-The real run is on the lent H200 (docs/gpu-verification.md); here the script's own logic is
+The real run is on an H200 (docs/gpu-verification.md); here the script's own logic is
 checked: it passes when NVML behaves as documented, and fails when the samples lie.
 """
 

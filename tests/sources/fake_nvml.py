@@ -37,6 +37,9 @@ Scripting (every knob may be changed between collections):
   ``entered`` (a ``threading.Event``) is set once a call is blocked. ``release`` also clears it.
 - ``fake.calls``: ``Counter`` of ``(symbol, gpu index or None)``; ``fake.init_count``,
   ``fake.shutdown_count``, ``fake.initialized``; ``gpu.utilization_queries`` (timestamps passed).
+- GPM (``fake_nvml_gpm``): ``gpu.gpm`` (metric id -> value of the window ending at the second
+  sample), ``gpu.gpm_instances`` (per MIG GPU instance), ``gpu.gpm_supported``,
+  ``gpu.gpm_unsupported`` (metric ids), ``gpu.nvlink``; ``fake.samples_allocated``.
 - ``missing_pynvml(monkeypatch)``: ``import pynvml`` raises ImportError.
 """
 
@@ -50,6 +53,7 @@ from typing import Any
 
 import pytest
 
+from tests.sources.fake_nvml_gpm import FakeGpm
 from tests.sources.fake_nvml_parts import (
     ERROR_CLASSES,
     ERROR_CODES,
@@ -75,7 +79,7 @@ def _matches(name: str, symbol: str) -> bool:
     return symbol == name or symbol.startswith(name + "_v")
 
 
-class FakeNvml(types.ModuleType):
+class FakeNvml(FakeGpm, types.ModuleType):
     """The fake module. See the module docstring for the scripting API."""
 
     NVMLError = NVMLError
@@ -107,6 +111,7 @@ class FakeNvml(types.ModuleType):
         self._rules: list[list[Any]] = []  # [symbol, gpu or None, code, remaining or None]
         self._hangs: dict[tuple[str, int | None], threading.Event] = {}
         self._release = threading.Event()
+        self.samples_allocated = []
 
     def __getattribute__(self, name: str) -> Any:
         if name.startswith("nvml") and name in object.__getattribute__(self, "_absent"):
@@ -271,10 +276,10 @@ class FakeNvml(types.ModuleType):
         g = self._enter("nvmlDeviceGetUtilizationRates", h)
         return types.SimpleNamespace(gpu=g.util_gpu, memory=g.util_memory)
 
-    def nvmlDeviceGetTemperatureV(self, h: FakeHandle, sensor: int, version: int = 1) -> int:
+    def nvmlDeviceGetTemperatureV(self, h: FakeHandle, _sensor: int, version: int = 1) -> int:
         return self._enter("nvmlDeviceGetTemperatureV", h).temperature
 
-    def nvmlDeviceGetTemperature(self, h: FakeHandle, sensor: int) -> int:
+    def nvmlDeviceGetTemperature(self, h: FakeHandle, _sensor: int) -> int:
         return self._enter("nvmlDeviceGetTemperature", h).temperature
 
     def nvmlDeviceGetPowerUsage(self, h: FakeHandle) -> int:

@@ -58,7 +58,7 @@ from typing import Any
 from tests.sources.fake_nvml import FakeGpu, FakeHandle, FakeNvml, FakeProcess, h200
 from tests.sources.fake_nvml_parts import NO_INSTANCE, NVMLError, objects
 
-H200_EVENTS = 0xFF9F  # nvmlDeviceGetSupportedEventTypes on the lent H200 (driver 580)
+H200_EVENTS = 0xFF9F  # nvmlDeviceGetSupportedEventTypes on an H200 (driver 580)
 MiB = 1 << 20
 
 #: H200 141GB GPU instance profiles (MIG user guide): index -> (profile id, name, memory MiB).

@@ -131,6 +131,13 @@ class FakeGpu:
     lost: bool = False
     r535_layout: bool = False
     utilization_queries: list[int] = field(default_factory=list)
+    # GPM: what nvmlGpmMetricsGet answers for a window ending now, by metric id (absent: 0.0);
+    # per MIG GPU instance the same; metric ids answering NOT_SUPPORTED on their own.
+    gpm_supported: bool = True
+    gpm: dict[int, float] = field(default_factory=dict)
+    gpm_instances: dict[int, dict[int, float]] = field(default_factory=dict)
+    gpm_unsupported: set[int] = field(default_factory=set)
+    nvlink: bool = False
 
 
 def h200(index: int, **changes: Any) -> FakeGpu:

@@ -1,8 +1,8 @@
 """A fake ``pynvml`` whose calls take as long as they do on an NVIDIA H200.
 
 ``SlowNvml(fake)`` wraps any pynvml-like module (normally ``tests.sources.fake_nvml.FakeNvml``)
-and delays each ``nvml*`` function by its median latency measured on the lent H200
-(``/work/shared/research/gpu-measurements-h200.md``, driver 580.159.04):
+and delays each ``nvml*`` function by its median latency measured on an H200 (driver
+580.159.04):
 
 - the expensive calls sleep (``time.sleep`` releases the GIL, as the real ctypes call does):
   per-process utilisation ~1.8 ms, total energy ~2.8 ms, PCIe throughput ~20.8 ms (its 20 ms

@@ -46,7 +46,8 @@ def test_preset_shapes() -> None:
     assert len(load_scenario("kubernetes-node").gpus) == 4
     assert 2 <= len(load_scenario("shared-workstation").gpus) <= 4
     k8s = load_scenario("kubernetes-node")
-    assert {p.pod.namespace for p in k8s.processes if p.pod} >= {"ml-training", "inference"}
+    assert {p.workload.labels["namespace"] for p in k8s.processes if p.workload} >= {
+        "ml-training", "inference"}
     users = {p.user for p in load_scenario("shared-workstation").processes}
     assert len(users) >= 3
 
@@ -69,7 +70,9 @@ def test_values_parse_with_units() -> None:
     assert (proc.start, proc.stop, proc.ramp) == (-3 * 86400.0, 7200.0, 30.0)
     assert proc.leak_per_second == 2.0 * (1 << 20)
     assert proc.type is ProcessType.COMPUTE_GRAPHICS
-    assert proc.pod == sc.PodSpec("ns", "p", "c")
+    assert proc.workload is not None
+    assert (proc.workload.kind, proc.workload.labels) == (
+        "kubernetes", {"namespace": "ns", "pod": "p", "container": "c"})
     assert proc.uid >= 1000  # derived, not root
     root = parse_scenario(_base(user="root"), "x.yaml").processes[0]
     assert root.uid == 0

@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 
+from exporter.metrics import gpu_activity
 from exporter.sources.simulated.scenario import list_presets, load_scenario
 from tests.sources.test_simulated import (
     ALL,
@@ -115,8 +116,10 @@ def test_forgotten_process_is_idle_with_an_old_start_time() -> None:
 
 @pytest.mark.parametrize(("preset", "gpu", "user"),
                          [("input-starved", 0, "dave"), ("shared-workstation", 1, "erin")])
-def test_starved_gpu_holds_memory_with_low_utilization_and_power(preset: str, gpu: int,
-                                                                 user: str) -> None:
+def test_starved_gpu_holds_memory_with_low_activity_and_power(preset: str, gpu: int,
+                                                              user: str) -> None:
+    """Low activity: SM activity where the GPU has GPM (input-starved's H100), utilisation
+    where it has not (shared-workstation's RTX 4090)."""
     utils = []
     for _, snap in play(preset, until=900, step=15):
         reading = snap.gpus[gpu]
@@ -125,8 +128,9 @@ def test_starved_gpu_holds_memory_with_low_utilization_and_power(preset: str, gp
         assert reading.value("gpu_power_usage_watts") / reading.value("gpu_power_limit_watts") < 0.4
         assert memory_ratio(reading) > 0.5
         assert process_of(reading, user).used_memory_bytes
-        assert reading.value("gpu_utilization_ratio") is not None
-        utils.append(reading.value("gpu_utilization_ratio"))
+        activity = gpu_activity(reading)
+        assert activity is not None
+        utils.append(activity)
     assert 0.05 <= sum(utils) / len(utils) < 0.4
     assert len(set(utils)) > 5  # it fluctuates
 
@@ -150,15 +154,15 @@ def test_kubernetes_processes_carry_pods() -> None:
     first = source.collect(ALL)
     clock.now += 60
     later = source.collect(ALL)
-    pods = {p.pid: p.pod for g in first.gpus for p in g.processes}
-    namespaces = {pod.namespace for pod in pods.values() if pod}
+    pods = {p.pid: p.workload for g in first.gpus for p in g.processes}
+    namespaces = {pod.labels["namespace"] for pod in pods.values() if pod}
     assert namespaces >= {"ml-training", "inference", "research"}
     assert pods[9921] is None  # the host process
     assert pods[3312] is not None
-    assert pods[3312].container == "trainer"
-    assert pods[3312].pod_uid
-    assert pods[3312].container_id
-    assert pods == {p.pid: p.pod for g in later.gpus for p in g.processes}  # stable identities
+    assert (pods[3312].kind, pods[3312].labels["container"]) == ("kubernetes", "trainer")
+    assert pods[3312].ids["pod_uid"]
+    assert len(pods[3312].ids["container_id"]) == 64
+    assert pods == {p.pid: p.workload for g in later.gpus for p in g.processes}  # stable
     # the notebook's user holds memory and runs nothing anywhere (a per-user idle holder)
     notebook = [p for g in later.gpus for p in g.processes if p.owner and p.owner.user == "1000"]
     assert [p.pid for p in notebook] == [5821]
@@ -240,3 +244,44 @@ def test_invariants_hold_in_every_preset(name: str) -> None:
             for proc in gpu.processes:
                 assert proc.owner is not None
                 assert proc.owner.start_time_seconds <= snap.taken_at
+
+
+def test_input_starved_tells_apart_what_utilisation_cannot() -> None:
+    """GPM's SM activity separates the starved job (GPU 0) and the hung spinning one (GPU 2)
+    from the busy one (GPU 1), though utilisation calls all three busy; the FP32 job leaves
+    its tensor cores unused; training runs on them."""
+    for _, snap in play("input-starved", until=900, step=60):
+        starved, busy, hung = snap.gpus
+        for reading in (starved, busy, hung):
+            assert (reading.value("gpu_utilization_ratio") or 0) > 0.5
+        assert 0.05 <= (starved.value("gpu_sm_active_ratio") or 0) < 0.2
+        assert (busy.value("gpu_sm_active_ratio") or 0) > 0.8
+        assert (hung.value("gpu_sm_active_ratio") or 1) < 0.01
+        assert busy.value("gpu_tensor_active_ratio") == 0.0
+        assert (busy.labelled("gpu_pipe_active_ratio") or {}).get("fp32", 0) > 0.5
+    for _, snap in play("training-node", until=120, step=60):
+        for reading in snap.gpus:
+            assert (reading.value("gpu_tensor_active_ratio") or 0) > 0.7
+            assert (reading.labelled("gpu_tensor_pipe_active_ratio") or {}).get("hmma", 0) > 0.7
+
+
+def test_gpus_without_gpm_report_why_and_no_activity() -> None:
+    """Ampere and older have no GPM: the status says so and no activity series exist."""
+    for _, snap in play("slurm-node", until=60, step=60):
+        for reading in snap.gpus:
+            assert reading.labelled("gpu_exporter_gpm_status") == {"not_supported": 1.0}
+            assert reading.value("gpu_sm_active_ratio") is None
+
+
+def test_mig_instances_report_their_own_activity() -> None:
+    """Under MIG the GPU-wide figures are absent and each GPU instance has its own."""
+    for _, snap in play("mig-node", until=60, step=60):
+        mig_gpu = snap.gpus[0]
+        assert mig_gpu.value("gpu_sm_active_ratio") is None
+        assert mig_gpu.labelled("gpu_exporter_gpm_status") == {"ok": 1.0}
+        assert mig_gpu.mig
+        by_instance = {d.gpu_instance: d.activity.get("gpu_sm_active_ratio")
+                       for d in mig_gpu.mig}
+        assert set(by_instance) == {2, 7, 8, 9}
+        assert (by_instance[2] or 0) > 0.5
+        assert by_instance[9] == 0.0  # the empty instance

@@ -286,7 +286,39 @@ def test_file_count_is_bounded(shared_dir: Path, procfs: Path) -> None:
     (shared_dir / "unrelated.txt").write_text("x")
     stats = reader(shared_dir, procfs, max_files=10, cleanup_interval=1e9)
     stats.scan()
-    assert len(stats._versions) == 10
+    assert 9 <= len(stats._versions) <= 10  # entries looked at, the unrelated one included
+
+
+def test_entries_with_other_names_count_against_the_bound(
+        shared_dir: Path, procfs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for junk in range(200):
+        (shared_dir / f".junk-{junk}.tmp").write_text("x")
+    write_file(shared_dir, 100, 5000, CONTAINER_NS)
+    yielded = [0]
+    real_scandir = os.scandir
+
+    class Counting:
+        def __init__(self, path: str) -> None:
+            self._it = real_scandir(path)
+
+        def __enter__(self) -> Counting:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self._it.close()
+
+        def __iter__(self) -> Counting:
+            return self
+
+        def __next__(self) -> os.DirEntry[str]:
+            entry = next(self._it)
+            yielded[0] += 1
+            return entry
+
+    monkeypatch.setattr(torchstats.os, "scandir", Counting)
+    stats = reader(shared_dir, procfs, max_files=10, cleanup_interval=1e9)
+    stats.scan()
+    assert yielded[0] <= 11  # not 201: a directory of junk names costs max_files entries
 
 
 def test_missing_directory_is_reported_not_raised(tmp_path: Path, procfs: Path) -> None:
@@ -326,7 +358,7 @@ def test_processes_are_not_looked_up_when_no_file_is_fresh(
 ) -> None:
     host_process(procfs, 77, uid=os.getuid(), start_ticks=5000)
     stats = reader(shared_dir, procfs)
-    monkeypatch.setattr(torchstats, "_read_small", lambda *a: pytest.fail("read /proc"))
+    monkeypatch.setattr(torchstats, "read_small", lambda *a: pytest.fail("read /proc"))
     assert lookup(stats, 77) is None
 
 

@@ -4,6 +4,7 @@ table full of busy connections refuses new ones without crashing."""
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
@@ -68,6 +69,19 @@ def test_request_head_over_the_bound_gets_431_and_is_closed() -> None:
         # A head just under the bound is served.
         filler = "a" * (MAX_HEAD_BYTES - 200)
         assert httpx.get(server.url("/metrics"), headers={"X-Filler": filler}).status_code == 200
+
+
+def test_a_head_over_the_bound_sent_whole_gets_431_after_the_requests_before_it() -> None:
+    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    big = b"GET /metrics HTTP/1.1\r\nX-Filler: " + b"a" * MAX_HEAD_BYTES + b"\r\n\r\n"
+    with serving() as server, socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(request * 2 + big + request)  # one read: nothing incomplete at its end
+        sock.settimeout(5)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    statuses = [int(code) for code in re.findall(rb"HTTP/1\.1 (\d{3}) ", answer)]
+    assert statuses == [200, 200, 431]  # answered in order; what follows it is not read
 
 
 def test_idle_keep_alive_connection_is_closed_after_idle_timeout() -> None:

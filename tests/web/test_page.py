@@ -6,10 +6,10 @@ from dataclasses import replace
 
 from exporter import thresholds
 from exporter.metrics import PROCESS_LAST_ACTIVE
-from exporter.snapshot import GpuProcess, PodRef, ProcessOwner, ProcessType, Snapshot
+from exporter.snapshot import GpuProcess, ProcessOwner, ProcessType, Snapshot
 from exporter.state import ExporterState
 from exporter.web.page import TOP_PROCESSES, render_landing
-from tests.exposition.factory import ROWS_BY_FIELD
+from tests.exposition.factory import ROWS_BY_FIELD, pod
 from tests.scheduler_fakes import make_snapshot
 
 GIB = 1 << 30
@@ -76,7 +76,7 @@ def test_top_processes_sorted_and_capped() -> None:
 
 def test_pods_and_hostile_text_are_escaped() -> None:
     proc = replace(_proc(7, GIB, user='"><img src=x>'),
-                   pod=PodRef(pod_uid="u", namespace="ml", pod="train-<0>"))
+                   workload=pod("ml", "train-<0>"))
     snap = replace(_gpu(make_snapshot(), processes=(proc,)), hostname="<b>host</b>")
     page = _render(snap)
     assert "<img src=x>" not in page

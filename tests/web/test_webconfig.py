@@ -155,3 +155,73 @@ def test_watcher_refuses_turning_tls_on(tmp_path: Path, ca: Authority) -> None:
     now[0] = 5.0
     assert not watcher.maybe_reload()
     assert watcher.current.tls is None
+
+
+# --- bad paths, weakening settings, SIGHUP ----------------------------------------------------
+
+
+def test_a_fifo_or_device_as_a_certificate_is_one_line_not_a_hang(
+        tmp_path: Path, ca: Authority) -> None:
+    pair = ca.issue("fifo", "fifo")
+    fifo = tmp_path / "cert.fifo"
+    os.mkfifo(fifo)
+    for bad, problem in ((fifo, "is a FIFO, not a regular file"),
+                         (Path("/dev/zero"), "is a character device, not a regular file")):
+        with pytest.raises(WebConfigError) as info:
+            load_web_config(write_web_config(tmp_path, f"tls_server_config:\n  cert_file: {bad}\n"
+                                             f"  key_file: {pair.key}\n"))
+        assert str(info.value) == (f"tls_server_config.cert_file: cannot read {bad}: {problem}")
+
+
+@pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1:DeprecationWarning")
+def test_files_and_versions_that_weaken_security_are_warned_about(
+        tmp_path: Path, ca: Authority) -> None:
+    pair = ca.issue("weak", "weak")
+    path = Path(write_web_config(tmp_path, f"tls_server_config:\n  cert_file: {pair.cert}\n"
+                                 f"  key_file: {pair.key}\n"))
+    assert load_web_config(str(path)).warnings == ()
+    path.chmod(0o646)
+    pair.cert.chmod(0o666)
+    for version in ("TLS10", "TLS11"):
+        path.write_text(f"tls_server_config:\n  cert_file: {pair.cert}\n  key_file: {pair.key}\n"
+                        f"  min_version: {version}\n", encoding="utf-8")
+        warnings = load_web_config(str(path)).warnings
+        assert len(warnings) == 3, warnings
+        assert warnings[0].startswith(f"{path} is writable by every user")
+        assert warnings[1] == (f"tls_server_config.cert_file: {pair.cert} is writable by every "
+                               "user (chmod o-w it)")
+        assert warnings[2].startswith(f"tls_server_config.min_version: {version} allows TLS "
+                                      "versions below 1.2")
+
+
+@pytest.mark.parametrize(("interval", "message"), [
+    ("-1s", "rate_limit.interval: '-1s' is out of range (0s to 1m)"),
+    ("2m", "rate_limit.interval: '2m' is out of range (0s to 1m)"),
+    ("9" * 400 + "s", "is out of range (0s to 1m)"),
+])
+def test_rate_limit_numbers_go_through_the_range_table(
+        tmp_path: Path, interval: str, message: str) -> None:
+    with pytest.raises(WebConfigError) as info:
+        load_web_config(write_web_config(tmp_path, f"rate_limit:\n  interval: '{interval}'\n"))
+    assert message in str(info.value)
+    with pytest.raises(WebConfigError, match=r"rate_limit.burst: '0' is out of range \(1 to "):
+        load_web_config(write_web_config(tmp_path, "rate_limit:\n  interval: 1s\n  burst: 0\n"))
+
+
+def test_a_requested_reload_rereads_unchanged_files_and_reports_failures(tmp_path: Path) -> None:
+    path = write_web_config(tmp_path, f"basic_auth_users:\n  prom: '{HASH}'\n")
+    now = [0.0]
+    watcher = WebConfigWatcher(path, check_interval=1.0, clock=lambda: now[0])
+    failures: list[int] = []
+    watcher.on_error = lambda: failures.append(1)
+    now[0] = 5.0
+    assert not watcher.maybe_reload()  # unchanged: nothing to do
+    watcher.request_reload()
+    assert watcher.maybe_reload()  # asked for: read again, even within the interval
+    assert watcher.reloads == 1
+    Path(path).unlink()
+    os.mkfifo(path)
+    watcher.request_reload()
+    assert not watcher.maybe_reload()
+    assert failures == [1]
+    assert set(watcher.current.users) == {"prom"}  # the last good one stays

@@ -5,8 +5,8 @@ and a large node's answer takes a while to parse, so one ``List`` every ``interv
 runs in a daemon thread and the collection reads the latest result (``state()``), which costs
 a lock and nothing else. A kubelet that is missing, slow, refusing, restarting or answering
 more than the receive limit only changes ``state().status``; it never raises into the caller
-and never blocks a scrape (dcgm-exporter's whole ``/metrics`` failed on a 4.7 MB answer over
-gRPC's 4 MiB default: its issues #378, #408, #509).
+and never blocks a scrape (dcgm-exporter's whole ``/metrics`` fails on a 4.7 MB answer over
+gRPC's 4 MiB default, as its users report).
 
 The receive limit is raised to ``max_message_bytes`` (16 MiB by default, what Kubernetes' own
 node tests use) and bounded (at most ``MAX_MESSAGE_BYTES_LIMIT``), so a runaway answer costs
@@ -77,7 +77,6 @@ class PodResourcesState:
     error: str | None = None
     last_success_unix: float | None = None  # time.time() of the last good answer
     response_bytes: int | None = None  # size of the last good answer
-    poll_seconds: float | None = None  # duration of the last poll
 
 
 class PollError(Exception):
@@ -251,17 +250,15 @@ class PodResourcesPoller:
 
     def poll_once(self) -> PodResourcesState:
         """One ``List`` call; updates and returns the state. Never raises."""
-        started = self._clock()
         try:
             table, size = self.client.list_allocations()
         except PollError as err:
-            return self._failed(err.status, str(err), started)
+            return self._failed(err.status, str(err))
         except Exception as err:  # a bug or an odd answer must not kill the thread
             log.exception("PodResources poll failed")
-            return self._failed(PollStatus.ERROR, f"{type(err).__name__}: {err}", started)
+            return self._failed(PollStatus.ERROR, f"{type(err).__name__}: {err}")
         now = self._clock()
-        state = PodResourcesState(table, PollStatus.OK, None, self._wall_clock(), size,
-                                  now - started)
+        state = PodResourcesState(table, PollStatus.OK, None, self._wall_clock(), size)
         with self._lock:
             if self._state.status is not PollStatus.OK:
                 log.info("PodResources: %d GPU allocations from %s", len(table.allocations),
@@ -269,7 +266,7 @@ class PodResourcesPoller:
             self._state, self._good_at = state, now
         return state
 
-    def _failed(self, status: PollStatus, message: str, started: float) -> PodResourcesState:
+    def _failed(self, status: PollStatus, message: str) -> PodResourcesState:
         with self._lock:
             previous = self._state
             if previous.status is not status:
@@ -277,8 +274,7 @@ class PodResourcesPoller:
             if status is not PollStatus.SOCKET_MISSING:  # a state (see the status metric)
                 self._errors += 1
             self._state = PodResourcesState(previous.table, status, message,
-                                            previous.last_success_unix, previous.response_bytes,
-                                            self._clock() - started)
+                                            previous.last_success_unix, previous.response_bytes)
         return self.state()
 
     # --- thread -------------------------------------------------------------------------------

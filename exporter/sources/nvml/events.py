@@ -50,7 +50,6 @@ log = logging.getLogger(__name__)
 
 TIMEOUT: Final = 10  # NVML_ERROR_TIMEOUT
 NO_INSTANCE: Final = 0xFFFFFFFF  # gpuInstanceId / computeInstanceId when not attributable
-UNKNOWN_XID: Final = 999  # eventData for an XID the driver could not name
 XID_EVENT: Final = "nvmlEventTypeXidCriticalError"
 
 #: Event types counted besides XIDs: pynvml constant name -> ``event`` label value. Left out on

@@ -89,7 +89,7 @@ def read_ecc(reader: GpuReader, gpu: GpuState) -> dict[str, Value]:
     counts stay the same, so do the lifetime ones. They are read again only when the volatile
     counts changed or one of the four reads failed, and at least every minute in case a driver
     persists them late; otherwise the last values are reused. An idle GPU's collection makes
-    two of the four calls (issue 14).
+    two of the four calls.
     """
     calls = reader.calls
     function = calls.function(ECC_FUNCTION)

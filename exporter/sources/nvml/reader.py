@@ -13,7 +13,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any, NamedTuple
 
@@ -21,6 +21,8 @@ from exporter.health import EventCounts, MigDevice, XidKey, XidStat
 from exporter.metrics import GPU_ROWS, UNKNOWN_VALUE, Constant, Group, NvmlRead, NvmlSpecial
 from exporter.snapshot import GpuIdentity, GpuProcess, GpuReading, ProcessType, Value
 from exporter.sources.nvml.errors import Reaction, describe, raise_if_down
+from exporter.sources.nvml.gpm import GpmPlan, GpmReader, GpmState
+from exporter.sources.nvml.gpm import plan as gpm_plan
 from exporter.sources.nvml.last_active import LastActive
 from exporter.sources.nvml.mig import MigReader
 from exporter.sources.nvml.processes import (
@@ -50,6 +52,7 @@ class GpuState:
     # ``exporter.sources.nvml.health.read_ecc``'s last complete read: the volatile counts, when
     # (monotonic seconds), the values it returned (lifetime counts included).
     ecc_read: tuple[tuple[int, int], float, dict[str, Value]] | None = None
+    gpm: GpmState = field(default_factory=GpmState)  # GPM samples and status
 
 
 def placeholder_identity(index: int) -> GpuIdentity:
@@ -108,6 +111,7 @@ class NvmlCalls:
         self.compute = ProcessLister(nvml, "Compute")
         self.graphics = ProcessLister(nvml, "Graphics")
         self.process_utilization = process_utilization_call(nvml)
+        self.gpm = GpmReader(nvml)
         version = getattr(nvml, "nvmlMemory_v2", None)
         memory = self.function("nvmlDeviceGetMemoryInfo")
         # Memory info asking for the v2 struct (None: the binding cannot).
@@ -156,6 +160,7 @@ class NvmlCalls:
                 specials=tuple(dict.fromkeys(row.nvml.name for row in rows
                                              if isinstance(row.nvml, NvmlSpecial))),
                 rows=frozenset(row.name for row in rows),
+                gpm=gpm_plan(groups, self.argument),
             )
         return found
 
@@ -258,6 +263,7 @@ class _Plan:
     plain: PlainReads
     specials: tuple[str, ...]
     rows: frozenset[str]  # every row of the groups (special readers may fill others)
+    gpm: GpmPlan | None  # None: no GPM row is on
 
 
 class GpuReader:
@@ -342,6 +348,13 @@ class GpuReader:
         if self.mig is not None and Group.MIG in groups:
             lister = self.calls.compute if Group.PROCESSES in groups else None
             mig = self.mig.read(gpu.index, gpu.handle, self.errors, lister)
+        if plan.gpm is not None:
+            instances = None if mig is None else sorted({d.gpu_instance for d in mig})
+            activity, per_instance = self.calls.gpm.read(self, gpu, plan.gpm, instances)
+            values.update((name, value) for name, value in activity.items() if name in rows)
+            if per_instance and mig is not None:
+                mig = tuple(replace(d, activity=per_instance.get(d.gpu_instance, {}))
+                            for d in mig)
         processes: tuple[GpuProcess, ...] = ()
         if mig is not None:  # the parent's lists need privileges under MIG: use the instances'
             processes = mig_processes(mig) if Group.PROCESSES in groups else ()

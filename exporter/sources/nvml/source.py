@@ -292,6 +292,9 @@ class NvmlSource:
                 log.warning("NVML left initialised: reads of GPU(s) %s have not returned",
                             ", ".join(map(str, sorted(stuck))))
             elif self._nvml is not None and self._started:
+                if self._calls is not None:
+                    for gpu in self._gpus:
+                        self._calls.gpm.release(gpu.gpm)
                 self._shutdown(self._nvml)
             self._started = False
             self._gpus = []
@@ -361,6 +364,7 @@ class NvmlSource:
         gpu.handle = handle
         gpu.error = None
         gpu.ecc_read = None  # a reset zeroes the volatile ECC counts: read the lifetime ones again
+        gpu.gpm.forget()  # a reset may change GPM support; samples of the old handle are void
         return None
 
     @staticmethod

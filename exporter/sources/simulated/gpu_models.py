@@ -29,6 +29,8 @@ class GpuModel:
     pcie_bytes_per_second: float  # practical PCIe bandwidth per direction
     mig: bool = False  # MIG-capable (A100, H100, H200)
     row_remapping: bool = False  # repairs memory by row remapping (Ampere+ data-centre GPUs)
+    gpm: bool = False  # GPU Performance Monitoring (Hopper and newer)
+    nvlink_bytes_per_second: float = 0.0  # NVLink bandwidth per direction (0: no NVLink)
 
 
 def _model(  # noqa: PLR0917 - one row of the table below
@@ -51,10 +53,15 @@ def _model(  # noqa: PLR0917 - one row of the table below
 _MIG = frozenset({"NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A100-SXM4-40GB",
                   "NVIDIA A100-SXM4-80GB"})
 _ROW_REMAPPING = _MIG | {"NVIDIA L40S", "NVIDIA RTX A6000"}
+#: Models with GPM (Hopper), and their NVLink bandwidth per direction (the SXM H100 has 18
+#: links; the H200 here is a board without links, as on the machine the project verifies on).
+_GPM = frozenset({"NVIDIA H100 80GB HBM3", "NVIDIA H200"})
+_NVLINK = {"NVIDIA H100 80GB HBM3": 450e9}
 
 #: Known models by the name NVML reports.
 GPU_MODELS: dict[str, GpuModel] = {
-    m.name: replace(m, mig=m.name in _MIG, row_remapping=m.name in _ROW_REMAPPING)
+    m.name: replace(m, mig=m.name in _MIG, row_remapping=m.name in _ROW_REMAPPING,
+                    gpm=m.name in _GPM, nvlink_bytes_per_second=_NVLINK.get(m.name, 0.0))
     for m in (
         _model("NVIDIA H100 80GB HBM3", 81559, 529, 700, 72, (1980, 345), (2619, 2619),
                False, True, 0, 87, 92, 50),

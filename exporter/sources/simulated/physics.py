@@ -9,6 +9,22 @@ from exporter.sources.simulated.gpu_models import GpuModel
 
 
 @dataclass(frozen=True, slots=True)
+class SimulatedActivity:
+    """What GPM reports of a simulated GPU (or MIG GPU instance): ratios 0-1 by row, bytes per
+    second for the links (``nvlink`` None: the GPU has no NVLink)."""
+
+    graphics: float
+    sm: float
+    occupancy: float
+    tensor: float
+    tensor_pipes: dict[str, float]
+    dram: float
+    pipes: dict[str, float]
+    pcie: dict[str, float]
+    nvlink: dict[str, float] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SimulatedGpu:
     """Physical quantities of one simulated GPU (base units), computed once per collection."""
 
@@ -39,6 +55,7 @@ class SimulatedGpu:
     retired_pages: RetiredPages | None = None  # None: the model does not retire pages
     xid_events: bool = True  # NVML delivers XID events for this GPU
     mig_enabled: bool = False
+    activity: SimulatedActivity | None = None  # None: no GPM (before Hopper, or MIG on)
 
     @property
     def fan_speed_ratio(self) -> float | None:

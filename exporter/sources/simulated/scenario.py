@@ -41,7 +41,14 @@ running); they also accept ``30s``, ``15m``, ``2h``, ``3d``. Sizes are bytes or 
         utilization_jitter: 0.05
         memory_utilization: 0.4   # memory-bandwidth busy ratio at full utilisation
         restart_after: 1m      # after exiting (stop or OOM) it starts again with pid + 101
+        kernels:               # optional: what its kernels do while they run (GPM, Hopper+)
+          sm: 1.0              # share of the SMs they keep busy (0.01: one block spinning)
+          occupancy: 0.15      # resident warps / the SMs' maximum
+          tensor: 0.0          # share of their SM time on tensor cores
+          precision: fp32      # fp16 | bf16 | tf32 | fp8 | fp32 | fp64 | int8
         pod: {namespace: ml, pod: trainer-0, container: pytorch}   # optional Kubernetes pod
+                               # (a process runs in one workload: pod, slurm_job, container
+                               # or workload)
         torch:                 # optional: the process runs the PyTorch allocator publisher
           cache: 0.1           # share of the allocator's reserve that is cache, not tensors
           fragmentation: 0.02  # inactive split bytes as a share of the reserve
@@ -54,6 +61,7 @@ The health keys (XIDs, memory repair, MIG) are described in
 ``exporter.sources.simulated.health``.
         slurm_job: "913377"    # optional Slurm job id (what its cgroup would say)
         container: {name: triton, id: <64 hex>}   # optional container outside Kubernetes
+        workload: {kind: slurm, slurm_job: "913377"}   # any workload kind, by its labels
     allocations:               # optional: what the kubelet's PodResources API reports
       - gpu: 3                 # GPU index
         namespace: ml
@@ -71,15 +79,20 @@ G GPUs x P processes for benchmarks and load tests).
 
 from __future__ import annotations
 
+import hashlib
 import random
 import re
+import uuid
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from exporter.boundedyaml import YamlLimitError, load_bounded
-from exporter.snapshot import ProcessType
+from exporter.attribution import workloads
+from exporter.attribution.container_names import container_labels
+from exporter.boundedyaml import MAX_BYTES, YamlLimitError, load_bounded
+from exporter.files import describe, read_file
+from exporter.snapshot import ProcessType, Workload
 from exporter.sources.simulated import list_presets
 from exporter.sources.simulated.gpu_models import GPU_MODELS, GpuModel
 from exporter.sources.simulated.health import HEALTH_KEYS, HealthSpec, parse_health
@@ -89,10 +102,8 @@ __all__ = [
     "GPU_MODELS",
     "AllocationSpec",
     "Burst",
-    "ContainerSpec",
     "GpuModel",
     "GpuSpec",
-    "PodSpec",
     "ProcessSpec",
     "Scenario",
     "ScenarioError",
@@ -131,13 +142,6 @@ class GpuSpec:
 
 
 @dataclass(frozen=True, slots=True)
-class PodSpec:
-    namespace: str
-    pod: str
-    container: str
-
-
-@dataclass(frozen=True, slots=True)
 class TorchSpec:
     """PyTorch allocator figures a process publishes: its memory minus the CUDA context is the
     allocator's reserve, of which ``cache`` is freed blocks kept for reuse."""
@@ -148,10 +152,22 @@ class TorchSpec:
     ooms: tuple[Burst, ...] = ()  # out-of-memory errors the program caught
 
 
+#: Precision -> (tensor-core pipe, non-tensor pipe) its arithmetic runs on (GPM's pipes).
+PRECISIONS: dict[str, tuple[str, str]] = {
+    "fp16": ("hmma", "fp16"), "bf16": ("hmma", "fp16"), "tf32": ("hmma", "fp32"),
+    "fp8": ("hmma", "fp16"), "fp32": ("hmma", "fp32"), "fp64": ("dfma", "fp64"),
+    "int8": ("imma", "integer"),
+}
+
+
 @dataclass(frozen=True, slots=True)
-class ContainerSpec:
-    name: str
-    id: str  # 64 hex characters
+class KernelSpec:
+    """What a process's kernels do while they run, as GPM counts it."""
+
+    sm: float = 1.0  # share of the SMs they keep busy
+    occupancy: float = 0.15  # resident warps / maximum (large matrix products: 0.12-0.14)
+    tensor: float = 0.0  # share of their SM time on tensor cores
+    precision: str = "fp32"
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,12 +197,11 @@ class ProcessSpec:
     utilization_jitter: float = 0.0
     memory_utilization: float = 0.4
     restart_after: float | None = None
-    pod: PodSpec | None = None
+    workload: Workload | None = None  # what its cgroup would say
     torch: TorchSpec | None = None
     gpu_instance: int | None = None  # MIG GPU instance (on a MIG GPU)
     compute_instance: int | None = None
-    slurm_job: str | None = None
-    container: ContainerSpec | None = None
+    kernels: KernelSpec = KernelSpec()
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,8 +226,9 @@ _GPU = ("model", "count", "idle_celsius", "full_load_celsius", "thermal_time_con
 _PROC = ("gpu", "pid", "user", "uid", "name", "type", "start", "stop", "memory", "ramp",
          "leak_per_second", "utilization", "utilization_jitter", "memory_utilization",
          "restart_after", "pod", "gpu_instance", "compute_instance", "slurm_job", "container",
-         "torch")
-_POD = ("namespace", "pod", "container")
+         "workload", "torch", "kernels")
+_KERNELS = ("sm", "occupancy", "tensor", "precision")
+_WORKLOAD_KEYS = ("pod", "slurm_job", "container", "workload")
 _TORCH = ("cache", "fragmentation", "retries_per_hour", "ooms")
 _CONTAINER = ("name", "id")
 _ALLOCATION = ("gpu", "namespace", "pod", "container", "resource", "replica")
@@ -316,18 +332,10 @@ def _parse_process(r: Reader, position: int, gpus: list[GpuSpec]) -> list[Proces
     stop = r.seconds("stop", None, negative=True)
     if stop is not None and stop <= start:
         r.fail(f"must be after start ({start:g} s), got {stop:g} s", "stop")
-    pod = None
-    if r.has("pod"):
-        sub = Reader(r.raw("pod"), r.origin, f"{r.path}.pod", _POD)
-        pod = PodSpec(*(sub.text(k, required=True) or "" for k in _POD))
     torch = _parse_torch(Reader(r.raw("torch"), r.origin, f"{r.path}.torch", _TORCH)) \
         if r.has("torch") else None
-    container = None
-    if r.has("container"):
-        sub = Reader(r.raw("container"), r.origin, f"{r.path}.container", _CONTAINER)
-        container = ContainerSpec(*(sub.text(k, required=True) or "" for k in _CONTAINER))
-        if not _CONTAINER_ID.match(container.id):
-            sub.fail("must be 64 lower-case hex characters", "id")
+    kernels = _parse_kernels(Reader(r.raw("kernels"), r.origin, f"{r.path}.kernels", _KERNELS)) \
+        if r.has("kernels") else KernelSpec()
     memory = r.size("memory", 2 * GiB)
     base_pid = r.integer("pid", 4000 + 211 * position, low=1, high=(1 << 22) - len(targets))
     common: dict[str, Any] = {
@@ -339,8 +347,8 @@ def _parse_process(r: Reader, position: int, gpus: list[GpuSpec]) -> list[Proces
         "utilization": r.number("utilization", 0.0, high=1.0),
         "utilization_jitter": r.number("utilization_jitter", 0.0, high=1.0),
         "memory_utilization": r.number("memory_utilization", 0.4, high=1.0),
-        "restart_after": r.seconds("restart_after", None), "pod": pod, "torch": torch,
-        "slurm_job": r.text("slurm_job"), "container": container,
+        "restart_after": r.seconds("restart_after", None), "torch": torch,
+        "workload": _parse_workload(r), "kernels": kernels,
     }
     gi = r.integer("gpu_instance", 0) if r.has("gpu_instance") else None
     ci = r.integer("compute_instance", 0) if gi is not None else None
@@ -369,6 +377,51 @@ def _parse_process(r: Reader, position: int, gpus: list[GpuSpec]) -> list[Proces
                         **common) for rank, g in enumerate(targets)]
 
 
+def _parse_workload(r: Reader) -> Workload | None:
+    """The workload of a process: ``workload`` (any kind, by its labels) or one of the
+    shorthands ``pod``, ``slurm_job`` and ``container``, with the identifiers their cgroups
+    would give (the same pod's processes share its UID)."""
+    given = [key for key in _WORKLOAD_KEYS if r.has(key)]
+    if len(given) > 1:
+        r.fail(f"a process runs in one workload: give one of {', '.join(given)}", given[1])
+    if r.has("pod"):
+        kubernetes = workloads.KUBERNETES
+        sub = Reader(r.raw("pod"), r.origin, f"{r.path}.pod", kubernetes.labels)
+        labels = {key: sub.text(key, required=True) or "" for key in kubernetes.labels}
+        digest = hashlib.sha256("/".join(labels.values()).encode()).hexdigest()
+        pod_uid = uuid.uuid5(uuid.NAMESPACE_URL, f"{labels['namespace']}/{labels['pod']}")
+        return Workload(kubernetes.name, labels, {"pod_uid": str(pod_uid), "container_id": digest})
+    if r.has("slurm_job"):
+        job = r.text("slurm_job") or ""
+        return Workload(workloads.SLURM.name, dict.fromkeys(workloads.SLURM.labels, job))
+    if r.has("container"):
+        sub = Reader(r.raw("container"), r.origin, f"{r.path}.container", _CONTAINER)
+        name, container_id = (sub.text(key, required=True) or "" for key in _CONTAINER)
+        if not _CONTAINER_ID.match(container_id):
+            sub.fail("must be 64 lower-case hex characters", "id")
+        return Workload(workloads.CONTAINERS.name, container_labels(container_id, name),
+                        {"container_id": container_id, "runtime": "docker"})
+    if r.has("workload"):
+        return _parse_any_workload(r)
+    return None
+
+
+def _parse_any_workload(r: Reader) -> Workload:
+    """``workload: {kind: <name>, <label>: <value>, ...}`` for any kind in the table."""
+    data, path = r.raw("workload"), f"{r.path}.workload"
+    keys = tuple(str(key) for key in data) if isinstance(data, dict) else ()
+    name = Reader(data, r.origin, path, keys).text("kind", required=True)
+    kind_row = next((row for row in workloads.KINDS if row.name == name), None)
+    if kind_row is None:
+        known = ", ".join(row.name for row in workloads.KINDS)
+        r.fail(f"unknown workload kind {name!r} (known: {known})", "workload.kind")
+    sub = Reader(data, r.origin, path, ("kind", *kind_row.labels))
+    labels = {label: sub.text(label, "") or "" for label in kind_row.labels}
+    if not any(labels.values()):
+        sub.fail(f"names none of the {kind_row.name} labels ({', '.join(kind_row.labels)})")
+    return Workload(kind_row.name, labels)
+
+
 def _bursts(r: Reader, key: str, *, negative: bool = False) -> tuple[Burst, ...]:
     """The ``[{at, count}, ...]`` list under ``key``, in time order."""
     bursts = []
@@ -385,6 +438,19 @@ def _parse_torch(r: Reader) -> TorchSpec:
         fragmentation=r.number("fragmentation", 0.02, high=1.0),
         retries_per_hour=r.number("retries_per_hour", 0.0),
         ooms=_bursts(r, "ooms", negative=True),
+    )
+
+
+def _parse_kernels(r: Reader) -> KernelSpec:
+    precision = r.text("precision", "fp32") or "fp32"
+    if precision not in PRECISIONS:
+        r.fail(f"unknown precision {precision!r} (allowed: {', '.join(PRECISIONS)})",
+               "precision")
+    return KernelSpec(
+        sm=r.number("sm", 1.0, high=1.0),
+        occupancy=r.number("occupancy", 0.15, high=1.0),
+        tensor=r.number("tensor", 0.0, high=1.0),
+        precision=precision,
     )
 
 
@@ -442,13 +508,16 @@ def load_scenario(name_or_path: str, seed: int = 0) -> Scenario:
         origin, stem = f"preset {name_or_path}", name_or_path
     else:
         path = Path(name_or_path)
-        if not path.is_file():
-            raise ScenarioError(f"{name_or_path}: no such scenario: neither a bundled preset "
-                                f"({', '.join(list_presets())}) nor a file")
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ScenarioError(f"{path}: cannot read: {exc}") from exc
+            # A FIFO, a device or a file over the YAML bound is refused without being read.
+            text = read_file(name_or_path, MAX_BYTES).decode("utf-8")
+        except FileNotFoundError:
+            raise ScenarioError(f"{name_or_path}: no such scenario: neither a bundled preset "
+                                f"({', '.join(list_presets())}) nor a file") from None
+        except OSError as exc:
+            raise ScenarioError(f"{path}: cannot read: {describe(exc)}") from None
+        except UnicodeDecodeError:
+            raise ScenarioError(f"{path}: cannot read: not UTF-8 text") from None
         origin, stem = str(path), path.stem
     try:
         data = load_bounded(text)  # no aliases, bounded depth, nodes and size

@@ -20,7 +20,8 @@ first ``start()``. Everything is a function of (scenario, seed, t):
 Stamps are wall-clock: ``taken_at`` is the ``clock()`` reading; a simulated moment ``t`` maps
 to wall time ``start + t / speed`` (process start times too), so ages read in Prometheus are
 compressed by ``speed``. ``duration_seconds`` is a modelled NVML cost (from measurements on an
-H200: ~0.12 ms per GPU, +1.8 ms per GPU for process utilisation, +2.8 ms energy, +21 ms PCIe),
+H200: ~0.12 ms per GPU, +1.8 ms per GPU for process utilisation, +2.8 ms energy, +21 ms PCIe,
++0.24 ms GPM, +1.5 ms GPM's graphics-engine metric),
 not the Python time, so equal inputs give equal snapshots.
 """
 
@@ -32,6 +33,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 
 from exporter.attribution.podresources.allocations import (
     Allocation,
@@ -41,19 +43,19 @@ from exporter.attribution.podresources.allocations import (
 from exporter.attribution.podresources.join import join_allocations
 from exporter.health import MigProcess
 from exporter.metrics import GPU_ROWS, MEMORY_UTILIZATION, UTILIZATION, Group, allocator
+from exporter.metrics.activity import PER_INSTANCE, PIPES, TENSOR_PIPES
 from exporter.metrics.process import LAST_ACTIVE
 from exporter.snapshot import (
     AllocationRow,
-    ContainerRef,
     GpuIdentity,
     GpuProcess,
     GpuReading,
-    PodRef,
     PodResourcesHealth,
     ProcessOwner,
     Snapshot,
     Value,
 )
+from exporter.sources.simulated.gpu_models import GpuModel
 from exporter.sources.simulated.health import (
     RemapSpec,
     RetiredSpec,
@@ -62,10 +64,12 @@ from exporter.sources.simulated.health import (
     retired_pages,
     xid_counts,
 )
-from exporter.sources.simulated.physics import SimulatedGpu
+from exporter.sources.simulated.physics import SimulatedActivity, SimulatedGpu
 from exporter.sources.simulated.scenario import (
     CONTEXT_BYTES,
+    PRECISIONS,
     GpuSpec,
+    KernelSpec,
     ProcessSpec,
     Scenario,
     TorchSpec,
@@ -79,6 +83,12 @@ _RESTART_PID_STEP = 101
 LOADED_AFTER = 60.0
 _BUS_IDS = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)  # a typical 8-GPU HGX board
 _INF = math.inf
+#: GPM's DRAM bandwidth ratio per unit of NVML's memory utilisation (H200: 0.72 for a memory
+#: copy, 0.73 for an fp16 matrix product, 0.62 for fp32), and the integer pipe's share of SM
+#: time (address arithmetic: 1-8 % measured).
+_DRAM_PER_MEMORY_UTILIZATION = 0.7
+_INTEGER_SHARE = 0.06
+_GPM_GROUPS = frozenset({Group.GPM, Group.GPM_ENGINE})
 
 
 def _mix(x: int) -> int:
@@ -110,11 +120,56 @@ class _Noise:
         return self._a + (self._b - self._a) * (pos - bucket)
 
 
+class _ActivitySum:
+    """GPM's figures of one GPU or MIG GPU instance, summed over its running processes."""
+
+    __slots__ = ("memory", "occupancy", "pipes", "sm", "tensor", "tensor_pipes", "utilization")
+
+    def __init__(self) -> None:
+        self.utilization = self.memory = self.sm = self.occupancy = self.tensor = 0.0
+        self.tensor_pipes = dict.fromkeys(TENSOR_PIPES, 0.0)
+        self.pipes = dict.fromkeys(PIPES, 0.0)
+
+    def add(self, utilization: float, memory_utilization: float, kernels: KernelSpec) -> None:
+        """A process whose kernels ran ``utilization`` of the time."""
+        self.utilization += utilization
+        self.memory += utilization * memory_utilization
+        busy = utilization * kernels.sm
+        tensor = busy * kernels.tensor
+        tensor_pipe, pipe = PRECISIONS[kernels.precision]
+        self.sm += busy
+        self.occupancy += utilization * kernels.occupancy
+        self.tensor += tensor
+        self.tensor_pipes[tensor_pipe] += tensor
+        self.pipes[pipe] += 0.8 * (busy - tensor)
+
+    def result(self, model: GpuModel) -> SimulatedActivity:
+        def ratio(value: float) -> float:
+            return round(min(1.0, value), 4)
+
+        utilization = round(min(1.0, self.utilization), 2)  # whole %, as NVML
+
+        sm = ratio(self.sm)
+        pipes = {pipe: ratio(value) for pipe, value in self.pipes.items()}
+        pipes["integer"] = ratio(self.pipes["integer"] + _INTEGER_SHARE * sm)
+        pcie = utilization * model.pcie_bytes_per_second
+        nvlink = 0.1 * sm * model.nvlink_bytes_per_second
+        return SimulatedActivity(
+            graphics=utilization, sm=sm, occupancy=ratio(self.occupancy),
+            tensor=ratio(self.tensor),
+            tensor_pipes={pipe: ratio(value) for pipe, value in self.tensor_pipes.items()},
+            dram=ratio(_DRAM_PER_MEMORY_UTILIZATION * self.memory), pipes=pipes,
+            pcie={"rx": round(0.06 * pcie), "tx": round(0.015 * pcie)},
+            nvlink=({"rx": round(nvlink), "tx": round(nvlink)}
+                    if model.nvlink_bytes_per_second else None),
+        )
+
+
 class _Proc:
     """Precomputed timeline of one scenario process."""
 
-    __slots__ = ("container", "context", "grow", "jitter", "last", "leak", "life", "mem_util",
-                 "noise", "owner", "period", "pod", "ramp", "spec", "steady", "t0", "torch",
+    __slots__ = ("context", "grow", "jitter", "kernels", "last", "leak", "life", "mem_util",
+                 "noise", "owner", "period", "ramp", "sm", "spec", "steady", "t0", "torch",
                  "util")
 
     def __init__(self, spec: ProcessSpec, life: float | None, key: int) -> None:
@@ -126,6 +181,7 @@ class _Proc:
             spec.leak_per_second
         self.util, self.jitter, self.mem_util = spec.utilization, spec.utilization_jitter, \
             spec.memory_utilization
+        self.kernels, self.sm = spec.kernels, spec.kernels.sm
         self.noise = _Noise(key)
         self.steady = spec.memory_bytes
         self.owner: tuple[int, ProcessOwner] | None = None
@@ -134,13 +190,6 @@ class _Proc:
         self.last: tuple[int, int, float, GpuProcess, float | None, dict[str, float]] | None \
             = None
         self.torch = spec.torch
-        self.pod = None if spec.pod is None else PodRef(
-            pod_uid=str(uuid.UUID(int=(_mix(key) << 64) | _mix(key ^ 5), version=4)),
-            container_id=f"{_mix(key ^ 1):016x}{_mix(key ^ 2):016x}{_mix(key ^ 3):016x}"
-                         f"{_mix(key ^ 4):016x}",
-            namespace=spec.pod.namespace, pod=spec.pod.pod, container=spec.pod.container)
-        self.container = None if spec.container is None else ContainerRef(
-            spec.container.id, spec.container.name, "docker")
 
     def cycle(self, t: float) -> tuple[int, float] | None:
         """(restart number, age) when alive at ``t``, else None."""
@@ -227,8 +276,9 @@ class _Gpu:
         self.next_b = min([_INF] + [p.next_boundary(self.t_evt) for p in self.procs])
 
     def base_load(self, t: float) -> tuple[float, bool]:
+        """(the SMs' work, any process alive) at ``t``: power and heat follow the work."""
         alive = [p for p in self.procs if p.cycle(t) is not None]
-        return min(1.0, sum(p.util for p in alive)), bool(alive)
+        return min(1.0, sum(p.util * p.sm for p in alive)), bool(alive)
 
     def target(self, load: float, busy: bool) -> float:
         """Steady temperature at ``load``; a lowered power limit also lowers the heat."""
@@ -348,7 +398,9 @@ class SimulatedSource:
                 readings.append(self._read(gpu, t, start, groups))
         cost = len(self._gpus) * (0.00012 + 0.0018 * (Group.PROCESS_UTILIZATION in groups)
                                   + 0.0028 * (Group.ENERGY in groups)
-                                  + 0.021 * (Group.PCIE in groups))
+                                  + 0.021 * (Group.PCIE in groups)
+                                  + 0.00024 * (Group.GPM in groups)
+                                  + 0.0015 * (Group.GPM_ENGINE in groups))
         return Snapshot(
             source=self.name, hostname=self.hostname, taken_at=now,
             duration_seconds=cost + 2e-6 * sum(len(r.processes) for r in readings),
@@ -362,7 +414,7 @@ class SimulatedSource:
     # --- one GPU -----------------------------------------------------------------------------
     def _read(self, gpu: _Gpu, t: float, start: float, groups: frozenset[Group]) -> GpuReading:
         model, spec = gpu.spec.model, gpu.spec
-        used, util, mem_util = _DRIVER_BYTES, 0.0, 0.0
+        used, util, mem_util, work = _DRIVER_BYTES, 0.0, 0.0, 0.0
         procs: list[GpuProcess] = []
         health = spec.health
         mig_on = health.mig is not None  # NVML has no utilisation per GPU or process under MIG
@@ -370,6 +422,10 @@ class SimulatedSource:
         want_putil = want_procs and Group.PROCESS_UTILIZATION in groups
         want_torch = want_procs and Group.TORCH in groups
         want_putil = want_procs and Group.PROCESS_UTILIZATION in groups and not mig_on
+        activity: _ActivitySum | None = None
+        instances: dict[int, _ActivitySum] = {}
+        if model.gpm and not _GPM_GROUPS.isdisjoint(groups):
+            activity = _ActivitySum()
         for p in gpu.procs:
             # the hot loop (8 GPUs x 32 processes per collect): _Proc.cycle/memory inlined
             age = t - p.t0
@@ -391,6 +447,12 @@ class SimulatedSource:
                 u = round(min(1.0, max(0.0, u + p.jitter * p.noise.at(t))), 2)  # NVML: whole %
             util += u
             mem_util += u * p.mem_util
+            work += u * p.sm
+            if activity is not None:
+                instance = p.spec.gpu_instance
+                summed = activity if instance is None else instances.setdefault(
+                    instance, _ActivitySum())
+                summed.add(u, p.mem_util, p.kernels)
             if want_procs:
                 published = _torch_values(p.torch, memory - p.context, age, t) \
                     if want_torch and p.torch is not None else _NO_VALUES
@@ -407,17 +469,18 @@ class SimulatedSource:
                     last = p.last = (k, memory, u, GpuProcess(
                         pid=p.spec.pid + _RESTART_PID_STEP * k, type=p.spec.type,
                         used_memory_bytes=memory, sm_utilization_ratio=u if want_putil else None,
-                        owner=self._owner(p, k, start), pod=p.pod, values=process_values,
-                        slurm_job=p.spec.slurm_job, container=p.container,
+                        owner=self._owner(p, k, start), workload=p.spec.workload,
+                        values=process_values,
                         gpu_instance=p.spec.gpu_instance,
                         compute_instance=p.spec.compute_instance), active, published)
                 procs.append(last[3])
         util, mem_util = round(min(1.0, util), 2), round(min(1.0, mem_util), 2)  # whole %
+        work = min(1.0, work)
         busy = used > _DRIVER_BYTES
         free = max(0, model.memory_bytes - model.reserved_bytes - used)
         temp_exact, energy = gpu.thermal(t)
         temp = float(round(temp_exact + 0.6 * gpu.tnoise.at(t)))
-        demand = gpu.demand(util, busy) * (1.0 + 0.015 * gpu.noise.at(t))
+        demand = gpu.demand(work, busy) * (1.0 + 0.015 * gpu.noise.at(t))
         capped = demand >= 0.98 * gpu.limit
         power = min(demand, gpu.limit * (0.985 + 0.01 * abs(gpu.noise.at(t))))
         idle = util < 0.02  # the driver reports gpu_idle when (almost) no kernel runs
@@ -460,6 +523,8 @@ class SimulatedSource:
                            if model.ecc and not model.row_remapping else None),
             xid_events=health.xid_events,
             mig_enabled=mig_on,
+            # Under MIG, GPM is read per GPU instance only.
+            activity=activity.result(model) if activity is not None and not mig_on else None,
         )
         values: dict[str, Value] = {}
         for row in GPU_ROWS:
@@ -481,6 +546,10 @@ class SimulatedSource:
                         (process.gpu_instance, process.compute_instance or 0), []
                     ).append(MigProcess(process.pid, process.used_memory_bytes))
             mig = mig_devices(health.mig, spec.index, by_instance)
+            if activity is not None:
+                mig = tuple(replace(device, activity=_instance_activity(
+                    state, instances.get(device.gpu_instance, _ActivitySum()), groups))
+                    for device in mig)
         return GpuReading(identity=gpu.identity, values=values, processes=tuple(procs),
                           xids=xids, mig=mig)
 
@@ -491,3 +560,17 @@ class SimulatedSource:
             p.owner = (k, ProcessOwner(uid=p.spec.uid, user=p.spec.user, name=p.spec.name,
                                        start_time_seconds=start + begin / self.speed))
         return p.owner[1]
+
+
+def _instance_activity(state: SimulatedGpu, summed: _ActivitySum, groups: frozenset[Group]
+                       ) -> dict[str, Value]:
+    """GPM's figures of one MIG GPU instance, by the per-GPU row's name (the rows' own
+    ``simulate`` applied to the instance's activity)."""
+    instance = replace(state, activity=summed.result(state.model))
+    values: dict[str, Value] = {}
+    for row, _ in PER_INSTANCE:
+        if row.group in groups and row.simulate is not None:
+            value = row.simulate(instance)
+            if value is not None:
+                values[row.name] = value
+    return values
