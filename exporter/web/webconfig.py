@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from exporter.config import check_range, parse_duration
 from exporter.files import describe, read_file_stat
+from exporter.values import check_range, parse_duration
 
 __all__ = [
     "OPENABLE_PATHS",
