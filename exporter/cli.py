@@ -37,7 +37,8 @@ from exporter.sources.simulated import list_presets
 from exporter.values import ListenAddress
 from exporter.web.app import create_app
 from exporter.web.server import ServerLimits, build_server
-from exporter.web.webconfig import WebConfigError, WebConfigWatcher
+from exporter.web.watcher import WebConfigWatcher
+from exporter.web.webconfig import WebConfigError
 
 if TYPE_CHECKING:  # imported by build_poller only with --kubernetes
     from exporter.attribution.podresources.client import PodResourcesPoller
