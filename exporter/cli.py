@@ -323,7 +323,7 @@ def _run(argv: Sequence[str] | None) -> int:
                 log.warning("%s %s is not a directory; mount the host's directory there or "
                             "processes get no pod labels", flag, path)
     if Group.TORCH in config.groups and config.source == "nvml":
-        from exporter.attribution.torchstats import ensure_directory  # noqa: PLC0415
+        from exporter.attribution.torchfile import ensure_directory  # noqa: PLC0415
 
         for warning in ensure_directory(config.torch_dir):  # not fatal: no allocator series
             log.warning("--torch.dir: %s", warning)

@@ -1,4 +1,5 @@
-"""The file ``gpu_exporter_torch`` publishes: its JSON format, parsed and checked.
+"""The files ``gpu_exporter_torch`` publishes: the shared directory they go in, and their JSON
+format, parsed and checked.
 
 One document per process: its pid, start time and pid namespace as the process sees them,
 the publisher's interval, and per GPU (by NVML's uuid) the caching allocator's figures.
@@ -10,6 +11,9 @@ speak for a host process is the reader's trust rule (``exporter.attribution.torc
 from __future__ import annotations
 
 import json
+import os
+import stat
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 #: The file format this reader understands (``gpu_exporter_torch.FORMAT_VERSION``).
@@ -114,3 +118,29 @@ def _count(mapping: dict[str, object], key: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_VALUE:
         raise TorchFileError(f"{key} must be an integer in 0..2**63-1, got {value!r}")
     return value
+
+
+def ensure_directory(directory: str) -> Iterable[str]:
+    """Create the shared directory (mode 1777, like /tmp) if missing, and set that mode if the
+    exporter owns it; returns warnings for the log. Never raises.
+
+    1777: every user's publisher can create its file; the sticky bit stops users from replacing
+    or deleting each other's files.
+    """
+    warnings: list[str] = []
+    try:
+        os.makedirs(directory, exist_ok=True)
+        info = os.stat(directory)
+        wanted = stat.S_ISVTX | 0o777
+        if stat.S_IMODE(info.st_mode) != wanted:
+            if info.st_uid == os.geteuid():
+                os.chmod(directory, wanted)
+            else:
+                warnings.append(
+                    f"{directory} has mode {stat.S_IMODE(info.st_mode):o} and is not the "
+                    "exporter's to change: publishers of other users may not be able to write "
+                    "there (chmod 1777 it)"
+                )
+    except OSError as err:
+        warnings.append(f"cannot prepare {directory}: {err.strerror or err}")
+    return warnings

@@ -30,7 +30,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from exporter.attribution.enrich import SKIPPED_SOURCES, merge_errors
@@ -327,32 +327,6 @@ def _drop(index: dict[tuple[int, int], list[TorchFile]], file: TorchFile | None)
         files.remove(file)
     if not files:
         index.pop((file.pid, file.start_ticks), None)
-
-
-def ensure_directory(directory: str) -> Iterable[str]:
-    """Create the shared directory (mode 1777, like /tmp) if missing, and set that mode if the
-    exporter owns it; returns warnings for the log. Never raises.
-
-    1777: every user's publisher can create its file; the sticky bit stops users from replacing
-    or deleting each other's files.
-    """
-    warnings: list[str] = []
-    try:
-        os.makedirs(directory, exist_ok=True)
-        info = os.stat(directory)
-        wanted = stat.S_ISVTX | 0o777
-        if stat.S_IMODE(info.st_mode) != wanted:
-            if info.st_uid == os.geteuid():
-                os.chmod(directory, wanted)
-            else:
-                warnings.append(
-                    f"{directory} has mode {stat.S_IMODE(info.st_mode):o} and is not the "
-                    "exporter's to change: publishers of other users may not be able to write "
-                    "there (chmod 1777 it)"
-                )
-    except OSError as err:
-        warnings.append(f"cannot prepare {directory}: {err.strerror or err}")
-    return warnings
 
 
 class TorchEnricher:
