@@ -114,8 +114,10 @@ class SimulatedSource:
                                 uuids[a.gpu]), a.resource, a.namespace, a.pod, a.container)
             for a in self.scenario.allocations
         )
-        return join_allocations(table, [(gpu.identity.index, gpu.identity.uuid)
-                                        for gpu in self._gpus])
+        return join_allocations(table, [
+            GpuReading(identity=gpu.identity,
+                       mig=mig_devices(gpu.spec.health.mig, gpu.identity.index, {}))
+            for gpu in self._gpus])
 
     def _key(self, entity: str) -> int:
         return random.Random(f"{self.seed}/{self.scenario.name}/{entity}").getrandbits(64)
