@@ -33,7 +33,7 @@ def node_activity_rows(grid: Layout, matchers: str) -> None:
         "utilisation far above SM activity means kernels too small to fill the GPU (small "
         "batches, a launch-bound loop, one block spinning on a flag). " + GPM, "percentunit",
         [query(sel(metrics.UTILIZATION, matchers), f"{GPU_LEGEND} utilisation"),
-         query(sel(metrics.SM_ACTIVE, matchers), f"{GPU_LEGEND} SM activity", ref="B")],
+         query(sel(metrics.SM_ACTIVE, matchers), f"{GPU_LEGEND} SM activity")],
         min_val=0, max_val=1,
     ), 12)
     grid.add(table_panel(
@@ -78,7 +78,7 @@ def node_activity_rows(grid: Layout, matchers: str) -> None:
         "products); both low: the GPU waits (input pipeline, CPU, communication). " + GPM,
         "percentunit",
         [query(sel(metrics.SM_ACTIVE, matchers), f"{GPU_LEGEND} SM"),
-         query(sel(metrics.DRAM_ACTIVE, matchers), f"{GPU_LEGEND} DRAM", ref="B")],
+         query(sel(metrics.DRAM_ACTIVE, matchers), f"{GPU_LEGEND} DRAM")],
         thresholds=steps(("transparent", None), ("orange", thresholds.MEMORY_BOUND_DRAM_RATIO)),
         min_val=0, max_val=1,
     ), 12)
@@ -88,9 +88,8 @@ def node_activity_rows(grid: Layout, matchers: str) -> None:
         "FP64, FP32, FP16 and integer pipes were busy. " + GPM, "percentunit",
         [query(sel(metrics.TENSOR_ACTIVE, matchers), f"{GPU_LEGEND} tensor"),
          query(f"{sel(metrics.TENSOR_PIPE_ACTIVE, matchers)} > 0",
-               f"{GPU_LEGEND} tensor {{{{pipe}}}}", ref="B"),
-         query(f"{sel(metrics.PIPE_ACTIVE, matchers)} > 0", f"{GPU_LEGEND} {{{{pipe}}}}",
-               ref="C")],
+               f"{GPU_LEGEND} tensor {{{{pipe}}}}"),
+         query(f"{sel(metrics.PIPE_ACTIVE, matchers)} > 0", f"{GPU_LEGEND} {{{{pipe}}}}")],
         min_val=0, max_val=1,
     ), 12)
     grid.add(timeseries_panel(
@@ -104,8 +103,7 @@ def node_activity_rows(grid: Layout, matchers: str) -> None:
         "and NVLink (GPU to GPU: all-reduce, pipeline stages), averaged over each collection. "
         + GPM, "binBps",
         [query(sel(metrics.PCIE_TRAFFIC, matchers), f"{GPU_LEGEND} PCIe {{{{direction}}}}"),
-         query(sel(metrics.NVLINK_TRAFFIC, matchers), f"{GPU_LEGEND} NVLink {{{{direction}}}}",
-               ref="B")],
+         query(sel(metrics.NVLINK_TRAFFIC, matchers), f"{GPU_LEGEND} NVLink {{{{direction}}}}")],
         min_val=0,
     ), 12)
     grid.add(timeseries_panel(

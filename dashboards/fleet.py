@@ -120,8 +120,8 @@ def _per_node(grid: panels.Layout) -> None:
         "holding the GPUs are not really running; utilisation far above SM activity means the "
         "kernels are too small to fill the GPU.", "percentunit",
         [panels.query(_by_node(recording.INSTANCE_UTILIZATION), f"{NODE_LEGEND} utilisation"),
-         panels.query(_by_node(recording.INSTANCE_SM_ACTIVE), f"{NODE_LEGEND} SM activity",
-                      ref="B")], min_val=0, max_val=1,
+         panels.query(_by_node(recording.INSTANCE_SM_ACTIVE), f"{NODE_LEGEND} SM activity")],
+        min_val=0, max_val=1,
     ), 12)
     grid.add(panels.timeseries_panel(
         "Memory used per node, stacked", "GPU memory in use, summed per node (stacked).",

@@ -74,12 +74,10 @@ def node_health_rows(grid: Layout, matchers: str) -> None:
         "(RMA).",
         "short",
         [query(sel(metrics.REMAPPED_ROWS, matchers), f"{GPU_LEGEND} rows remapped ({{{{type}}}})"),
-         query(sel(metrics.REMAP_PENDING, matchers), f"{GPU_LEGEND} remap pending", ref="B"),
-         query(sel(metrics.REMAP_FAILURE, matchers), f"{GPU_LEGEND} remap failure", ref="C"),
-         query(sel(metrics.RETIRED_PAGES, matchers), f"{GPU_LEGEND} pages retired ({{{{cause}}}})",
-               ref="D"),
-         query(sel(metrics.RETIRED_PENDING, matchers), f"{GPU_LEGEND} retirement pending",
-               ref="E")],
+         query(sel(metrics.REMAP_PENDING, matchers), f"{GPU_LEGEND} remap pending"),
+         query(sel(metrics.REMAP_FAILURE, matchers), f"{GPU_LEGEND} remap failure"),
+         query(sel(metrics.RETIRED_PAGES, matchers), f"{GPU_LEGEND} pages retired ({{{{cause}}}})"),
+         query(sel(metrics.RETIRED_PENDING, matchers), f"{GPU_LEGEND} retirement pending")],
         min_val=0,
     ), 12)
     grid.add(timeseries_panel(
@@ -87,8 +85,7 @@ def node_health_rows(grid: Layout, matchers: str) -> None:
         "kept across driver reloads and reboots), next to those since the driver loaded.",
         "short",
         [query(sel(metrics.ECC_AGGREGATE, matchers), f"{GPU_LEGEND} lifetime {{{{type}}}}"),
-         query(sel(metrics.ECC_ERRORS, matchers), f"{GPU_LEGEND} since driver load {{{{type}}}}",
-               ref="B")],
+         query(sel(metrics.ECC_ERRORS, matchers), f"{GPU_LEGEND} since driver load {{{{type}}}}")],
         min_val=0,
     ), 12)
 
@@ -120,7 +117,7 @@ def node_mig_rows(grid: Layout, matchers: str) -> None:
         [query(sel(metrics.MIG_MEMORY_USED, matchers),
                f"{GPU_LEGEND} GI {{{{gpu_instance}}}} {{{{gpu_profile}}}} used"),
          query(sel(metrics.MIG_MEMORY_TOTAL, matchers),
-               f"{GPU_LEGEND} GI {{{{gpu_instance}}}} {{{{gpu_profile}}}} total", ref="B")],
+               f"{GPU_LEGEND} GI {{{{gpu_instance}}}} {{{{gpu_profile}}}} total")],
         min_val=0,
     ), 12)
     grid.add(timeseries_panel(

@@ -52,7 +52,7 @@ def _targets(grid: panels.Layout) -> None:
         "Collection success and source up", "1 when the last collection read every GPU "
         "without error, and when the source (NVML) is up.", "short",
         [panels.query(sel(metrics.COLLECTION_SUCCESS, HOST), "{{instance}} collection"),
-         panels.query(sel(metrics.SOURCE_UP, HOST), "{{instance}} {{source}} source", ref="B")],
+         panels.query(sel(metrics.SOURCE_UP, HOST), "{{instance}} {{source}} source")],
         min_val=0, max_val=1,
     ), 12)
 

@@ -113,10 +113,18 @@ def _last_value(panel: _V, title: str, description: str, unit: str,
     )
 
 
+def _ref(position: int) -> str:
+    """The id of a panel's query at ``position``: A, B, C ..., as Grafana numbers them."""
+    return chr(ord("A") + position)
+
+
 def query(
     expr: str, legend: str = "", *, instant: bool = False, table: bool = False, ref: str = "A"
 ) -> prometheus.Dataquery:
-    """A Prometheus query on the datasource variable; ``table`` ones are instant tables."""
+    """A Prometheus query on the datasource variable; ``table`` ones are instant tables.
+
+    Panels of several queries set each one's ``ref`` by its position.
+    """
     q = prometheus.Dataquery().expr(expr).ref_id(ref).datasource(DATASOURCE)
     if legend:
         q = q.legend_format(legend)
@@ -160,7 +168,7 @@ def timeseries_panel(
         .tooltip(common_builder.VizTooltipOptions().mode(common_model.TooltipDisplayMode.MULTI).sort(
             common_model.SortOrder.DESCENDING))
         .fill_opacity(30 if stacked else 10)
-        .targets(list(targets))
+        .targets([target.ref_id(_ref(i)) for i, target in enumerate(targets)])
     )
     if thresholds is not None:
         panel = panel.thresholds(thresholds).thresholds_style(
@@ -236,14 +244,12 @@ def table_panel(
 
     Each query's value column (``Value #<ref>``) is renamed to its ``Column.name``.
     """
-    refs = [chr(ord("A") + i) for i in range(len(columns))]
-    rename = {f"Value #{ref}": col.name for ref, col in zip(refs, columns, strict=True)}
+    rename = {f"Value #{_ref(i)}": col.name for i, col in enumerate(columns)}
     if len(columns) == 1:
         rename = {"Value": columns[0].name}
     panel = (
         _head(table.Panel(), title, description, "short")
-        .targets([query(col.expr, table=True, ref=ref) for ref, col in zip(refs, columns,
-                                                                            strict=True)])
+        .targets([query(col.expr, table=True, ref=_ref(i)) for i, col in enumerate(columns)])
         .with_transformation(dashboard_model.DataTransformerConfig(id_val="merge", options={}))
         .with_transformation(
             dashboard_model.DataTransformerConfig(

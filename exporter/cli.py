@@ -26,14 +26,7 @@ from exporter.attribution.passwd import PasswdFileError, check_passwd_file
 from exporter.attribution.passwd import request_reload as request_passwd_reload
 from exporter.attribution.torchtotals import TorchUserTotals
 from exporter.attribution.workloads import KUBERNETES
-from exporter.config import (
-    Config,
-    ConfigError,
-    ListenAddress,
-    build_parser,
-    resolve,
-    unknown_env,
-)
+from exporter.config import Config, ConfigError, build_parser, resolve, unknown_env
 from exporter.logs import setup_logging
 from exporter.memory import release_free_heap, tune_malloc
 from exporter.metrics import Group
@@ -41,9 +34,11 @@ from exporter.scheduler import Scheduler
 from exporter.signals import Stopping, StopRequest, install_stop_handler
 from exporter.sources.base import Source
 from exporter.sources.simulated import list_presets
+from exporter.values import ListenAddress
 from exporter.web.app import create_app
 from exporter.web.server import ServerLimits, build_server
-from exporter.web.webconfig import WebConfigError, WebConfigWatcher
+from exporter.web.watcher import WebConfigWatcher
+from exporter.web.webconfig import WebConfigError
 
 if TYPE_CHECKING:  # imported by build_poller only with --kubernetes
     from exporter.attribution.podresources.client import PodResourcesPoller
@@ -328,7 +323,7 @@ def _run(argv: Sequence[str] | None) -> int:
                 log.warning("%s %s is not a directory; mount the host's directory there or "
                             "processes get no pod labels", flag, path)
     if Group.TORCH in config.groups and config.source == "nvml":
-        from exporter.attribution.torchstats import ensure_directory  # noqa: PLC0415
+        from exporter.attribution.torchfile import ensure_directory  # noqa: PLC0415
 
         for warning in ensure_directory(config.torch_dir):  # not fatal: no allocator series
             log.warning("--torch.dir: %s", warning)

@@ -4,16 +4,15 @@ Every flag is declared once in ``FLAGS`` (name, kind, default, help); argparse, 
 ``GPU_EXPORTER_<FLAG>`` environment variables and the README's flag table are all built from it.
 Precedence: command-line flag, then environment variable, then default.
 
-Every number (a count, a factor, a duration) must lie in its flag's range in ``RANGES``, which
-the web config's numbers share: what the code behind it can represent, never inf or nan.
-Parsing raises ``ConfigError`` with one line that names the flag (or variable) and what is
-wrong, the range included; ``exporter.cli`` turns it into exit status 2.
+Each flag's value is read by a parser of ``exporter.values``, and every number (a count, a
+factor, a duration) must lie in its flag's range there (``RANGES``). Parsing raises
+``ConfigError`` with one line that names the flag (or variable) and what is wrong, the range
+included; ``exporter.cli`` turns it into exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -26,14 +25,25 @@ from exporter.attribution.defaults import (
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_PODMAN_STORAGE,
     DEFAULT_SOCKET,
-    MAX_MESSAGE_BYTES_LIMIT,
-    MIN_INTERVAL_SECONDS,
-    MIN_MESSAGE_BYTES,
 )
 from exporter.attribution.workloads import KINDS, WorkloadLabels
 from exporter.metrics import OPT_IN_GROUPS, SWITCHABLE_GROUPS, Group
 from exporter.sources.simulated import list_presets  # not .scenario: YAML loads lazily
 from exporter.state import ExpositionOptions
+from exporter.values import (
+    RANGES,
+    ListenAddress,
+    parse_bool,
+    parse_choice,
+    parse_duration,
+    parse_float,
+    parse_hostname,
+    parse_int,
+    parse_listen_address,
+    parse_names,
+    parse_optional_path,
+    parse_path,
+)
 
 ENV_PREFIX = "GPU_EXPORTER_"
 SOURCES: tuple[str, ...] = ("nvml", "simulated")
@@ -50,212 +60,12 @@ class ConfigError(ValueError):
     """A flag, environment variable or file named on the command line is unusable."""
 
 
-# --- value parsers (each raises ValueError with a short reason) ----------------------------
-
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
-
-
-def parse_duration(text: str) -> float:
-    """Parse a Prometheus-style duration ("500ms", "5s", "1m30s", "0") into seconds.
-
-    A leading "-" gives a negative number, and a count of hundreds of digits gives inf: the
-    range check (``RANGES``) then refuses either with the flag's range.
-
-    Raises:
-        ValueError: the text is not a duration.
-    """
-    value = text.strip()
-    negative = value.startswith("-")
-    body = value[1:] if negative else value
-    if body == "0":
-        return 0.0
-    pos, total = 0, 0.0
-    for match in _DURATION_PART.finditer(body):
-        if match.start() != pos:
-            break
-        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-        pos = match.end()
-    if pos == 0 or pos != len(body):
-        raise ValueError(f"{text!r} is not a duration (use e.g. 500ms, 5s, 1m)")
-    return -total if negative else total
-
-
-def parse_bool(text: str) -> bool:
-    """Parse true/false/1/0/yes/no (any case).
-
-    Raises:
-        ValueError: anything else.
-    """
-    value = text.strip().lower()
-    if value in ("true", "1", "yes", "on"):
-        return True
-    if value in ("false", "0", "no", "off"):
-        return False
-    raise ValueError(f"{text!r} is not a boolean (use true or false)")
-
-
-def _parse_int(text: str) -> int:
-    try:
-        return int(text.strip())
-    except ValueError:
-        raise ValueError(f"{text!r} is not an integer") from None
-
-
-def _parse_float(text: str) -> float:
-    try:
-        return float(text.strip())
-    except ValueError:
-        raise ValueError(f"{text!r} is not a number") from None
-
-
-def _parse_choice(choices: Sequence[str]) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        value = text.strip().lower()
-        if value not in choices:
-            raise ValueError(f"{text!r} is not one of {', '.join(choices)}")
-        return value
-
-    return parse
-
-
-def _parse_path(text: str) -> str:
-    if not text.strip():
-        raise ValueError("empty path")
-    return text
-
-
-def _parse_names(text: str) -> frozenset[str]:
-    """Comma-separated names (blanks ignored)."""
-    return frozenset(name.strip() for name in text.split(",") if name.strip())
-
-
-def _parse_optional_path(text: str) -> str:
-    """A path, or "" to switch the feature off."""
-    return text.strip()
-
-
-def _parse_hostname(text: str) -> str:
-    value = text.strip()
-    if not value or any(c.isspace() for c in value):
-        raise ValueError(f"{text!r} is not a host name")
-    return value
-
-
 def _parse_telemetry_path(text: str) -> str:
     if not text.startswith("/") or any(c in text for c in "?# \t"):
         raise ValueError(f"{text!r} must be an absolute URL path such as /metrics")
     if text in RESERVED_PATHS:
         raise ValueError(f"{text!r} is already served by the exporter")
     return text
-
-
-def format_duration(seconds: float) -> str:
-    """Seconds as the shortest duration text ``parse_duration`` reads back ("1d", "500ms")."""
-    if seconds == 0:
-        return "0s"
-    for unit in ("w", "d", "h", "m", "s", "ms"):
-        count = seconds / _DURATION_UNITS[unit]
-        if count >= 1 and abs(count - round(count)) < 1e-9:
-            return f"{round(count)}{unit}"
-    return f"{seconds:.3f}".rstrip("0").rstrip(".") + "s"
-
-
-@dataclass(frozen=True, slots=True)
-class Range:
-    """The values a number may take, both ends included; inf and nan are never in range."""
-
-    low: float
-    high: float
-    duration: bool = False  # shown as durations ("1ms to 1d")
-
-    def _text(self, value: float) -> str:
-        return format_duration(value) if self.duration else str(value)
-
-    def __str__(self) -> str:
-        return f"{self._text(self.low)} to {self._text(self.high)}"
-
-    def check(self, value: float, text: str) -> None:
-        """Raises ValueError naming the range when ``value`` (read from ``text``) is outside."""
-        finite = not isinstance(value, float) or math.isfinite(value)  # huge ints compare
-        if not (finite and self.low <= value <= self.high):
-            shown = text.strip()
-            shown = shown if len(shown) <= 40 else f"{shown[:20]}...{shown[-10:]}"
-            raise ValueError(f"{shown!r} is out of range ({self})")
-
-
-_MINUTE, _HOUR, _DAY = 60.0, 3600.0, 86400.0
-
-
-def _seconds(low: float, high: float) -> Range:
-    return Range(low, high, duration=True)
-
-
-#: Every number the exporter reads from a flag, an environment variable or the web config,
-#: by flag name (or web config key): what the code behind it can represent (timeouts that
-#: threading, asyncio and time_t accept, counts that fit), with a margin for what makes sense.
-#: A value outside is refused at start (exit 2, one line naming the flag and this range).
-RANGES: Mapping[str, Range] = {
-    "web.max-requests": Range(0, 100_000),
-    "web.max-other-requests": Range(0, 100_000),
-    "web.max-connections": Range(1, 1 << 20),  # Linux's default ceiling of open files
-    "web.read-header-timeout": _seconds(0.001, _DAY),
-    "web.idle-timeout": _seconds(0.001, _DAY),
-    "web.timeout-offset": _seconds(0, _HOUR),
-    "simulate.seed": Range(0, 2**63 - 1),
-    "simulate.speed": Range(0.001, 1_000_000),
-    "collector.min-interval": _seconds(0, _DAY),
-    "collector.timeout": _seconds(0.001, _HOUR),
-    "collector.stale-after": _seconds(0.001, 7 * _DAY),
-    "process.max-series-per-gpu": Range(1, 1_000_000),
-    "torch.max-age": _seconds(0.001, 7 * _DAY),
-    "torch.max-files": Range(1, 1_000_000),
-    "kubernetes.pod-resources-interval": _seconds(MIN_INTERVAL_SECONDS, _DAY),
-    "kubernetes.pod-resources-max-bytes": Range(MIN_MESSAGE_BYTES, MAX_MESSAGE_BYTES_LIMIT),
-    # --web.config.file (exporter/web/webconfig.py); an interval of 0 turns the limit off
-    "rate_limit.interval": _seconds(0, _MINUTE),
-    "rate_limit.burst": Range(1, 1_000_000),
-}
-
-
-def check_range(name: str, value: float, text: str | None = None) -> float:
-    """``value`` if it lies in ``RANGES[name]``.
-
-    Raises:
-        ValueError: outside the range, or inf/nan (the message names the range).
-    """
-    RANGES[name].check(value, str(value) if text is None else text)
-    return value
-
-
-@dataclass(frozen=True, slots=True)
-class ListenAddress:
-    """Where to listen. ``host`` is None for ``:port`` (every interface)."""
-
-    host: str | None
-    port: int
-
-    def __str__(self) -> str:
-        if self.host is None:
-            return f":{self.port}"
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-
-
-def parse_listen_address(text: str) -> ListenAddress:
-    """Parse ``host:port``, ``[v6]:port`` or ``:port`` (every interface).
-
-    Raises:
-        ValueError: not one of those forms, or a port outside 0..65535.
-    """
-    value = text.strip()
-    match = re.fullmatch(r"\[([0-9A-Fa-f:.%a-zA-Z]+)\]:(\d{1,5})|([^:\[\]\s]*):(\d{1,5})", value)
-    if match is None:
-        raise ValueError(f"{text!r} is not host:port, [ipv6]:port or :port")
-    host = match.group(1) if match.group(1) is not None else match.group(3)
-    port = int(match.group(2) or match.group(4))
-    if port > 65535:
-        raise ValueError(f"port {port} is out of range (0-65535)")
-    return ListenAddress(host=host or None, port=port)
 
 
 # --- the flag table ------------------------------------------------------------------------
@@ -320,17 +130,17 @@ FLAGS: tuple[Flag, ...] = (
          "/metrics", _parse_telemetry_path, "PATH"),
     Flag("web.config.file", "web_config_file", "exporter-toolkit web config file: TLS, client "
          "certificates, basic auth, headers (docs/security.md). Re-read when it or a "
-         "certificate changes.", None, _parse_path, "FILE"),
+         "certificate changes.", None, parse_path, "FILE"),
     Flag("web.max-requests", "max_requests", "Most concurrent metric scrapes waiting for a "
          "collection; more get the last collected data at once (503 before the first "
          "collection; 0 = no limit).", 40,
-         _parse_int, "N"),
+         parse_int, "N"),
     Flag("web.max-other-requests", "max_other_requests", "Most concurrent requests to the JSON "
-         "API, the page and the docs; more get 503 at once (0 = no limit).", 4, _parse_int,
+         "API, the page and the docs; more get 503 at once (0 = no limit).", 4, parse_int,
          "N"),
     Flag("web.max-connections", "max_connections", "Most open client connections; at the limit "
          "the one waiting longest without a request is closed to make room.", 1024,
-         _parse_int, "N"),
+         parse_int, "N"),
     Flag("web.read-header-timeout", "read_header_timeout", "Time a client has to send a "
          "request's headers (TLS handshake included) before its connection is closed.", "10s",
          parse_duration, "DURATION"),
@@ -343,19 +153,19 @@ FLAGS: tuple[Flag, ...] = (
          parse_duration, "DURATION"),
     Flag("web.access-log", "access_log", "Log every HTTP request.", False),
     Flag("source", "source", "Where readings come from: nvml (the GPUs of this host) or "
-         "simulated (a scenario; no GPU needed).", "nvml", _parse_choice(SOURCES), "SOURCE"),
+         "simulated (a scenario; no GPU needed).", "nvml", parse_choice(SOURCES), "SOURCE"),
     Flag("scenario", "scenario", "Scenario for --source simulated: a preset name, "
-         "synthetic:<gpus>x<processes>, or a YAML file path.", None, _parse_path, "NAME|PATH"),
+         "synthetic:<gpus>x<processes>, or a YAML file path.", None, parse_path, "NAME|PATH"),
     Flag("simulate.seed", "simulate_seed", "Random seed of the simulated source.", 0,
-         _parse_int, "N"),
+         parse_int, "N"),
     Flag("simulate.speed", "simulate_speed", "Simulated seconds per real second.", 1.0,
-         _parse_float, "FACTOR"),
+         parse_float, "FACTOR"),
     Flag("hostname", "hostname", "Host name put on gpu_info (default: this machine's; on "
-         "Kubernetes the chart sets the node name).", None, _parse_hostname, "NAME"),
+         "Kubernetes the chart sets the node name).", None, parse_hostname, "NAME"),
     Flag("passwd-file", "passwd_file", "passwd file used to turn uids into user names.",
-         "/etc/passwd", _parse_path, "FILE"),
+         "/etc/passwd", parse_path, "FILE"),
     Flag("procfs", "procfs", "Mount point of the proc filesystem (the host's /proc in a "
-         "container).", "/proc", _parse_path, "DIR"),
+         "container).", "/proc", parse_path, "DIR"),
     *_group_flags(),
     Flag("collector.min-interval", "min_interval", "Scrapes closer together than this share "
          "one collection.", "1s", parse_duration, "DURATION"),
@@ -364,44 +174,44 @@ FLAGS: tuple[Flag, ...] = (
     Flag("collector.stale-after", "stale_after", "Data older than this makes /readyz fail.",
          "30s", parse_duration, "DURATION"),
     Flag("process.max-series-per-gpu", "max_series_per_gpu", "Most per-process series per GPU; "
-         "the rest are folded into one overflow series.", 64, _parse_int, "N"),
+         "the rest are folded into one overflow series.", 64, parse_int, "N"),
     Flag("process.pid-label", "pid_label", "Put the pid label on per-process series.", True),
     Flag("process.cmdline", "cmdline", "Read process command lines (may contain secrets; "
          "shown in the JSON API only).", False),
     *_workload_flags(),
     Flag("kubernetes.pod-logs-dir", "pod_logs_dir", "The kubelet's pod log directory "
-         "(mounted from the host).", "/var/log/pods", _parse_path, "DIR"),
+         "(mounted from the host).", "/var/log/pods", parse_path, "DIR"),
     Flag("kubernetes.container-logs-dir", "container_logs_dir", "The kubelet's container log "
-         "symlink directory (mounted from the host).", "/var/log/containers", _parse_path, "DIR"),
+         "symlink directory (mounted from the host).", "/var/log/containers", parse_path, "DIR"),
     Flag("torch.dir", "torch_dir", "Directory where processes publish PyTorch allocator "
          "statistics (gpu_exporter_torch; group torch). Created with mode 1777 if missing.",
-         "/run/gpu-exporter/torch", _parse_path, "DIR"),
+         "/run/gpu-exporter/torch", parse_path, "DIR"),
     Flag("torch.max-age", "torch_max_age", "Allocator statistics files not rewritten for this "
          "long are ignored (their process stopped publishing).", "60s", parse_duration,
          "DURATION"),
     Flag("torch.max-files", "torch_max_files", "Most entries of the torch directory looked "
-         "at per collection.", 4096, _parse_int, "N"),
+         "at per collection.", 4096, parse_int, "N"),
     Flag("kubernetes.pod-resources-socket", "pod_resources_socket", "With --kubernetes: the "
          "kubelet's PodResources socket, polled in the background for GPU allocations "
          "(gpu_allocation_info); empty turns polling off.", DEFAULT_SOCKET,
-         _parse_optional_path, "PATH"),
+         parse_optional_path, "PATH"),
     Flag("kubernetes.pod-resources-interval", "pod_resources_interval", "How often the kubelet "
          "is asked for allocations.", "5s", parse_duration, "DURATION"),
     Flag("kubernetes.pod-resources-max-bytes", "pod_resources_max_bytes", "Largest "
-         "PodResources answer accepted, in bytes.", DEFAULT_MAX_MESSAGE_BYTES, _parse_int, "N"),
+         "PodResources answer accepted, in bytes.", DEFAULT_MAX_MESSAGE_BYTES, parse_int, "N"),
     Flag("kubernetes.gpu-resource", "gpu_resources", "Extra device-plugin resource names "
          "counted as GPUs besides nvidia.com/gpu, nvidia.com/gpu.shared and nvidia.com/mig-* "
-         "(comma-separated).", "", _parse_names, "NAMES"),
+         "(comma-separated).", "", parse_names, "NAMES"),
     Flag("containers.docker-root", "docker_root", "Docker's data root, read for container "
          "names (containers/<id>/config.v2.json); empty: no Docker names.", DEFAULT_DOCKER_ROOT,
-         _parse_optional_path, "DIR"),
+         parse_optional_path, "DIR"),
     Flag("containers.podman-storage", "podman_storage", "Podman's rootful storage root, read "
          "for container names; empty: no Podman names.", DEFAULT_PODMAN_STORAGE,
-         _parse_optional_path, "DIR"),
+         parse_optional_path, "DIR"),
     Flag("log.level", "log_level", "Log level: debug, info, warn, error.", "info",
-         _parse_choice(LOG_LEVELS), "LEVEL"),
+         parse_choice(LOG_LEVELS), "LEVEL"),
     Flag("log.format", "log_format", "Log format: logfmt or json.", "logfmt",
-         _parse_choice(LOG_FORMATS), "FORMAT"),
+         parse_choice(LOG_FORMATS), "FORMAT"),
 )
 
 
@@ -536,7 +346,7 @@ def _value(flag: Flag, raw: Any, origin: str) -> Any:
         return raw
     # Bytes that are not UTF-8 arrive as lone surrogates (surrogateescape); only file names
     # may be such bytes: anything else ends up in labels and pages, which must be UTF-8.
-    if flag.parse is not _parse_path and not str(raw).isascii():
+    if flag.parse is not parse_path and not str(raw).isascii():
         try:
             str(raw).encode("utf-8")
         except UnicodeEncodeError:

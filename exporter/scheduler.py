@@ -37,7 +37,7 @@ from exporter.snapshot import GpuReading, Snapshot
 from exporter.sources.base import Source, SourceUnavailable
 from exporter.state import ExporterState
 
-__all__ = ["Scheduler", "SchedulerStats"]
+__all__ = ["Backoff", "Scheduler", "SchedulerStats"]
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +101,24 @@ class SchedulerStats:
 
 
 @dataclass(frozen=True, slots=True)
+class Backoff:
+    """The waits between attempts to initialise the source: doubling from ``initial`` up to
+    ``maximum``, each spread by up to ``jitter`` of itself either way (``rand``: uniform in
+    [0, 1)) so that exporters restarted together do not retry in step."""
+
+    initial: float = 1.0
+    maximum: float = 60.0
+    jitter: float = 0.1
+    rand: Callable[[], float] = random.random
+
+    def delay(self, failures: int) -> float:
+        """The wait after ``failures`` (1 or more) failed attempts in a row."""
+        doublings = min(failures - 1, 40)  # capped: 2.0 ** 1024 overflows
+        base = min(self.maximum, self.initial * 2.0**doublings)
+        return base * (1.0 + self.jitter * (2.0 * self.rand() - 1.0))
+
+
+@dataclass(frozen=True, slots=True)
 class _Outcome:
     """What one worker run produced (applied under the lock)."""
 
@@ -128,10 +146,7 @@ class Scheduler:
         stale_after: float,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
-        backoff_initial: float = 1.0,
-        backoff_max: float = 60.0,
-        jitter: float = 0.1,
-        rand: Callable[[], float] = random.random,
+        backoff: Backoff = Backoff(),
         on_first_snapshot: Callable[[], object] | None = None,
     ) -> None:
         self._source = source
@@ -142,10 +157,7 @@ class Scheduler:
         self.stale_after = self._stale_after = stale_after
         self._clock = clock
         self._wall = wall
-        self._backoff_initial = backoff_initial
-        self._backoff_max = backoff_max
-        self._jitter = jitter
-        self._rand = rand
+        self._backoff = backoff
         self._on_first_snapshot = on_first_snapshot  # called once, in the collector thread
         self._hostname = socket.gethostname()
 
@@ -378,11 +390,6 @@ class Scheduler:
             errors_total=dict(self._errors),
         )
 
-    def _backoff(self) -> float:
-        doublings = min(self._init_failures - 1, 40)  # capped: 2.0 ** 1024 overflows
-        base = min(self._backoff_max, self._backoff_initial * 2.0**doublings)
-        return base * (1.0 + self._jitter * (2.0 * self._rand() - 1.0))
-
     def _apply(self, out: _Outcome) -> None:
         self._last_duration = out.finished - out.started
         self._count_overrun(out.finished)  # overran with no scrape waiting to see it
@@ -392,7 +399,7 @@ class Scheduler:
             lost = out.lost_error is not None
             self._initialised = False
             self._init_failures = 1 if lost else self._init_failures + 1
-            delay = self._backoff()
+            delay = self._backoff.delay(self._init_failures)
             self._next_init_at = out.finished + delay
             message = out.lost_error if lost else out.init_error
             assert message is not None

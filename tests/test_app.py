@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter import metrics
 from exporter.config import Config
 from exporter.metrics import Group, default_groups
-from exporter.scheduler import Scheduler
+from exporter.scheduler import Backoff, Scheduler
 from exporter.snapshot import GpuProcess, ProcessOwner, ProcessType, Snapshot
 from exporter.web.access import AccessMiddleware, RequestLimits
 from exporter.web.app import REFRESH_PARAMETER, create_app, refresh_seconds, scrape_timeout
@@ -55,7 +55,7 @@ def _serving(
     source = source or ProcessSource()
     timeout = float(config.pop("timeout", 2.0))  # type: ignore[arg-type]
     sched = Scheduler(source, None, groups=default_groups(), min_interval=1.0,
-                      timeout=timeout, stale_after=30.0, jitter=0.0)
+                      timeout=timeout, stale_after=30.0, backoff=Backoff(jitter=0.0))
     full = Config(timeout=timeout, **config)  # type: ignore[arg-type]
     app = AccessMiddleware(  # as served: admission in front of every route
         create_app(full, sched),

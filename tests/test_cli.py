@@ -20,9 +20,10 @@ from exporter.attribution.torchstats import TorchEnricher
 from exporter.attribution.torchtotals import TorchUserTotals
 from exporter.attribution.workloads import select
 from exporter.cli import bind, build_enricher, build_source, main, parse_config
-from exporter.config import Config, ListenAddress
+from exporter.config import Config
 from exporter.metrics import Group, default_groups
 from exporter.sources.simulated.scenario import list_presets
+from exporter.values import ListenAddress
 
 
 def _last_line(text: str) -> str:

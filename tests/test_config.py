@@ -13,22 +13,24 @@ import pytest
 from exporter.attribution.workloads import KUBERNETES
 from exporter.config import (
     FLAGS,
-    RANGES,
     Config,
     ConfigError,
-    ListenAddress,
-    Range,
     attach_negative_values,
     build_parser,
     flags_markdown_table,
-    format_duration,
-    parse_bool,
-    parse_duration,
-    parse_listen_address,
     resolve,
     unknown_env,
 )
 from exporter.metrics import OPT_IN_GROUPS, Group
+from exporter.values import (
+    RANGES,
+    ListenAddress,
+    Range,
+    format_duration,
+    parse_bool,
+    parse_duration,
+    parse_listen_address,
+)
 
 
 def _resolve(argv: list[str], env: dict[str, str] | None = None) -> Config:

@@ -14,15 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.config import (
-    FLAGS,
-    RANGES,
-    ConfigError,
-    Flag,
-    build_parser,
-    format_duration,
-    resolve,
-)
+from exporter.config import FLAGS, ConfigError, Flag, build_parser, resolve
+from exporter.values import RANGES, format_duration
 
 TEXT = (st.text(max_size=40)
         | st.sampled_from(["0", "-1", "1e400", "nan", "inf", "1s", "-5s", "99999999999999999999d",

@@ -7,6 +7,16 @@ import sys
 
 from exporter.memory import SETTINGS, tune_malloc
 
+#: A child environment without the test run's MALLOC_* variables.
+_NO_MALLOC_ENV = {"PATH": "/usr/bin:/bin"}
+
+
+def _child(code: str, env: dict[str, str] | None = None) -> str:
+    """What ``python -c code`` prints, run in a child (its imports and malloc settings stay
+    out of the test process)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, env=env, timeout=60).stdout.strip()
+
 
 def test_applies_every_setting_the_environment_leaves_open() -> None:
     calls: list[tuple[int, int]] = []
@@ -29,10 +39,7 @@ def test_real_glibc_accepts_the_settings() -> None:
     # In a child: the settings must not leak into the test process.
     code = ("import os; from exporter.memory import tune_malloc; "
             "print(','.join(tune_malloc(os.environ)))")
-    env = {"PATH": "/usr/bin:/bin"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, env=env, timeout=60).stdout.strip()
-    assert out == ",".join(variable for variable, _, _ in SETTINGS)
+    assert _child(code, _NO_MALLOC_ENV) == ",".join(variable for variable, _, _ in SETTINGS)
 
 
 def test_start_up_leaves_out_what_a_scrape_never_needs() -> None:
@@ -48,9 +55,7 @@ def test_start_up_leaves_out_what_a_scrape_never_needs() -> None:
             "exporter.web.page", "exporter.exposition.json_model", "bcrypt", "psutil")
     code = ("import sys, exporter.cli; "
             f"print(','.join(m for m in {lazy!r} if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=60).stdout.strip()
-    assert out == ""
+    assert _child(code) == ""
 
 
 def test_the_app_leaves_out_pydantic_v1() -> None:
@@ -58,9 +63,7 @@ def test_the_app_leaves_out_pydantic_v1() -> None:
     code = ("import sys, exporter.cli; from exporter.web.app import create_app; "
             "config = exporter.cli.parse_config(['--source', 'nvml'], {}); "
             "create_app(config, scheduler=None); print('pydantic.v1' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=60).stdout.strip()
-    assert out == "False"
+    assert _child(code) == "False"
 
 
 def test_release_free_heap_gives_freed_pages_back() -> None:
@@ -76,7 +79,6 @@ def test_release_free_heap_gives_freed_pages_back() -> None:
             "for block in blocks[:-1]: libc.free(ctypes.c_void_p(block))\n"
             "before = rss(); released = release_free_heap()\n"
             "print(released, round(before - rss()))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, env={"PATH": "/usr/bin:/bin"}, timeout=60).stdout.split()
+    out = _child(code, _NO_MALLOC_ENV).split()
     assert out[0] == "True"
     assert int(out[1]) >= 150  # MB given back

@@ -9,15 +9,18 @@ from dataclasses import replace
 import pytest
 
 from exporter.metrics import Group, default_groups
-from exporter.scheduler import Scheduler
+from exporter.scheduler import Backoff, Scheduler
 from exporter.snapshot import Snapshot
 from tests.scheduler_fakes import FakeClock, FakeSource
+
+#: Backoff without jitter: retries at exact times.
+STEADY = Backoff(jitter=0.0)
 
 
 def scheduler(source: FakeSource, **kwargs: object) -> Scheduler:
     args: dict[str, object] = {
         "groups": default_groups(), "min_interval": 1.0, "timeout": 2.0, "stale_after": 30.0,
-        "jitter": 0.0,
+        "backoff": STEADY,
     }
     args.update(kwargs)
     return Scheduler(source, None, **args)  # type: ignore[arg-type]
@@ -164,7 +167,7 @@ def test_scrape_timeout_shorter_than_collector_timeout() -> None:
 def test_init_failure_backs_off_then_recovers() -> None:
     clock = FakeClock(0.0)
     source = FakeSource(start_failures=2)
-    sched = scheduler(source, clock=clock, min_interval=0.0, backoff_initial=1.0)
+    sched = scheduler(source, clock=clock, min_interval=0.0)
 
     down = sched.state()
     assert source.start_calls == 1
@@ -198,8 +201,9 @@ def test_backoff_doubles_to_the_cap_with_jitter_bounds() -> None:
     clock = FakeClock(0.0)
     source = FakeSource(start_failures=100)
     sched = scheduler(
-        source, clock=clock, min_interval=0.0, backoff_initial=1.0, backoff_max=8.0,
-        jitter=0.5, rand=lambda: 1.0,  # the longest jittered delay: 1.5 x the base
+        source, clock=clock, min_interval=0.0,
+        # the longest jittered delay: 1.5 x the base
+        backoff=Backoff(initial=1.0, maximum=8.0, jitter=0.5, rand=lambda: 1.0),
     )
     delays = []
     for _ in range(6):
@@ -212,10 +216,17 @@ def test_backoff_doubles_to_the_cap_with_jitter_bounds() -> None:
     sched.close()
 
 
+def test_backoff_spreads_each_wait_both_ways() -> None:
+    shortest = Backoff(initial=2.0, maximum=8.0, jitter=0.25, rand=lambda: 0.0)
+    assert [shortest.delay(n) for n in (1, 2, 3, 4)] == [1.5, 3.0, 6.0, 6.0]
+    assert STEADY.delay(1) == 1.0
+    assert STEADY.delay(10_000) == 60.0  # no overflow after days of failures
+
+
 def test_backoff_survives_days_of_failures() -> None:
     clock = FakeClock(0.0)
     source = FakeSource(start_failures=1_000_000)
-    sched = scheduler(source, clock=clock, min_interval=0.0, backoff_max=60.0)
+    sched = scheduler(source, clock=clock, min_interval=0.0)
     for _ in range(1100):  # ~18 hours of a missing driver: 2 ** 1100 would overflow a float
         sched.state()
         clock.advance(60.0)
@@ -410,8 +421,7 @@ def test_on_first_snapshot_runs_once_after_the_source_first_answers() -> None:
         called.set()
         raise RuntimeError("housekeeping failed")  # must not stop collections
 
-    sched = scheduler(source, clock=clock, min_interval=0.0, backoff_initial=1.0,
-                      on_first_snapshot=first)
+    sched = scheduler(source, clock=clock, min_interval=0.0, on_first_snapshot=first)
     assert not sched.state().snapshot.source_up  # start failed: no snapshot, no call
     assert not called.wait(0.2)
     clock.advance(1.0)

@@ -6,7 +6,7 @@ import time
 from collections.abc import Mapping
 
 from exporter.metrics import Group, default_groups
-from exporter.scheduler import Scheduler
+from exporter.scheduler import Backoff, Scheduler
 from exporter.snapshot import Snapshot
 from tests.scheduler_fakes import FakeSource, make_snapshot
 
@@ -29,7 +29,8 @@ class HangReportingSource(FakeSource):
 
 def scheduler(source: FakeSource, **kwargs: float) -> Scheduler:
     args = {"min_interval": 0.0, "timeout": 0.2, "stale_after": 30.0, **kwargs}
-    return Scheduler(source, None, groups=default_groups(), jitter=0.0, **args)
+    return Scheduler(source, None, groups=default_groups(),
+                     backoff=Backoff(jitter=0.0), **args)
 
 
 def test_one_gpu_read_inline_and_hung_is_served_down_not_up() -> None:

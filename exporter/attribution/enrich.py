@@ -97,8 +97,7 @@ class ProcessEnricher:
 
         assert self.allocations is not None
         state = self.allocations.state()
-        rows = () if state.table is None else join_allocations(
-            state.table, [(gpu.identity.index, gpu.identity.uuid) for gpu in snapshot.gpus])
+        rows = () if state.table is None else join_allocations(state.table, snapshot.gpus)
         health = PodResourcesHealth(state.status is PollStatus.OK, state.status.value,
                                     state.error)
         return replace(snapshot, allocations=rows, pod_resources=health)

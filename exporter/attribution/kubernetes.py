@@ -18,6 +18,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from exporter.attribution.cgroup import CgroupIdentity
 
@@ -50,45 +51,37 @@ def parse_pod_log_dir_name(name: str) -> tuple[str, str, str] | None:
     return uid, namespace, pod
 
 
+@dataclass(slots=True)
 class _LogIndex:
     """Cached listings of the kubelet log tree. Not thread-safe (PodResolver locks)."""
 
-    def __init__(
-        self,
-        pod_logs_dir: str,
-        container_logs_dir: str,
-        *,
-        clock: Callable[[], float],
-        ttl: float,
-        miss_interval: float,
-        max_entries: int,
-    ) -> None:
-        self._pod_logs_dir = pod_logs_dir
-        self._container_logs_dir = container_logs_dir
-        self._clock = clock
-        self._ttl = ttl
-        self._miss_interval = miss_interval
-        self._max_entries = max_entries
-        self._listed_at: float | None = None
-        self.pods: dict[str, tuple[str, str]] = {}  # uid -> (namespace, pod)
-        self.containers: dict[str, tuple[str, str, str]] = {}  # id -> (namespace, pod, container)
-        self.errors = 0
+    pod_logs_dir: str
+    container_logs_dir: str
+    clock: Callable[[], float]
+    ttl: float
+    miss_interval: float
+    max_entries: int
+    listed_at: float | None = None
+    pods: dict[str, tuple[str, str]] = field(default_factory=dict)  # uid -> (namespace, pod)
+    # container id -> (namespace, pod, container)
+    containers: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    errors: int = 0
 
     def refresh(self, *, miss: bool) -> None:
         """Re-list if the listing is older than the TTL (or the miss interval, on a miss)."""
-        now = self._clock()
-        if self._listed_at is not None:
-            age = now - self._listed_at
-            if age < (self._miss_interval if miss else self._ttl):
+        now = self.clock()
+        if self.listed_at is not None:
+            age = now - self.listed_at
+            if age < (self.miss_interval if miss else self.ttl):
                 return
-        self._listed_at = now
+        self.listed_at = now
         pods: dict[str, tuple[str, str]] = {}
-        for name in self._list(self._pod_logs_dir):
+        for name in self._list(self.pod_logs_dir):
             parsed = parse_pod_log_dir_name(name)
             if parsed:
                 pods[parsed[0]] = (parsed[1], parsed[2])
         containers: dict[str, tuple[str, str, str]] = {}
-        for name in self._list(self._container_logs_dir):
+        for name in self._list(self.container_logs_dir):
             found = parse_container_log_name(name)
             if found:
                 containers[found[0]] = found[1:]
@@ -100,7 +93,7 @@ class _LogIndex:
         try:
             with os.scandir(directory) as entries:
                 for entry in entries:
-                    if len(names) >= self._max_entries:
+                    if len(names) >= self.max_entries:
                         break
                     names.append(entry.name)
         except FileNotFoundError:

@@ -196,6 +196,30 @@ def _picker(names: tuple[str, ...], own: tuple[str, ...]) -> Picker:
     return pick
 
 
+#: A workload (None: a host process) -> the values of some label names.
+Projection: TypeAlias = Callable[[Workload | None], tuple[str, ...]]
+
+
+def _projection(names: tuple[str, ...], kinds: Iterable[WorkloadKind]) -> Projection:
+    """The values of ``names`` for a process in a workload: all "" for a host process or a
+    workload of a kind not in ``kinds``."""
+    pickers = {kind.name: _picker(names, kind.labels) for kind in kinds}
+    blank = ("",) * len(names)
+
+    def values(workload: Workload | None) -> tuple[str, ...]:
+        if workload is None:
+            return blank
+        pick = pickers.get(workload.kind)
+        if pick is None:
+            return blank
+        try:
+            return pick(workload.labels)
+        except KeyError:  # a workload lacking some of its kind's labels: those are ""
+            return _get(workload.labels, names)
+
+    return values
+
+
 @dataclass(frozen=True, slots=True)
 class WorkloadLabels:
     """The workload kinds switched on and the labels they put on series.
@@ -208,50 +232,22 @@ class WorkloadLabels:
     kinds: tuple[WorkloadKind, ...] = ()
     names: tuple[str, ...] = field(init=False)
     group_by: tuple[str, ...] = field(init=False)
-    _pickers: Mapping[str, Picker] = field(init=False)
-    _group_pickers: Mapping[str, Picker] = field(init=False)
-    _blank: tuple[str, ...] = field(init=False)
-    _blank_group: tuple[str, ...] = field(init=False)
+    #: The values of ``names`` (of ``group_by``) for a process in a workload, all "" for a host
+    #: process or a workload of a kind switched off. Called for every process of every scrape.
+    values: Projection = field(init=False, repr=False, compare=False)
+    group_values: Projection = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         names = _union(kind.labels for kind in self.kinds)
         group_by = _union(kind.group_by for kind in self.kinds)
-        pickers = {kind.name: _picker(names, kind.labels) for kind in self.kinds}
-        group_pickers = {kind.name: _picker(group_by, kind.labels) for kind in self.kinds}
         for attribute, value in (("names", names), ("group_by", group_by),
-                                 ("_pickers", pickers), ("_group_pickers", group_pickers),
-                                 ("_blank", ("",) * len(names)),
-                                 ("_blank_group", ("",) * len(group_by))):
+                                 ("values", _projection(names, self.kinds)),
+                                 ("group_values", _projection(group_by, self.kinds))):
             object.__setattr__(self, attribute, value)
 
     def on(self, kind: WorkloadKind) -> bool:
         """True when ``kind`` is switched on."""
-        return kind.name in self._pickers
-
-    def values(self, workload: Workload | None) -> tuple[str, ...]:
-        """The values of ``names`` for a process in ``workload`` (all "" for a host process or
-        a workload of a kind switched off). Called for every process of every scrape."""
-        if workload is None:
-            return self._blank
-        pick = self._pickers.get(workload.kind)
-        if pick is None:
-            return self._blank
-        try:
-            return pick(workload.labels)
-        except KeyError:  # a workload lacking some of its kind's labels: those are ""
-            return _get(workload.labels, self.names)
-
-    def group_values(self, workload: Workload | None) -> tuple[str, ...]:
-        """The values of ``group_by`` for a process in ``workload`` (as ``values``)."""
-        if workload is None:
-            return self._blank_group
-        pick = self._group_pickers.get(workload.kind)
-        if pick is None:
-            return self._blank_group
-        try:
-            return pick(workload.labels)
-        except KeyError:
-            return _get(workload.labels, self.group_by)
+        return any(own.name == kind.name for own in self.kinds)
 
     def resolvers(self, config: Config) -> Mapping[str, LabelResolver]:
         """The label resolvers of the kinds switched on that have one, by kind name."""

@@ -19,7 +19,7 @@ import uvicorn
 
 from exporter.web.access import AccessMiddleware, RequestLimits
 from exporter.web.connections import ConnectionTable, GuardedSocket, guarded_protocol
-from exporter.web.webconfig import WebConfigWatcher
+from exporter.web.watcher import WebConfigWatcher
 
 __all__ = ["ServerLimits", "build_server", "raise_fd_limit"]
 

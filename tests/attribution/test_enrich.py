@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from exporter.attribution.enrich import ProcessEnricher, merge_errors
 from exporter.attribution.kubernetes import PodResolver
 from exporter.attribution.owners import OwnerResolver
 from exporter.attribution.workloads import CONTAINERS, KUBERNETES, SLURM
+from exporter.health import MigDevice
 from exporter.snapshot import (
     GpuIdentity,
     GpuProcess,
@@ -289,17 +291,22 @@ def test_allocations_are_joined_with_the_snapshot_gpus(node: Path) -> None:
         PollStatus,
     )
 
+    mig_uuid = "MIG-4b1e5f4c-8f2a-5d3b-9c6e-7a8b9c0d1e2f"
     table = AllocationTable.of([
         Allocation(parse_device_id("GPU-00000001"), "nvidia.com/gpu", "ml", "job-0", "trainer"),
+        Allocation(parse_device_id(mig_uuid), "nvidia.com/mig-1g.18gb", "ml", "nb-0", "lab"),
     ])
     ok = FakePoller(PodResourcesState(table, PollStatus.OK), {"pod_resources": 2})
     enricher = ProcessEnricher(
         OwnerResolver(procfs=str(node / "proc"), passwd_file=str(PASSWD)),
         allocations=ok,  # type: ignore[arg-type]
     )
-    after = enricher.enrich(snapshot(gpu(0), gpu(1)))
-    assert [(a.gpu, a.uuid, a.pod, a.sharing) for a in after.allocations] == [
-        ("1", "GPU-00000001", "job-0", "exclusive")]
+    # GPU 0 is in MIG mode: its MIG device (the id the device plugin hands out) joins with it.
+    mig = MigDevice(gpu_instance=7, compute_instance=0, uuid=mig_uuid, profile="1g.18gb")
+    after = enricher.enrich(snapshot(replace(gpu(0), mig=(mig,)), gpu(1)))
+    assert [(a.gpu, a.uuid, a.gpu_instance, a.pod, a.sharing) for a in after.allocations] == [
+        ("1", "GPU-00000001", "", "job-0", "exclusive"),
+        ("0", "GPU-00000000", "7", "nb-0", "exclusive")]
     assert after.pod_resources is not None
     assert (after.pod_resources.up, after.pod_resources.status) == (True, "ok")
     assert after.errors["pod_resources"] == 2

@@ -9,6 +9,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,9 @@ from exporter.attribution.podresources.client import (
     PodResourcesPoller,
     PollStatus,
 )
-from exporter.attribution.podresources.join import AllocationRow, MigDeviceRef, join_allocations
+from exporter.attribution.podresources.join import AllocationRow, join_allocations
+from exporter.health import MigDevice
+from tests.exposition import factory
 from tests.fixtures.kubelet import GPU, FakeKubelet, filler, pod
 from tests.scheduler_fakes import FakeClock
 
@@ -338,8 +341,13 @@ def test_join_whole_gpus_mig_devices_and_unknown_ids() -> None:
         pod("legacy", "old-mig", {"c": [(GPU, [f"MIG-{GPU_A}/3/0"])]}),
         pod("other", "elsewhere", {"c": [(GPU, ["GPU-not-on-this-node"])]}),
     ])
-    rows = join_allocations(table, [(0, GPU_A), (1, GPU_B)],
-                            [MigDeviceRef(2, "GPU-parent-of-mig", 5, MIG_A)])
+    mig_parent = replace(factory.reading(2), identity=replace(
+        factory.identity(2), uuid="GPU-parent-of-mig"), mig=(
+        MigDevice(gpu_instance=5, compute_instance=0, uuid=MIG_A, profile="1g.18gb"),))
+    rows = join_allocations(table, [
+        replace(factory.reading(0), identity=replace(factory.identity(0), uuid=GPU_A)),
+        replace(factory.reading(1), identity=replace(factory.identity(1), uuid=GPU_B)),
+        mig_parent])
     by_pod = {(r.namespace, r.pod): r for r in rows}
     assert len(rows) == len(by_pod) == 6  # trial-2's two replicas are one row
     assert by_pod[("ml", "trainer-0")] == AllocationRow(

@@ -25,7 +25,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.config import FLAGS, RANGES, Flag, Range, format_duration
+from exporter.config import FLAGS, Flag
+from exporter.values import RANGES, Range, format_duration
 from tests.e2e.server import ROOT, ExporterProcess
 from tests.processes import PORT_LINE, stop
 from tests.test_config_fuzz import typed_values

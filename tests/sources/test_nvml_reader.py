@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import pytest
 
 from exporter.snapshot import Value
-from exporter.sources.nvml.reader import GpuState, _Read, compile_plain_reads, placeholder_identity
+from exporter.sources.nvml.plain_reads import PlainRead, compile_plain_reads
+from exporter.sources.nvml.reader import GpuState, placeholder_identity
 
 
 class _Answers:
@@ -47,14 +48,14 @@ def test_compiled_plain_reads_follow_each_row() -> None:
         raise AssertionError("an unsupported function was called")
 
     reads = (
-        _Read("util", None, ("rates",), rates, (), "gpu", None, 1.0, 100.0),
-        _Read("clock", "sm", ("clock",), clock, (0,), None, None, 1e6, 1.0),
-        _Read("mem_util", None, ("rates",), rates, (), "memory", None, 1.0, 100.0),
-        _Read("clock", "mem", ("clock",), clock, (1,), None, (0, 1000), 1e6, 1.0),
-        _Read("pstate", None, ("pstate",), pstate, (), None, (0, 15), 1.0, 1.0),
-        _Read("temp", None, ("temp_v", "temp"), None, (3,), None, None, 1.0, 1.0),
-        _Read("power", None, ("power",), broken, (), None, None, 1.0, 1.0),
-        _Read("fan", None, ("fan",), never, (), None, None, 1.0, 1.0),
+        PlainRead("util", None, ("rates",), rates, (), "gpu", None, 1.0, 100.0),
+        PlainRead("clock", "sm", ("clock",), clock, (0,), None, None, 1e6, 1.0),
+        PlainRead("mem_util", None, ("rates",), rates, (), "memory", None, 1.0, 100.0),
+        PlainRead("clock", "mem", ("clock",), clock, (1,), None, (0, 1000), 1e6, 1.0),
+        PlainRead("pstate", None, ("pstate",), pstate, (), None, (0, 15), 1.0, 1.0),
+        PlainRead("temp", None, ("temp_v", "temp"), None, (3,), None, None, 1.0, 1.0),
+        PlainRead("power", None, ("power",), broken, (), None, None, 1.0, 1.0),
+        PlainRead("fan", None, ("fan",), never, (), None, None, 1.0, 1.0),
     )
     read_plain = compile_plain_reads(reads)
     state = GpuState(index=0, identity=placeholder_identity(0), handle="h",
@@ -75,6 +76,6 @@ def test_compiled_plain_reads_follow_each_row() -> None:
 
 def test_compiled_plain_reads_refuse_what_is_not_a_name_or_number() -> None:
     with pytest.raises(ValueError, match="not a name"):
-        compile_plain_reads((_Read("x", None, ("f",), None, (), "a.b", None, 1.0, 1.0),))
+        compile_plain_reads((PlainRead("x", None, ("f",), None, (), "a.b", None, 1.0, 1.0),))
     with pytest.raises(ValueError, match="must be numbers"):
-        compile_plain_reads((_Read("x", None, ("f",), None, ("0",), None, None, 1.0, 1.0),))  # type: ignore[arg-type]
+        compile_plain_reads((PlainRead("x", None, ("f",), None, ("0",), None, None, 1.0, 1.0),))  # type: ignore[arg-type]

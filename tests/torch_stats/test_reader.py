@@ -12,11 +12,8 @@ from typing import Any
 import pytest
 
 from exporter.attribution import torchstats
-from exporter.attribution.torchstats import (
-    TORCH_FILE_ERROR_KIND,
-    TorchStatsReader,
-    ensure_directory,
-)
+from exporter.attribution.torchfile import ensure_directory
+from exporter.attribution.torchstats import TORCH_FILE_ERROR_KIND, TorchStatsReader
 from gpu_exporter_torch import Publisher, read_self_stat
 from tests.fixtures.fakeproc import stat_line, write_boot
 

@@ -17,7 +17,7 @@ from fastapi.responses import PlainTextResponse
 from exporter.web.access import AccessMiddleware
 from exporter.web.connections import ConnectionTable
 from exporter.web.server import ServerLimits, build_server
-from exporter.web.webconfig import WebConfigWatcher
+from exporter.web.watcher import WebConfigWatcher
 
 
 def small_app(slow_seconds: float = 0.0) -> FastAPI:

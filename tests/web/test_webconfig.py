@@ -9,11 +9,8 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from exporter.web.webconfig import (
-    WebConfigError,
-    WebConfigWatcher,
-    load_web_config,
-)
+from exporter.web.watcher import WebConfigWatcher
+from exporter.web.webconfig import WebConfigError, load_web_config
 from tests.web.tlsfiles import Authority, write_web_config
 
 HASH = bcrypt.hashpw(b"secret", bcrypt.gensalt(4)).decode()

@@ -14,40 +14,33 @@ device metrics belong to one pod; that is what the recording rules join on.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from exporter.attribution.podresources.allocations import AllocationTable
-from exporter.snapshot import AllocationRow
+from exporter.health import MigDevice
+from exporter.snapshot import AllocationRow, GpuReading
 
 EXCLUSIVE = "exclusive"
 SHARED = "shared"
 
 
-@dataclass(frozen=True, slots=True)
-class MigDeviceRef:
-    """What the join needs to know about one MIG device the source read."""
-
-    gpu_index: int
-    parent_uuid: str
-    gpu_instance: int
-    uuid: str  # MIG-<uuid>
-
-
-def join_allocations(
-    table: AllocationTable,
-    gpus: Iterable[tuple[int, str]],
-    mig_devices: Iterable[MigDeviceRef] = (),
-) -> tuple[AllocationRow, ...]:
-    """Rows for every allocation in ``table`` (unique); ``gpus`` are (index, UUID) pairs."""
-    whole = {uuid: index for index, uuid in gpus}
-    migs = {mig.uuid: mig for mig in mig_devices}
+def join_allocations(table: AllocationTable,
+                     gpus: Iterable[GpuReading]) -> tuple[AllocationRow, ...]:
+    """Rows for every allocation in ``table`` (unique), joined with the GPUs of a snapshot
+    and the MIG devices read on them."""
+    whole: dict[str, int] = {}
+    migs: dict[str, tuple[GpuReading, MigDevice]] = {}
+    for reading in gpus:
+        whole[reading.identity.uuid] = reading.identity.index
+        migs.update((device.uuid, (reading, device)) for device in reading.mig or ())
     rows: list[AllocationRow] = []
     for allocation in table.allocations:
         device = allocation.device
         gpu = uuid = gpu_instance = ""
-        mig = migs.get(device.device)
-        if mig is not None:
-            gpu, uuid, gpu_instance = str(mig.gpu_index), mig.parent_uuid, str(mig.gpu_instance)
+        found = migs.get(device.device)
+        if found is not None:
+            parent, mig = found
+            gpu, uuid = str(parent.identity.index), parent.identity.uuid
+            gpu_instance = str(mig.gpu_instance)
         elif device.parent_uuid is not None:
             uuid = device.parent_uuid
             gpu = str(whole[uuid]) if uuid in whole else ""

@@ -1,8 +1,8 @@
 """Reading one GPU through NVML: static identity once, then the rows of the enabled groups.
 
 Each per-GPU row (``exporter.metrics``) says how it is read: the ``NvmlRead`` rows of a set
-of groups are compiled once into one function (``compile_plain_reads``: one call per
-(function, args) per GPU read, shared by rows reading different attributes of one struct);
+of groups are compiled once into one function (``exporter.sources.nvml.plain_reads``: one call
+per (function, args) per GPU read, shared by rows reading different attributes of one struct);
 ``NvmlSpecial`` rows go through the readers in ``exporter.sources.nvml.special``. Functions
 and constants are looked up once per ``start``.
 """
@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import ModuleType
-from typing import Any, NamedTuple
+from typing import Any
 
 from exporter.health import EventCounts, MigDevice, XidKey, XidStat
 from exporter.metrics import GPU_ROWS, UNKNOWN_VALUE, Constant, Group, NvmlRead, NvmlSpecial
@@ -25,6 +25,7 @@ from exporter.sources.nvml.gpm import GpmPlan, GpmReader, GpmState
 from exporter.sources.nvml.gpm import plan as gpm_plan
 from exporter.sources.nvml.last_active import LastActive
 from exporter.sources.nvml.mig import MigReader
+from exporter.sources.nvml.plain_reads import PlainRead, PlainReads, compile_plain_reads
 from exporter.sources.nvml.processes import (
     ProcessLister,
     clean_entries,
@@ -152,9 +153,9 @@ class NvmlCalls:
                 for label, args in (spec.per_label.items() if spec.per_label
                                     else ((None, spec.args),)):
                     function = self.function(spec.functions[0])
-                    reads.append(_Read(row.name, label, spec.functions, function,
-                                       tuple(self.argument(a) for a in args), spec.attribute,
-                                       spec.valid, spec.scale, spec.divisor))
+                    reads.append(PlainRead(row.name, label, spec.functions, function,
+                                           tuple(self.argument(a) for a in args),
+                                           spec.attribute, spec.valid, spec.scale, spec.divisor))
             found = self._plans[groups] = _Plan(
                 plain=compile_plain_reads(tuple(reads)),
                 specials=tuple(dict.fromkeys(row.nvml.name for row in rows
@@ -163,97 +164,6 @@ class NvmlCalls:
                 gpm=gpm_plan(groups, self.argument),
             )
         return found
-
-
-class _Read(NamedTuple):
-    """One value of a plain row (``NvmlRead``, arguments resolved): the call, and how its
-    result becomes the value."""
-
-    row: str
-    label: str | None  # None: the row's one value
-    functions: tuple[str, ...]  # newest first
-    function: Callable[..., Any] | None  # functions[0] from the binding (None: it lacks it)
-    args: tuple[int, ...]
-    attribute: str | None
-    valid: tuple[float, float] | None
-    scale: float
-    divisor: float
-
-
-#: ``values[row]`` (or ``values[row][label]``) of every plain read of one GPU.
-PlainReads = Callable[["GpuReader", GpuState, dict[str, Value]], None]
-
-
-def compile_plain_reads(reads: tuple[_Read, ...]) -> PlainReads:
-    """One straight-line function for ``reads``, as ``dataclasses`` writes ``__init__``.
-
-    A loop over the reads ran ~14 lines of Python per value, most of them deciding what a read
-    is (shared call? one function? attribute? range? scale?), which is fixed once the groups
-    are. This is most of an idle GPU's collection besides NVML, so the decisions are taken
-    here, once. Each (functions, args) is called once, at its first row, and its result kept
-    for the rows after it; the values go in in row order. For example::
-
-        if 'nvmlDeviceGetUtilizationRates' in unsupported:
-            result_0 = None
-        else:
-            try:
-                result_0 = function_0(handle)
-            except Exception as exc:  # sorted out by ``failed``
-                reader.failed(gpu, 'nvmlDeviceGetUtilizationRates', exc)
-                result_0 = None
-        if result_0 is not None:
-            raw = result_0.gpu
-            values['gpu_utilization_ratio'] = raw * 1.0 / 100.0
-        ...
-
-    A function the binding lacks, or one with older fallbacks, goes through
-    ``reader.call_newest``.
-    """
-    namespace: dict[str, Any] = {}
-    lines = ["def read_plain(reader, gpu, values):",
-             "    handle, unsupported = gpu.handle, gpu.unsupported"]
-    results: dict[tuple[tuple[str, ...], tuple[int, ...]], str] = {}
-    for read in reads:
-        if read.attribute is not None and not read.attribute.isidentifier():
-            raise ValueError(f"{read.row}: attribute {read.attribute!r} is not a name")
-        if not all(type(n) in (int, float) for n in (*read.args, read.scale, read.divisor,
-                                                     *(read.valid or ()))):
-            raise ValueError(f"{read.row}: arguments, scale and range must be numbers")
-        key = (read.functions, read.args)
-        result = results.get(key)
-        if result is None:
-            result = results[key] = f"result_{len(results)}"
-            args = "".join(f", {a!r}" for a in read.args)
-            name = read.functions[0]
-            if len(read.functions) == 1 and read.function is not None:
-                function = f"function_{len(namespace)}"
-                namespace[function] = read.function
-                lines += [f"    if {name!r} in unsupported:",
-                          f"        {result} = None",
-                          "    else:",
-                          "        try:",
-                          f"            {result} = {function}(handle{args})",
-                          "        except Exception as exc:  # sorted out by ``failed``",
-                          f"            reader.failed(gpu, {name!r}, exc)",
-                          f"            {result} = None"]
-            else:
-                lines.append(f"    {result} = reader.call_newest(gpu, {read.functions!r}{args})")
-        raw = result if read.attribute is None else f"{result}.{read.attribute}"
-        target = (f"values[{read.row!r}]" if read.label is None
-                  else f"values.setdefault({read.row!r}, {{}})[{read.label!r}]")
-        unscaled = read.scale == 1.0 and read.divisor == 1.0  # ints stay ints
-        value = "raw" if unscaled else f"raw * {read.scale!r} / {read.divisor!r}"
-        lines += [f"    if {result} is not None:", f"        raw = {raw}"]
-        if read.valid is None:
-            lines.append(f"        {target} = {value}")
-        else:  # NVML's "unknown" markers fall outside
-            lines += [f"        if {read.valid[0]!r} <= raw <= {read.valid[1]!r}:",
-                      f"            {target} = {value}"]
-    source = "\n".join(lines) + "\n"
-    exec(compile(source, "<exporter.sources.nvml.reader: plain reads>", "exec"), namespace)
-    read_plain: PlainReads = namespace["read_plain"]
-    read_plain.__doc__ = source  # what it runs, for whoever debugs it
-    return read_plain
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,7 @@ import random
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from exporter.attribution.podresources.allocations import (
@@ -42,8 +42,8 @@ from exporter.attribution.podresources.allocations import (
 )
 from exporter.attribution.podresources.join import join_allocations
 from exporter.health import MigProcess
-from exporter.metrics import GPU_ROWS, MEMORY_UTILIZATION, UTILIZATION, Group, allocator
-from exporter.metrics.activity import PER_INSTANCE, PIPES, TENSOR_PIPES
+from exporter.metrics import GPU_ROWS, MEMORY_UTILIZATION, UTILIZATION, Group, Metric
+from exporter.metrics.activity import PER_INSTANCE
 from exporter.metrics.process import LAST_ACTIVE
 from exporter.snapshot import (
     AllocationRow,
@@ -55,7 +55,6 @@ from exporter.snapshot import (
     Snapshot,
     Value,
 )
-from exporter.sources.simulated.gpu_models import GpuModel
 from exporter.sources.simulated.health import (
     RemapSpec,
     RetiredSpec,
@@ -64,256 +63,24 @@ from exporter.sources.simulated.health import (
     retired_pages,
     xid_counts,
 )
-from exporter.sources.simulated.physics import SimulatedActivity, SimulatedGpu
-from exporter.sources.simulated.scenario import (
-    CONTEXT_BYTES,
-    PRECISIONS,
-    GpuSpec,
-    KernelSpec,
-    ProcessSpec,
-    Scenario,
-    TorchSpec,
+from exporter.sources.simulated.physics import SimulatedGpu
+from exporter.sources.simulated.scenario import GpuSpec, Scenario
+from exporter.sources.simulated.timeline import (
+    BUCKET,
+    DRIVER_BYTES,
+    NO_VALUES,
+    ActivitySum,
+    GpuTimeline,
+    ProcessTimeline,
+    oom_life,
+    torch_values,
 )
 
-_M64 = (1 << 64) - 1
-_BUCKET = 5.0  # seconds of simulated time between independent noise values
-_DRIVER_BYTES = 4 << 20  # driver bookkeeping counted as used (v2 "used" on an idle GPU: ~8 MB)
 _RESTART_PID_STEP = 101
 #: Simulated seconds after its start at which a process configured idle ran its last kernel.
 LOADED_AFTER = 60.0
 _BUS_IDS = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)  # a typical 8-GPU HGX board
-_INF = math.inf
-#: GPM's DRAM bandwidth ratio per unit of NVML's memory utilisation (H200: 0.72 for a memory
-#: copy, 0.73 for an fp16 matrix product, 0.62 for fp32), and the integer pipe's share of SM
-#: time (address arithmetic: 1-8 % measured).
-_DRAM_PER_MEMORY_UTILIZATION = 0.7
-_INTEGER_SHARE = 0.06
 _GPM_GROUPS = frozenset({Group.GPM, Group.GPM_ENGINE})
-
-
-def _mix(x: int) -> int:
-    """splitmix64 finaliser: a fast, well-spread integer hash."""
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
-    return x ^ (x >> 31)
-
-
-def _unit(key: int, bucket: int) -> float:
-    """Uniform in [-1, 1), a pure function of (key, bucket)."""
-    return _mix((key + bucket * 0x9E3779B97F4A7C15) & _M64) / 9223372036854775808.0 - 1.0
-
-
-class _Noise:
-    """Smooth value noise: linear interpolation between per-bucket values; caches one bucket."""
-
-    __slots__ = ("_a", "_b", "_bucket", "_key")
-
-    def __init__(self, key: int) -> None:
-        self._key, self._bucket, self._a, self._b = key, -(1 << 62), 0.0, 0.0
-
-    def at(self, t: float) -> float:
-        pos = t / _BUCKET
-        bucket = math.floor(pos)
-        if bucket != self._bucket:
-            self._bucket = bucket
-            self._a, self._b = _unit(self._key, bucket), _unit(self._key, bucket + 1)
-        return self._a + (self._b - self._a) * (pos - bucket)
-
-
-class _ActivitySum:
-    """GPM's figures of one GPU or MIG GPU instance, summed over its running processes."""
-
-    __slots__ = ("memory", "occupancy", "pipes", "sm", "tensor", "tensor_pipes", "utilization")
-
-    def __init__(self) -> None:
-        self.utilization = self.memory = self.sm = self.occupancy = self.tensor = 0.0
-        self.tensor_pipes = dict.fromkeys(TENSOR_PIPES, 0.0)
-        self.pipes = dict.fromkeys(PIPES, 0.0)
-
-    def add(self, utilization: float, memory_utilization: float, kernels: KernelSpec) -> None:
-        """A process whose kernels ran ``utilization`` of the time."""
-        self.utilization += utilization
-        self.memory += utilization * memory_utilization
-        busy = utilization * kernels.sm
-        tensor = busy * kernels.tensor
-        tensor_pipe, pipe = PRECISIONS[kernels.precision]
-        self.sm += busy
-        self.occupancy += utilization * kernels.occupancy
-        self.tensor += tensor
-        self.tensor_pipes[tensor_pipe] += tensor
-        self.pipes[pipe] += 0.8 * (busy - tensor)
-
-    def result(self, model: GpuModel) -> SimulatedActivity:
-        def ratio(value: float) -> float:
-            return round(min(1.0, value), 4)
-
-        utilization = round(min(1.0, self.utilization), 2)  # whole %, as NVML
-
-        sm = ratio(self.sm)
-        pipes = {pipe: ratio(value) for pipe, value in self.pipes.items()}
-        pipes["integer"] = ratio(self.pipes["integer"] + _INTEGER_SHARE * sm)
-        pcie = utilization * model.pcie_bytes_per_second
-        nvlink = 0.1 * sm * model.nvlink_bytes_per_second
-        return SimulatedActivity(
-            graphics=utilization, sm=sm, occupancy=ratio(self.occupancy),
-            tensor=ratio(self.tensor),
-            tensor_pipes={pipe: ratio(value) for pipe, value in self.tensor_pipes.items()},
-            dram=ratio(_DRAM_PER_MEMORY_UTILIZATION * self.memory), pipes=pipes,
-            pcie={"rx": round(0.06 * pcie), "tx": round(0.015 * pcie)},
-            nvlink=({"rx": round(nvlink), "tx": round(nvlink)}
-                    if model.nvlink_bytes_per_second else None),
-        )
-
-
-class _Proc:
-    """Precomputed timeline of one scenario process."""
-
-    __slots__ = ("context", "grow", "jitter", "kernels", "last", "leak", "life", "mem_util",
-                 "noise", "owner", "period", "ramp", "sm", "spec", "steady", "t0", "torch",
-                 "util")
-
-    def __init__(self, spec: ProcessSpec, life: float | None, key: int) -> None:
-        self.spec, self.t0, self.life = spec, spec.start, life
-        self.period = (life + spec.restart_after
-                       if life is not None and spec.restart_after is not None else None)
-        self.context = min(CONTEXT_BYTES, spec.memory_bytes)
-        self.grow, self.ramp, self.leak = spec.memory_bytes - self.context, spec.ramp, \
-            spec.leak_per_second
-        self.util, self.jitter, self.mem_util = spec.utilization, spec.utilization_jitter, \
-            spec.memory_utilization
-        self.kernels, self.sm = spec.kernels, spec.kernels.sm
-        self.noise = _Noise(key)
-        self.steady = spec.memory_bytes
-        self.owner: tuple[int, ProcessOwner] | None = None
-        # the last GpuProcess built, reused while nothing in it changed (it is immutable)
-        # (restart, memory, utilisation, process, last active, published torch figures)
-        self.last: tuple[int, int, float, GpuProcess, float | None, dict[str, float]] | None \
-            = None
-        self.torch = spec.torch
-
-    def cycle(self, t: float) -> tuple[int, float] | None:
-        """(restart number, age) when alive at ``t``, else None."""
-        age = t - self.t0
-        if age < 0:
-            return None
-        if self.period is not None:
-            k = int(age // self.period)
-            age -= k * self.period
-            return (k, age) if age < self.life else None  # type: ignore[operator]
-        return (0, age) if self.life is None or age < self.life else None
-
-    def next_boundary(self, x: float) -> float:
-        """The first start or exit strictly after ``x``."""
-        if x < self.t0:
-            return self.t0
-        if self.life is None:
-            return _INF
-        if self.period is None:
-            end = self.t0 + self.life
-            return end if x < end else _INF
-        base = self.t0 + ((x - self.t0) // self.period) * self.period
-        for candidate in (base + self.life, base + self.period, base + self.period + self.life):
-            if candidate > x:
-                return candidate
-        return base + 2 * self.period  # only reached through rounding
-
-
-_NO_VALUES: dict[str, float] = {}
-
-
-def _torch_values(spec: TorchSpec, reserved: int, age: float, t: float) -> dict[str, float]:
-    """What the allocator publisher of a simulated process reports: everything above the CUDA
-    context is the allocator's reserve; counters count from the start of this life (``age``)."""
-    allocated = int(reserved * (1.0 - spec.cache))
-    return {
-        allocator.TORCH_ALLOCATED.name: allocated,
-        allocator.TORCH_RESERVED.name: reserved,
-        allocator.TORCH_ACTIVE.name: allocated,
-        allocator.TORCH_INACTIVE_SPLIT.name: int(reserved * spec.fragmentation),
-        # a peak step (the first batch, evaluation) used most of today's cache
-        allocator.TORCH_PEAK_ALLOCATED.name: allocated + int(0.8 * (reserved - allocated)),
-        allocator.TORCH_ALLOC_RETRIES.name: int(spec.retries_per_hour * age / 3600.0),
-        allocator.TORCH_OOMS.name: sum(e.count for e in spec.ooms if t - age <= e.at <= t),
-    }
-
-
-def _oom_life(spec: ProcessSpec, on_gpu: list[ProcessSpec], gpu: GpuSpec) -> float | None:
-    """How long ``spec`` lives: until ``stop`` or until its leak exhausts the GPU's memory.
-
-    ``on_gpu``: every process of the GPU (``spec`` included); only a leaking process (one per
-    GPU at most) looks at them, so building a GPU stays linear in its processes.
-    """
-    life = None if spec.stop is None else spec.stop - spec.start
-    if spec.leak_per_second <= 0:
-        return life
-    overlapping = [o for o in on_gpu if o is not spec and (
-        o.restart_after is not None or o.stop is None or o.stop > spec.start)]
-    capacity = (gpu.model.memory_bytes - gpu.model.reserved_bytes - _DRIVER_BYTES
-                - sum(o.memory_bytes for o in overlapping))
-    oom = spec.ramp + max(0.0, capacity - spec.memory_bytes) / spec.leak_per_second
-    return max(1.0, oom if life is None else min(life, oom))  # >= 1 s keeps restarts periodic
-
-
-class _Gpu:
-    """One GPU's precomputed facts plus its thermal/energy integrator (cached per event)."""
-
-    __slots__ = ("e_evt", "identity", "key", "limit", "next_b", "noise", "procs", "seg_busy",
-                 "seg_load", "spec", "t_evt", "temp_evt", "tnoise")
-
-    def __init__(self, spec: GpuSpec, identity: GpuIdentity, procs: list[_Proc], key: int) -> None:
-        self.spec, self.identity, self.procs, self.key = spec, identity, procs, key
-        self.limit = spec.power_limit_watts or spec.model.power_limit_watts
-        self.noise, self.tnoise = _Noise(key ^ 0x5EED), _Noise(key ^ 0x7E47)
-        self.reset()
-
-    def reset(self) -> None:
-        """Start the integrator in steady state 10 time constants before t=0 (earlier history
-        has decayed by e^-10 by then; starting there keeps the first collect cheap)."""
-        self.t_evt = -10.0 * self.spec.thermal_time_constant
-        self.seg_load, self.seg_busy = self.base_load(self.t_evt)
-        self.temp_evt = self.target(self.seg_load, self.seg_busy)
-        self.e_evt = float(3.0e8 + self.key % 100_000_000)  # energy since driver load
-        self.next_b = min([_INF] + [p.next_boundary(self.t_evt) for p in self.procs])
-
-    def base_load(self, t: float) -> tuple[float, bool]:
-        """(the SMs' work, any process alive) at ``t``: power and heat follow the work."""
-        alive = [p for p in self.procs if p.cycle(t) is not None]
-        return min(1.0, sum(p.util * p.sm for p in alive)), bool(alive)
-
-    def target(self, load: float, busy: bool) -> float:
-        """Steady temperature at ``load``; a lowered power limit also lowers the heat."""
-        idle = self.spec.idle_celsius
-        share = min(1.0, self.limit / self.demand(load, busy))
-        return idle + (self.spec.full_load_celsius - idle) * load * share
-
-    def demand(self, load: float, busy: bool) -> float:
-        """Power the board would draw at ``load`` without a limit."""
-        model = self.spec.model
-        floor = model.idle_watts * (1.25 if busy else 1.0)  # a context keeps it out of deep idle
-        return floor + (model.power_limit_watts - floor) * 0.9 * load
-
-    def thermal(self, t: float) -> tuple[float, float]:
-        """(temperature, energy joules) at ``t``; advances the cache over passed events."""
-        if t < self.t_evt:
-            self.reset()
-        while self.next_b <= t:
-            self._advance(self.next_b)
-        return self._state_at(t)
-
-    def _state_at(self, t: float) -> tuple[float, float]:
-        dt = t - self.t_evt
-        goal = self.target(self.seg_load, self.seg_busy)
-        temp = goal + (self.temp_evt - goal) * math.exp(-dt / self.spec.thermal_time_constant)
-        power = min(self.limit, self.demand(self.seg_load, self.seg_busy))
-        return temp, self.e_evt + power * dt
-
-    def _advance(self, boundary: float) -> None:
-        self.temp_evt, self.e_evt = self._state_at(boundary)
-        self.t_evt = boundary
-        self.next_b = min([_INF] + [p.next_boundary(boundary) for p in self.procs])
-        # load is constant until the next boundary: sample it inside the segment
-        probe = boundary + (min(self.next_b, boundary + 1.0) - boundary) / 2
-        self.seg_load, self.seg_busy = self.base_load(probe)
 
 
 class SimulatedSource:
@@ -347,15 +114,17 @@ class SimulatedSource:
                                 uuids[a.gpu]), a.resource, a.namespace, a.pod, a.container)
             for a in self.scenario.allocations
         )
-        return join_allocations(table, [(gpu.identity.index, gpu.identity.uuid)
-                                        for gpu in self._gpus])
+        return join_allocations(table, [
+            GpuReading(identity=gpu.identity,
+                       mig=mig_devices(gpu.spec.health.mig, gpu.identity.index, {}))
+            for gpu in self._gpus])
 
     def _key(self, entity: str) -> int:
         return random.Random(f"{self.seed}/{self.scenario.name}/{entity}").getrandbits(64)
 
-    def _build_gpu(self, spec: GpuSpec) -> _Gpu:
+    def _build_gpu(self, spec: GpuSpec) -> GpuTimeline:
         specs = [p for p in self.scenario.processes if p.gpu == spec.index]
-        procs = [_Proc(p, _oom_life(p, specs, spec),
+        procs = [ProcessTimeline(p, oom_life(p, specs, spec),
                        self._key(f"proc/{spec.index}/{p.pid}")) for p in specs]
         key = self._key(f"gpu/{spec.index}")
         bus = _BUS_IDS[spec.index] if spec.index < len(_BUS_IDS) else 0x100 + spec.index
@@ -370,7 +139,7 @@ class SimulatedSource:
             vbios_version="96.00.99.00.01",
             power_limit_default_watts=spec.model.power_limit_watts,
         )
-        return _Gpu(spec, identity, procs, key)
+        return GpuTimeline(spec, identity, procs, key)
 
     # --- Source protocol ---------------------------------------------------------------------
     def start(self) -> None:
@@ -412,22 +181,23 @@ class SimulatedSource:
         )
 
     # --- one GPU -----------------------------------------------------------------------------
-    def _read(self, gpu: _Gpu, t: float, start: float, groups: frozenset[Group]) -> GpuReading:
+    def _read(self, gpu: GpuTimeline, t: float, start: float, groups: frozenset[Group]
+              ) -> GpuReading:
         model, spec = gpu.spec.model, gpu.spec
-        used, util, mem_util, work = _DRIVER_BYTES, 0.0, 0.0, 0.0
+        used, util, mem_util, work = DRIVER_BYTES, 0.0, 0.0, 0.0
         procs: list[GpuProcess] = []
         health = spec.health
         mig_on = health.mig is not None  # NVML has no utilisation per GPU or process under MIG
         want_procs = Group.PROCESSES in groups
-        want_putil = want_procs and Group.PROCESS_UTILIZATION in groups
         want_torch = want_procs and Group.TORCH in groups
         want_putil = want_procs and Group.PROCESS_UTILIZATION in groups and not mig_on
-        activity: _ActivitySum | None = None
-        instances: dict[int, _ActivitySum] = {}
+        activity: ActivitySum | None = None
+        instances: dict[int, ActivitySum] = {}
         if model.gpm and not _GPM_GROUPS.isdisjoint(groups):
-            activity = _ActivitySum()
+            activity = ActivitySum()
         for p in gpu.procs:
-            # the hot loop (8 GPUs x 32 processes per collect): _Proc.cycle/memory inlined
+            # the hot loop (8 GPUs x 32 processes per collect): ProcessTimeline.cycle and
+            # the memory ramp inlined
             age = t - p.t0
             if age < 0.0:
                 continue
@@ -451,16 +221,16 @@ class SimulatedSource:
             if activity is not None:
                 instance = p.spec.gpu_instance
                 summed = activity if instance is None else instances.setdefault(
-                    instance, _ActivitySum())
+                    instance, ActivitySum())
                 summed.add(u, p.mem_util, p.kernels)
             if want_procs:
-                published = _torch_values(p.torch, memory - p.context, age, t) \
-                    if want_torch and p.torch is not None else _NO_VALUES
+                published = torch_values(p.torch, memory - p.context, age, t) \
+                    if want_torch and p.torch is not None else NO_VALUES
                 last = p.last
                 # Last active: now (to the noise bucket, so a process is rebuilt no more often
                 # than its utilisation changes) for a computing process; a process configured
                 # idle last ran a kernel LOADED_AFTER seconds after it started (its model load).
-                active = (t - t % _BUCKET if p.util > 0.0 else t - age + min(age, LOADED_AFTER)) \
+                active = (t - t % BUCKET if p.util > 0.0 else t - age + min(age, LOADED_AFTER)) \
                     if want_putil else None
                 if last is None or last[0] != k or last[1] != memory or last[2] != u \
                         or last[4] != active or last[5] != published:
@@ -476,7 +246,7 @@ class SimulatedSource:
                 procs.append(last[3])
         util, mem_util = round(min(1.0, util), 2), round(min(1.0, mem_util), 2)  # whole %
         work = min(1.0, work)
-        busy = used > _DRIVER_BYTES
+        busy = used > DRIVER_BYTES
         free = max(0, model.memory_bytes - model.reserved_bytes - used)
         temp_exact, energy = gpu.thermal(t)
         temp = float(round(temp_exact + 0.6 * gpu.tnoise.at(t)))
@@ -526,12 +296,7 @@ class SimulatedSource:
             # Under MIG, GPM is read per GPU instance only.
             activity=activity.result(model) if activity is not None and not mig_on else None,
         )
-        values: dict[str, Value] = {}
-        for row in GPU_ROWS:
-            if row.simulate is not None and row.group in groups:
-                value = row.simulate(state)
-                if value is not None:
-                    values[row.name] = value
+        values = _simulated(GPU_ROWS, state, groups)
         if mig_on:
             values.pop(UTILIZATION.name, None)
             values.pop(MEMORY_UTILIZATION.name, None)
@@ -548,12 +313,12 @@ class SimulatedSource:
             mig = mig_devices(health.mig, spec.index, by_instance)
             if activity is not None:
                 mig = tuple(replace(device, activity=_instance_activity(
-                    state, instances.get(device.gpu_instance, _ActivitySum()), groups))
+                    state, instances.get(device.gpu_instance, ActivitySum()), groups))
                     for device in mig)
         return GpuReading(identity=gpu.identity, values=values, processes=tuple(procs),
                           xids=xids, mig=mig)
 
-    def _owner(self, p: _Proc, k: int, start: float) -> ProcessOwner:
+    def _owner(self, p: ProcessTimeline, k: int, start: float) -> ProcessOwner:
         """The owner of restart ``k`` of ``p`` (cached: it only changes on a restart)."""
         if p.owner is None or p.owner[0] != k:
             begin = p.t0 + (p.period or 0.0) * k
@@ -562,15 +327,21 @@ class SimulatedSource:
         return p.owner[1]
 
 
-def _instance_activity(state: SimulatedGpu, summed: _ActivitySum, groups: frozenset[Group]
+def _instance_activity(state: SimulatedGpu, summed: ActivitySum, groups: frozenset[Group]
                        ) -> dict[str, Value]:
     """GPM's figures of one MIG GPU instance, by the per-GPU row's name (the rows' own
     ``simulate`` applied to the instance's activity)."""
     instance = replace(state, activity=summed.result(state.model))
+    return _simulated((row for row, _ in PER_INSTANCE), instance, groups)
+
+
+def _simulated(rows: Iterable[Metric], state: SimulatedGpu, groups: frozenset[Group]
+               ) -> dict[str, Value]:
+    """The values the rows of ``groups`` simulate for ``state``, by row name (None: left out)."""
     values: dict[str, Value] = {}
-    for row, _ in PER_INSTANCE:
-        if row.group in groups and row.simulate is not None:
-            value = row.simulate(instance)
+    for row in rows:
+        if row.simulate is not None and row.group in groups:
+            value = row.simulate(state)
             if value is not None:
                 values[row.name] = value
     return values
