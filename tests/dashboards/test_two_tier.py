@@ -4,9 +4,9 @@ Simulated exporters of several scenarios (processes and users, Kubernetes pods, 
 MIG, XIDs, PyTorch's allocator, row remapping), one Prometheus in agent mode scraping them
 every second and remote-writing everything to a central Prometheus (its remote-write
 receiver, every rule file loaded) and to a VictoriaMetrics single-node (rules evaluated by
-vmalert, which writes its records and alert state back). The components and configurations are those of
-``bench/fleet_two_tier.py``, with VictoriaMetrics' and vmalert's delays before data is
-visible cut to a second so the test stays short. Then, on each central store:
+vmalert, which writes its records and alert state back). The components and configurations
+are those of ``bench/fleet_two_tier.py``, with VictoriaMetrics' and vmalert's delays before
+data is visible cut to a second so the test stays short. Then, on each central store:
 
 - every rule evaluates without error, and the recording rules produce series;
 - every dashboard query, with its variables resolved as Grafana resolves them against that
