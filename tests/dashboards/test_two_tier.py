@@ -16,7 +16,6 @@ data is visible cut to a second so the test stays short. Then, on each central s
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,11 +24,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from bench.fleet import QueryTiming, dashboard_queries, time_query  # noqa: E402
-from bench.fleet_two_tier import (  # noqa: E402
+from bench.fleet import QueryTiming, dashboard_queries, time_query
+from bench.fleet_two_tier import (
     VICTORIA_METRICS,
     VMALERT,
     Central,
@@ -37,9 +33,11 @@ from bench.fleet_two_tier import (  # noqa: E402
     alert_sink,
     rule_state,
 )
-from tests.dashboards.grafana import DASHBOARD_FILES, GRAFANA_DIR  # noqa: E402
-from tests.dashboards.live import PROMETHEUS, RULE_FILES, Stack, live_rule_files  # noqa: E402
-from tests.processes import stop_all  # noqa: E402
+from tests.dashboards.grafana import DASHBOARD_FILES, GRAFANA_DIR
+from tests.dashboards.live import PROMETHEUS, RULE_FILES, Stack, live_rule_files
+from tests.processes import stop_all
+
+ROOT = Path(__file__).resolve().parents[2]
 
 HAVE_VICTORIA = VICTORIA_METRICS.exists() and VMALERT.exists()
 NEEDS_VICTORIA = pytest.mark.skipif(

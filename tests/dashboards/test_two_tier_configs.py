@@ -5,24 +5,22 @@ from __future__ import annotations
 
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from bench.fleet import RULES_DIR  # noqa: E402
-from bench.fleet_two_tier import (  # noqa: E402
+from bench.fleet import RULES_DIR
+from bench.fleet_two_tier import (
     VMALERT,
     agent_config,
     central_prometheus_config,
     vmalert_args,
 )
-from tests.dashboards.promtool import require_promtool  # noqa: E402
+from tests.dashboards.promtool import require_promtool
+
+ROOT = Path(__file__).resolve().parents[2]
 
 SCALE_DOC = ROOT / "docs" / "scale.md"
 RULE_FILES = sorted(RULES_DIR.glob("*.yaml"))

@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from bench.bench_scrape import count_series
+from tests.e2e.server import ExporterProcess
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "bench_scrape.py"
-sys.path.insert(0, str(ROOT))
-
-from bench.bench_scrape import count_series  # noqa: E402
-from tests.e2e.server import ExporterProcess  # noqa: E402
 
 pytestmark = [pytest.mark.timeout(300)]
 
