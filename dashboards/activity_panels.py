@@ -6,11 +6,19 @@ Per-process views stay on per-process SM utilisation: GPM counts per GPU and MIG
 
 from __future__ import annotations
 
-from dashboards.panels import Column, Layout, query, steps, table_panel, timeseries_panel
+from dashboards.panels import (
+    GPU_LEGEND,
+    MIG_INSTANCE_LEGEND,
+    Column,
+    Layout,
+    query,
+    steps,
+    table_panel,
+    timeseries_panel,
+)
 from dashboards.promql import num, sel
 from exporter import metrics, thresholds
 
-GPU_LEGEND = "GPU {{gpu}}"
 HIDDEN = ("Time", "__name__", "job", "instance", "uuid")
 GPM = ("From GPM (Hopper and newer GPUs); GPUs without it have no series here "
        "(gpu_exporter_gpm_status says why).")
@@ -109,7 +117,6 @@ def node_activity_rows(grid: Layout, matchers: str) -> None:
     grid.add(timeseries_panel(
         "SM activity per MIG instance", "SM activity of each MIG GPU instance (GPM per "
         "instance; NVML has no utilisation under MIG).", "percentunit",
-        [query(sel(metrics.MIG_SM_ACTIVE, matchers),
-               f"{GPU_LEGEND} GI {{{{gpu_instance}}}} {{{{gpu_profile}}}}")],
+        [query(sel(metrics.MIG_SM_ACTIVE, matchers), MIG_INSTANCE_LEGEND)],
         min_val=0, max_val=1,
     ), 12)

@@ -5,6 +5,9 @@ and the runbook."""
 from __future__ import annotations
 
 from dashboards.panels import (
+    GPU_LEGEND,
+    MIG_DEVICE_LEGEND,
+    MIG_INSTANCE_LEGEND,
     Column,
     Layout,
     Step,
@@ -17,7 +20,6 @@ from dashboards.panels import (
 from dashboards.promql import count_or_zero, sel
 from exporter import metrics, thresholds
 
-GPU_LEGEND = "GPU {{gpu}}"
 COUNT_WARN: tuple[Step, ...] = (("green", None), ("orange", 1.0))
 
 
@@ -114,17 +116,14 @@ def node_mig_rows(grid: Layout, matchers: str) -> None:
     ), 12, 7)
     grid.add(timeseries_panel(
         "MIG instance memory", "Memory used per GPU instance against its size.", "bytes",
-        [query(sel(metrics.MIG_MEMORY_USED, matchers),
-               f"{GPU_LEGEND} GI {{{{gpu_instance}}}} {{{{gpu_profile}}}} used"),
-         query(sel(metrics.MIG_MEMORY_TOTAL, matchers),
-               f"{GPU_LEGEND} GI {{{{gpu_instance}}}} {{{{gpu_profile}}}} total")],
+        [query(sel(metrics.MIG_MEMORY_USED, matchers), f"{MIG_INSTANCE_LEGEND} used"),
+         query(sel(metrics.MIG_MEMORY_TOTAL, matchers), f"{MIG_INSTANCE_LEGEND} total")],
         min_val=0,
     ), 12)
     grid.add(timeseries_panel(
         "MIG memory by user", "GPU memory each user's processes hold in each MIG device "
         "(GPU instance / compute instance), stacked: who fills which instance.", "bytes",
-        [query(sel(metrics.MIG_USER_MEMORY, matchers),
-               f"{GPU_LEGEND} GI {{{{gpu_instance}}}}/CI {{{{compute_instance}}}} {{{{user}}}}")],
+        [query(sel(metrics.MIG_USER_MEMORY, matchers), f"{MIG_DEVICE_LEGEND} {{{{user}}}}")],
         stacked=True, min_val=0,
     ), 12)
     grid.add(timeseries_panel(
@@ -132,8 +131,7 @@ def node_mig_rows(grid: Layout, matchers: str) -> None:
         "fault of the job running in it.", "short",
         [query(f"sum by (gpu, gpu_instance, compute_instance, xid) "
                f"(increase({sel(metrics.MIG_XID_ERRORS, matchers)}[$__rate_interval]))",
-               f"{GPU_LEGEND} GI {{{{gpu_instance}}}}/CI {{{{compute_instance}}}} "
-               "XID {{xid}}")],
+               f"{MIG_DEVICE_LEGEND} XID {{{{xid}}}}")],
         min_val=0,
     ), 12)
     grid.add(timeseries_panel(

@@ -19,6 +19,10 @@ from grafana_foundation_sdk.models import dashboard as dashboard_model
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 DATASOURCE = common_model.DataSourceRef(type_val="prometheus", uid="${datasource}")
+#: Legends of per-GPU, per-MIG-instance and per-MIG-device series.
+GPU_LEGEND = "GPU {{gpu}}"
+MIG_INSTANCE_LEGEND = f"{GPU_LEGEND} GI {{{{gpu_instance}}}} {{{{gpu_profile}}}}"
+MIG_DEVICE_LEGEND = f"{GPU_LEGEND} GI {{{{gpu_instance}}}}/CI {{{{compute_instance}}}}"
 #: Units the dashboards may use (Grafana unit ids).
 UNITS = frozenset(
     {"bytes", "binBps", "percentunit", "celsius", "watt", "hertz", "s", "short", "none",

@@ -81,6 +81,8 @@ class OwnerLookup:
 
 @dataclass(frozen=True, slots=True)
 class _Entry:
+    """A cached owner, valid while the pid's start time and the passwd file are unchanged."""
+
     start_ticks: int
     owner: ProcessOwner
     passwd_generation: int

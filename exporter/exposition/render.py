@@ -190,11 +190,8 @@ class MetricsRenderer:
         return rendered
 
     def render_cached(
-        self,
-        state: ExporterState,
-        options: ExpositionOptions,
-        accept: str | None = None,
-        accept_encoding: str | None = None,
+        self, state: ExporterState, options: ExpositionOptions, accept: str | None,
+        accept_encoding: str | None,
     ) -> tuple[bytes, dict[str, str]] | None:
         """As ``render``, but None unless the snapshot's part is cached in that format.
 

@@ -79,6 +79,22 @@ def _matches(name: str, symbol: str) -> bool:
     return symbol == name or symbol.startswith(name + "_v")
 
 
+class _Reading:
+    """A device getter answering one ``FakeGpu`` field; the C symbol it enters is its name."""
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+        self.symbol = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.symbol = name
+
+    def __get__(self, fake: FakeNvml | None, owner: type | None = None) -> Any:
+        if fake is None:
+            return self
+        return lambda h, *_args: getattr(fake._enter(self.symbol, h), self.field)
+
+
 class FakeNvml(FakeGpm, types.ModuleType):
     """The fake module. See the module docstring for the scripting API."""
 
@@ -221,9 +237,7 @@ class FakeNvml(FakeGpm, types.ModuleType):
         self._enter("nvmlSystemGetCudaDriverVersion")
         return self.cuda
 
-    def nvmlSystemGetCudaDriverVersion_v2(self) -> int:
-        self._enter("nvmlSystemGetCudaDriverVersion_v2")
-        return self.cuda
+    nvmlSystemGetCudaDriverVersion_v2 = nvmlSystemGetCudaDriverVersion
 
     def nvmlDeviceGetCount(self) -> int:
         self._enter("nvmlDeviceGetCount_v2")
@@ -236,23 +250,24 @@ class FakeNvml(FakeGpm, types.ModuleType):
             self._raise(gpu.handle_error)
         return handle
 
-    def nvmlDeviceGetUUID(self, h: FakeHandle) -> str:
-        return self._enter("nvmlDeviceGetUUID", h).uuid
-
-    def nvmlDeviceGetName(self, h: FakeHandle) -> str:
-        return self._enter("nvmlDeviceGetName", h).name
+    # Getters that answer one FakeGpu field; each enters the C symbol it is named after.
+    nvmlDeviceGetUUID = _Reading("uuid")
+    nvmlDeviceGetName = _Reading("name")
+    nvmlDeviceGetSerial = _Reading("serial")
+    nvmlDeviceGetVbiosVersion = _Reading("vbios")
+    nvmlDeviceGetPowerManagementDefaultLimit = _Reading("default_limit_mw")
+    nvmlDeviceGetTemperatureV = _Reading("temperature")
+    nvmlDeviceGetTemperature = _Reading("temperature")
+    nvmlDeviceGetPowerUsage = _Reading("power_mw")
+    nvmlDeviceGetEnforcedPowerLimit = _Reading("power_limit_mw")
+    nvmlDeviceGetPerformanceState = _Reading("pstate")
+    nvmlDeviceGetCurrentClocksEventReasons = _Reading("reasons_mask")
+    nvmlDeviceGetCurrentClocksThrottleReasons = _Reading("reasons_mask")
+    nvmlDeviceGetFanSpeed = _Reading("fan_percent")
+    nvmlDeviceGetTotalEnergyConsumption = _Reading("energy_mj")
 
     def nvmlDeviceGetPciInfo(self, h: FakeHandle) -> types.SimpleNamespace:
         return types.SimpleNamespace(busId=self._enter("nvmlDeviceGetPciInfo_v3", h).pci_bus_id)
-
-    def nvmlDeviceGetSerial(self, h: FakeHandle) -> str:
-        return self._enter("nvmlDeviceGetSerial", h).serial
-
-    def nvmlDeviceGetVbiosVersion(self, h: FakeHandle) -> str:
-        return self._enter("nvmlDeviceGetVbiosVersion", h).vbios
-
-    def nvmlDeviceGetPowerManagementDefaultLimit(self, h: FakeHandle) -> int:
-        return self._enter("nvmlDeviceGetPowerManagementDefaultLimit", h).default_limit_mw
 
     def nvmlDeviceGetMemoryInfo(self, h: FakeHandle, version: int | None = None) -> Any:
         if not version:
@@ -276,29 +291,8 @@ class FakeNvml(FakeGpm, types.ModuleType):
         g = self._enter("nvmlDeviceGetUtilizationRates", h)
         return types.SimpleNamespace(gpu=g.util_gpu, memory=g.util_memory)
 
-    def nvmlDeviceGetTemperatureV(self, h: FakeHandle, _sensor: int, version: int = 1) -> int:
-        return self._enter("nvmlDeviceGetTemperatureV", h).temperature
-
-    def nvmlDeviceGetTemperature(self, h: FakeHandle, _sensor: int) -> int:
-        return self._enter("nvmlDeviceGetTemperature", h).temperature
-
-    def nvmlDeviceGetPowerUsage(self, h: FakeHandle) -> int:
-        return self._enter("nvmlDeviceGetPowerUsage", h).power_mw
-
-    def nvmlDeviceGetEnforcedPowerLimit(self, h: FakeHandle) -> int:
-        return self._enter("nvmlDeviceGetEnforcedPowerLimit", h).power_limit_mw
-
     def nvmlDeviceGetClockInfo(self, h: FakeHandle, clock: int) -> int:
         return self._enter("nvmlDeviceGetClockInfo", h).clocks_mhz[clock]
-
-    def nvmlDeviceGetPerformanceState(self, h: FakeHandle) -> int:
-        return self._enter("nvmlDeviceGetPerformanceState", h).pstate
-
-    def nvmlDeviceGetCurrentClocksEventReasons(self, h: FakeHandle) -> int:
-        return self._enter("nvmlDeviceGetCurrentClocksEventReasons", h).reasons_mask
-
-    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: FakeHandle) -> int:
-        return self._enter("nvmlDeviceGetCurrentClocksThrottleReasons", h).reasons_mask
 
     def nvmlDeviceGetTotalEccErrors(self, h: FakeHandle, error_type: int, counter: int) -> int:
         g = self._enter("nvmlDeviceGetTotalEccErrors", h)
@@ -323,12 +317,6 @@ class FakeNvml(FakeGpm, types.ModuleType):
         if g.retired_pages is None:
             self._raise(3)
         return g.retired_pending
-
-    def nvmlDeviceGetFanSpeed(self, h: FakeHandle) -> int:
-        return self._enter("nvmlDeviceGetFanSpeed", h).fan_percent
-
-    def nvmlDeviceGetTotalEnergyConsumption(self, h: FakeHandle) -> int:
-        return self._enter("nvmlDeviceGetTotalEnergyConsumption", h).energy_mj
 
     def nvmlDeviceGetPcieThroughput(self, h: FakeHandle, counter: int) -> int:
         g = self._enter("nvmlDeviceGetPcieThroughput", h)

@@ -40,6 +40,8 @@ MAX_GPU_INSTANCES = 7  # NVIDIA's MIG GPUs hold at most 7 GPU instances
 
 @dataclass(frozen=True, slots=True)
 class XidInjection:
+    """One ``xids`` entry: XID ``code`` reported ``count`` times from ``at``, ``every`` apart."""
+
     at: float
     code: int
     count: int = 1
@@ -50,6 +52,8 @@ class XidInjection:
 
 @dataclass(frozen=True, slots=True)
 class RemapSpec:
+    """``remapped_rows``: rows remapped so far, and from when a remap is pending or failed."""
+
     corrected: int = 0
     uncorrected: int = 0
     pending_from: float | None = None
@@ -58,6 +62,9 @@ class RemapSpec:
 
 @dataclass(frozen=True, slots=True)
 class RetiredSpec:
+    """``retired_pages`` (GPUs before Ampere): pages retired so far, and from when one is
+    pending."""
+
     single_bit: int = 0
     double_bit: int = 0
     pending_from: float | None = None
@@ -65,6 +72,8 @@ class RetiredSpec:
 
 @dataclass(frozen=True, slots=True)
 class MigSpec:
+    """One ``mig`` entry: a GPU instance of a profile, split into compute instances."""
+
     profile: str
     gpu_instance: int
     compute_instances: int = 1

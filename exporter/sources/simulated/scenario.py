@@ -129,6 +129,9 @@ class Burst:
 
 @dataclass(frozen=True, slots=True)
 class GpuSpec:
+    """One ``gpus`` entry: the model and how it heats, draws power, counts ECC errors and
+    fails."""
+
     index: int
     model: GpuModel
     idle_celsius: float = 32.0
@@ -172,6 +175,8 @@ class KernelSpec:
 
 @dataclass(frozen=True, slots=True)
 class AllocationSpec:
+    """One ``allocations`` entry: the pod container the kubelet gave a GPU to."""
+
     gpu: int
     namespace: str
     pod: str
@@ -182,6 +187,9 @@ class AllocationSpec:
 
 @dataclass(frozen=True, slots=True)
 class ProcessSpec:
+    """One ``processes`` entry: a process's life on a GPU, its memory, utilisation and
+    kernels."""
+
     gpu: int
     pid: int
     user: str
@@ -206,6 +214,8 @@ class ProcessSpec:
 
 @dataclass(frozen=True, slots=True)
 class Scenario:
+    """A parsed scenario file: the GPUs, processes and pod allocations of one host."""
+
     name: str
     gpus: tuple[GpuSpec, ...]
     processes: tuple[ProcessSpec, ...] = ()
