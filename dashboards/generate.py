@@ -36,8 +36,8 @@ from dashboards import (
     accounting,
     alerts,
     efficiency,
+    exporter_health,
     fleet,
-    health,
     node,
     recording,
     rules,
@@ -56,7 +56,7 @@ DASHBOARDS: dict[str, Callable[[], dashboard.Dashboard]] = {
     "gpu-fleet-overview.json": fleet.build,
     "gpu-node-device.json": node.build,
     "gpu-users-processes.json": users.build,
-    "gpu-exporter-health.json": health.build,
+    "gpu-exporter-health.json": exporter_health.build,
     "gpu-workloads.json": workloads.build,
     "gpu-efficiency.json": efficiency.build,
 }
