@@ -1,6 +1,6 @@
 """Exposition: ``ExporterState`` -> Prometheus text / OpenMetrics, and typed JSON.
 
-Public API (what ``exporter/app.py`` uses)::
+Public API (what ``exporter/web/app.py`` uses)::
 
     from exporter.exposition import MetricsRenderer
     from exporter.exposition.json_model import SnapshotResponse  # pydantic: imported lazily
@@ -26,9 +26,11 @@ Also available:
 - ``negotiate(accept) -> (encoder, content_type)``, ``gzip_accepted(accept_encoding)``.
 - ``collection_success(snapshot)``: the value of ``gpu_exporter_collection_success``.
 
-Modules: ``families`` (metric row -> family), ``gpu`` (per-GPU rows), ``processes``
-(per-process/per-user, cap, overflow), ``self_metrics``, ``collector``, ``render``,
-``json_model`` (not re-exported here: its pydantic models load on the first JSON request).
+Modules: ``families`` (metric row -> family), ``gpu`` (per-GPU rows), ``health`` (XIDs,
+memory repair, MIG), ``processes`` (per-process/per-user, cap, overflow), ``accounting``
+(idle-accounting counters), ``self_metrics``, ``collector``, ``encode`` (text and OpenMetrics
+written directly), ``render`` (per-snapshot cache, gzip), ``json_model`` (not re-exported here:
+its pydantic models load on the first JSON request).
 """
 
 from __future__ import annotations
