@@ -18,6 +18,12 @@ PORT_LINE = re.compile(r"\(port (\d+)\)")
 _Server = TypeVar("_Server", bound="LoggedServer")
 
 
+def last_line(text: str) -> str:
+    """The last non-blank line of a program's output: where its refusal reason stands."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

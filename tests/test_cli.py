@@ -24,11 +24,7 @@ from exporter.config import Config
 from exporter.metrics import Group, default_groups
 from exporter.sources.simulated.scenario import list_presets
 from exporter.values import ListenAddress
-
-
-def _last_line(text: str) -> str:
-    lines = [line for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
+from tests.processes import last_line
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -58,6 +54,19 @@ def test_help_lists_flags_and_presets(capsys: pytest.CaptureFixture[str]) -> Non
         (["--source", "simulated", "--scenario", "no-such-preset"], "no such scenario"),
         (["--passwd-file", "/nonexistent/passwd"], "--passwd-file"),
         (["--procfs", "/nonexistent"], "--procfs"),
+        (["report", "--prometheus.url", "ftp://x"], "expected http(s)://host:port"),
+        (["report", "--prometheus.password-file", "/nonexistent"], "needs --prometheus.username"),
+        (["report", "--prometheus.url", "https://127.0.0.1:1", "--prometheus.ca-file",
+          "/nonexistent"], "--prometheus.ca-file: cannot load"),
+        (["report", "--prometheus.username", "u", "--prometheus.password-file", "/nonexistent"],
+         "--prometheus.password-file /nonexistent: cannot read it"),
+        (["report", "--prometheus.key-file", "/k"], "needs --prometheus.cert-file"),
+        (["report", "--prometheus.timeout", "soon"], "is not a duration"),
+        (["report", "--top", "-1"], "--top must be 0 or more"),
+        (["report", "--match", '{job="x"}'], "without braces"),
+        (["report", "--since", "1d", "--start", "2026-01-01"], "not both"),
+        (["report", "--start", "yesterday"], "is not a time"),
+        (["report", "--since", "400d"], "longer than a year"),
     ],
 )
 def test_bad_input_exits_2_with_one_clear_last_line(
@@ -65,13 +74,16 @@ def test_bad_input_exits_2_with_one_clear_last_line(
 ) -> None:
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert message in _last_line(err)
+    assert message in last_line(err)
     assert "Traceback" not in err
+    if argv[0] == "report":  # the report prints no usage text: its refusal is the one line
+        assert err.strip() == last_line(err)
+        assert err.startswith("gpu-exporter report: error: ")
 
 
 def test_missing_scenario_lists_the_presets(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--source", "simulated"]) == 2
-    line = _last_line(capsys.readouterr().err)
+    line = last_line(capsys.readouterr().err)
     assert list_presets()
     for preset in list_presets():
         assert preset in line
@@ -82,14 +94,14 @@ def test_bad_env_exits_2(
 ) -> None:
     monkeypatch.setenv("GPU_EXPORTER_COLLECTOR_TIMEOUT", "forever")
     assert main([]) == 2
-    assert "GPU_EXPORTER_COLLECTOR_TIMEOUT" in _last_line(capsys.readouterr().err)
+    assert "GPU_EXPORTER_COLLECTOR_TIMEOUT" in last_line(capsys.readouterr().err)
 
 
 def test_bad_scenario_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("gpus: [{model: NoSuchGPU}]\n", encoding="utf-8")
     assert main(["--source", "simulated", "--scenario", str(bad)]) == 2
-    line = _last_line(capsys.readouterr().err)
+    line = last_line(capsys.readouterr().err)
     assert line.startswith("gpu-exporter: error: --scenario:")
     assert "bad.yaml" in line
 
@@ -113,7 +125,7 @@ def test_port_in_use_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
         argv = ["--source", "simulated", "--scenario", "synthetic:1x1",
                 "--web.listen-address", f"127.0.0.1:{port}"]
         assert main(argv) == 1
-    assert "cannot listen on 127.0.0.1:" in _last_line(capsys.readouterr().err)
+    assert "cannot listen on 127.0.0.1:" in last_line(capsys.readouterr().err)
 
 
 def test_synthetic_scenario_builds_a_fleet() -> None:

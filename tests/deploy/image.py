@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from tests.deploy.stack import DOCKER, REPO
-from tests.processes import LoggedServer
+from tests.processes import LoggedServer, last_line
 
 DOCKERFILE = DOCKER / "Dockerfile"
 IGNORE_FILE = DOCKER / "Dockerfile.dockerignore"
@@ -162,7 +162,7 @@ class Buildah:
         try:
             self("run", "--isolation", "chroot", container, "--", "python3", "-c", "pass")
         except CommandFailed as err:
-            return _last_line(str(err))
+            return last_line(str(err))
         finally:
             self("rm", container)
         return None
@@ -201,10 +201,6 @@ def scratch() -> Iterator[Path]:
     finally:
         shutil.rmtree(root)
 
-
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else text
 
 
 def chart_security_context() -> dict[str, Any]:

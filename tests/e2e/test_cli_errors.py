@@ -7,12 +7,10 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.server import run_exporter
+from tests.processes import last_line
 
 pytestmark = pytest.mark.slow
 
-
-def _last_line(text: str) -> str:
-    return [line for line in text.splitlines() if line.strip()][-1]
 
 
 @pytest.mark.parametrize(
@@ -31,7 +29,7 @@ def _last_line(text: str) -> str:
 def test_bad_input_exits_2(args: list[str], env: dict[str, str], message: str) -> None:
     result = run_exporter(args, env)
     assert result.returncode == 2
-    assert message in _last_line(result.stderr)
+    assert message in last_line(result.stderr)
     assert "Traceback" not in result.stderr
 
 
@@ -41,7 +39,7 @@ def test_bad_scenario_file_names_the_field(tmp_path: Path) -> None:
                         encoding="utf-8")
     result = run_exporter(["--source", "simulated", "--scenario", str(scenario)])
     assert result.returncode == 2
-    line = _last_line(result.stderr)
+    line = last_line(result.stderr)
     assert "broken.yaml" in line
     assert "colour" in line
 

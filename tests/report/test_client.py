@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from exporter.report.client import Connection, PrometheusClient, ReportError
-from exporter.report.main import main
 
 OPENSSL = shutil.which("openssl")
 pytestmark = pytest.mark.skipif(OPENSSL is None, reason="needs the openssl command")
@@ -157,30 +156,3 @@ def test_bearer_token_is_sent(pki: Pki, tmp_path: Path) -> None:
                                              bearer_token_file=token))
         assert client.query("up", 1.0)[0].value == 42
 
-
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["--prometheus.url", "ftp://x"], "expected http(s)://host:port"),
-        (["--prometheus.password-file", "/nonexistent"], "needs --prometheus.username"),
-        (["--prometheus.url", "https://127.0.0.1:1", "--prometheus.ca-file", "/nonexistent"],
-         "--prometheus.ca-file: cannot load"),
-        (["--prometheus.username", "u", "--prometheus.password-file", "/nonexistent"],
-         "--prometheus.password-file /nonexistent: cannot read it"),
-        (["--prometheus.key-file", "/k"], "needs --prometheus.cert-file"),
-        (["--prometheus.timeout", "soon"], "is not a duration"),
-        (["--top", "-1"], "--top must be 0 or more"),
-        (["--match", '{job="x"}'], "without braces"),
-        (["--since", "1d", "--start", "2026-01-01"], "not both"),
-        (["--start", "yesterday"], "is not a time"),
-        (["--since", "400d"], "longer than a year"),
-    ],
-)
-def test_bad_flags_exit_2_with_one_line(
-    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert main(args) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1, err
-    assert err[0].startswith("gpu-exporter report: error: ")
-    assert message in err[0]
