@@ -1,5 +1,6 @@
 """The node dashboard's GPU-activity row: what the SMs, tensor cores and memory really did
-(GPM, Hopper and newer; ``exporter.metrics.activity``), set against NVML's utilisation.
+(GPM, Hopper and newer; ``exporter.metrics.activity``), set against NVML's utilisation. SM
+activity per MIG instance stands in the MIG row, with everything else per instance.
 
 Per-process views stay on per-process SM utilisation: GPM counts per GPU and MIG instance.
 """
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 from dashboards.panels import (
     GPU_LEGEND,
-    MIG_INSTANCE_LEGEND,
     Column,
     Layout,
     query,
@@ -113,10 +113,4 @@ def node_activity_rows(grid: Layout, matchers: str) -> None:
         [query(sel(metrics.PCIE_TRAFFIC, matchers), f"{GPU_LEGEND} PCIe {{{{direction}}}}"),
          query(sel(metrics.NVLINK_TRAFFIC, matchers), f"{GPU_LEGEND} NVLink {{{{direction}}}}")],
         min_val=0,
-    ), 12)
-    grid.add(timeseries_panel(
-        "SM activity per MIG instance", "SM activity of each MIG GPU instance (GPM per "
-        "instance; NVML has no utilisation under MIG).", "percentunit",
-        [query(sel(metrics.MIG_SM_ACTIVE, matchers), MIG_INSTANCE_LEGEND)],
-        min_val=0, max_val=1,
-    ), 12)
+    ), 24)

@@ -121,6 +121,12 @@ def node_mig_rows(grid: Layout, matchers: str) -> None:
         min_val=0,
     ), 12)
     grid.add(timeseries_panel(
+        "SM activity per MIG instance", "Share of its SMs each GPU instance kept busy (GPM per "
+        "instance, Hopper and newer; NVML has no utilisation under MIG).", "percentunit",
+        [query(sel(metrics.MIG_SM_ACTIVE, matchers), MIG_INSTANCE_LEGEND)],
+        min_val=0, max_val=1,
+    ), 12)
+    grid.add(timeseries_panel(
         "MIG memory by user", "GPU memory each user's processes hold in each MIG device "
         "(GPU instance / compute instance), stacked: who fills which instance.", "bytes",
         [query(sel(metrics.MIG_USER_MEMORY, matchers), f"{MIG_DEVICE_LEGEND} {{{{user}}}}")],
@@ -138,4 +144,4 @@ def node_mig_rows(grid: Layout, matchers: str) -> None:
         "MIG mode", "1 while a GPU is in MIG mode (split into GPU instances), 0 while whole; "
         "absent on GPUs without MIG.", "short",
         [query(sel(metrics.MIG_ENABLED, matchers), GPU_LEGEND)], min_val=0, max_val=1,
-    ), 12)
+    ), 24)
