@@ -202,7 +202,6 @@ def scratch() -> Iterator[Path]:
         shutil.rmtree(root)
 
 
-
 def chart_security_context() -> dict[str, Any]:
     """The exporter container's securityContext in the chart's default values."""
     values = yaml.safe_load(CHART_VALUES.read_text(encoding="utf-8"))

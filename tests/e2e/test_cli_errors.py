@@ -12,7 +12,6 @@ from tests.processes import last_line
 pytestmark = pytest.mark.slow
 
 
-
 @pytest.mark.parametrize(
     ("args", "env", "message"),
     [
