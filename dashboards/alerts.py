@@ -9,7 +9,7 @@ user and host) and cheap at fleet scale. Thresholds come from ``exporter.thresho
 
 from __future__ import annotations
 
-from dashboards import health_alerts
+from dashboards import escalation, health_alerts, owners
 from dashboards.promql import (
     GPU_LABELS,
     activity_average,
@@ -46,6 +46,7 @@ def memory_group() -> RuleGroup:
         expr=f"{used} / {total} > {num(thresholds.MEMORY_USED_RATIO)}",
         for_=thresholds.MEMORY_USED_FOR,
         severity="warning",
+        audience="operator",
         summary="GPU memory is almost full.",
         description=(
             f"{GPU_TEXT} has {{{{ $value | humanizePercentage }}}} of its memory in use (over "
@@ -63,20 +64,24 @@ def memory_group() -> RuleGroup:
     )
     forecast = AlertRule(
         alert="GpuMemoryExhaustionForecast",
-        expr=(
+        expr=owners.per_holder(
             f"{TIME_TO_FULL}\nand {MEMORY_FORECAST} > 1\nand "
             f"predict_linear({used}[{thresholds.LEAK_RECENT_WINDOW}], {horizon}) > {total}\nand "
             f"delta({used}[{thresholds.LEAK_WINDOW}]) > {num(thresholds.LEAK_MIN_GROWTH_RATIO)} * "
-            f"{total}\n"
+            f"{total}",
+            owners.growing_holders(thresholds.LEAK_WINDOW),
         ),
         for_=thresholds.LEAK_FOR,
         severity="warning",
+        audience="owner",
         summary="GPU memory keeps growing and will run out.",
         description=(
             f"Used memory of {GPU_TEXT} has grown steadily over the last {thresholds.LEAK_WINDOW} "
             "and, at that rate, reaches the total in about {{ $value | humanizeDuration }}. A "
             "process is probably leaking (tensors kept alive, a growing cache)."
+            "{{ with $labels.user }} The memory of user {{ . }} on it grew.{{ end }}"
         ),
+        details=owners.details(owners.all_processes(), idle=False, end_commands=False),
     )
     return RuleGroup("gpu-memory", (time_to_full, forecast_ratio, almost_full, forecast))
 
@@ -150,21 +155,24 @@ def idle_group() -> RuleGroup:
     """
     gpu_idle = AlertRule(
         alert="GpuMemoryHeldIdle",
-        expr=(
+        expr=owners.per_holder(
             f"{used}\n"
             f"and {used} / {total} > {num(thresholds.IDLE_GPU_MEMORY_RATIO)}\n"
-            f"and {GPU_ACTIVITY_AVG} < {num(thresholds.IDLE_UTILIZATION_RATIO)}\n"
+            f"and {GPU_ACTIVITY_AVG} < {num(thresholds.IDLE_UTILIZATION_RATIO)}",
+            owners.holders(),
         ),
         for_=thresholds.IDLE_FOR,
         severity="warning",
+        audience="owner",
         summary="A GPU holds memory but does no work.",
         description=(
             f"{GPU_TEXT} holds {{{{ $value | humanize1024 }}}}B of memory while its "
             f"{ACTIVITY_TEXT} stayed under {thresholds.IDLE_UTILIZATION_RATIO:.0%} for "
             f"{thresholds.IDLE_FOR}: a forgotten notebook, or a hung job (one spinning on a "
             "tiny kernel shows high utilisation but no SM activity), is blocking it for everyone "
-            "else."
+            "else.{{ with $labels.user }} User {{ . }} holds memory on it.{{ end }}"
         ),
+        details=owners.details(owners.all_processes(), idle=True, end_commands=True),
     )
     # The idle alert's per-GPU average, recorded above, when the windows agree (one window
     # read per GPU instead of three).
@@ -173,22 +181,26 @@ def idle_group() -> RuleGroup:
                     else activity_average("", thresholds.STARVED_AVG_WINDOW))
     starved = AlertRule(
         alert="GpuStarved",
-        expr=(
+        expr=owners.per_holder(
             f"{starved_util} < {num(thresholds.STARVED_UTILIZATION_RATIO)}\n"
             f"and {starved_util} >= {num(thresholds.IDLE_UTILIZATION_RATIO)}\n"
             f"and avg_over_time({metrics.POWER_USAGE.name}[{thresholds.STARVED_AVG_WINDOW}]) "
             f"/ {metrics.POWER_LIMIT.name} < {num(thresholds.STARVED_POWER_RATIO)}\n"
-            f"and {metrics.PROCESSES.name} > 0\n"
+            f"and {metrics.PROCESSES.name} > 0",
+            owners.holders(),
         ),
         for_=thresholds.STARVED_FOR,
         severity="info",
+        audience="owner",
         summary="A GPU in use is starved: low activity and power for a long time.",
         description=(
             f"{GPU_TEXT} has processes but averaged only {{{{ $value | humanizePercentage }}}} "
             f"{ACTIVITY_TEXT} and under {thresholds.STARVED_POWER_RATIO:.0%} of its power limit "
             f"for {thresholds.STARVED_FOR}: the job waits on the CPU, data loading or I/O, or "
-            "feeds the GPU batches too small to fill it."
+            "feeds the GPU batches too small to fill it.{{ with $labels.user }} User {{ . }} "
+            "holds memory on it.{{ end }}"
         ),
+        details=owners.details(owners.all_processes(), idle=False, end_commands=False),
     )
     allocated = AlertRule(
         alert="GpuAllocatedIdle",
@@ -197,6 +209,7 @@ def idle_group() -> RuleGroup:
                             average=GPU_ACTIVITY_AVG) + "\n",
         for_=thresholds.IDLE_FOR,
         severity="warning",
+        audience="owner",
         summary="A pod holds an allocated GPU and does nothing with it.",
         description=(
             "Pod {{ $labels.namespace }}/{{ $labels.pod }} (container {{ $labels.container }}) was "
@@ -204,6 +217,11 @@ def idle_group() -> RuleGroup:
             "processes was on that GPU or the GPU, its alone, stayed under "
             f"{thresholds.IDLE_UTILIZATION_RATIO:.0%} {ACTIVITY_TEXT}. Nobody else can be "
             "scheduled on it."
+        ),
+        details=(
+            ("processes", owners.process_list(owners.all_processes(), idle=True)),
+            ("commands", owners.pod_command()),
+            ("escalation", owners.escalation_note()),
         ),
     )
     return RuleGroup("gpu-idle", (gpu_idle_record(), gpu_idle, starved, allocated))
@@ -220,6 +238,7 @@ def idle_users_group() -> RuleGroup:
         expr=f"{FLEET_USER} ({IDLE_MEMORY} > 0)",
         for_=thresholds.IDLE_FOR,
         severity="warning",
+        audience="owner",
         summary="A user's GPU processes hold memory without using the GPU.",
         description=(
             "Processes of user {{ $labels.user }} hold {{ $value | humanize1024 }}B of GPU "
@@ -229,8 +248,10 @@ def idle_users_group() -> RuleGroup:
             f"{thresholds.IDLE_UTILIZATION_RATIO:.0%} utilisation for "
             f"{thresholds.IDLE_AVG_WINDOW}, for {thresholds.IDLE_FOR}. The users dashboard (user "
             "{{ $labels.user }}) lists the hosts, the node dashboard's Idle processes table (or "
-            "gpu-exporter report) the processes; ask the user to stop them or free the memory."
+            "gpu-exporter report) the processes. If they are no longer needed, stop them or free "
+            "the memory."
         ),
+        details=owners.details(owners.idle_processes(), idle=True, end_commands=True),
     )
     user_idle = AlertRule(
         alert="GpuUserMemoryIdle",
@@ -244,6 +265,7 @@ def idle_users_group() -> RuleGroup:
         ),
         for_=thresholds.IDLE_FOR,
         severity="info",
+        audience="owner",
         summary="A user holds GPU memory on hosts where none of their processes compute.",
         description=(
             "User {{ $labels.user }} holds {{ $value | humanize1024 }}B of GPU memory on hosts "
@@ -252,6 +274,7 @@ def idle_users_group() -> RuleGroup:
             f"utilisation for {thresholds.IDLE_FOR}. The users dashboard (user {{{{ $labels.user "
             "}}) lists the hosts."
         ),
+        details=owners.details(owners.all_processes(), idle=True, end_commands=True),
     )
     return RuleGroup("gpu-idle-users", (*user_idle_records(), process_idle, user_idle))
 
@@ -264,6 +287,7 @@ def thermal_group() -> RuleGroup:
         expr=f"{temp} > {num(thresholds.TEMPERATURE_WARNING_CELSIUS)}",
         for_=thresholds.TEMPERATURE_WARNING_FOR,
         severity="warning",
+        audience="operator",
         summary="A GPU is running hot.",
         description=(
             f"{GPU_TEXT} is at {{{{ $value }}}} °C (over "
@@ -276,6 +300,7 @@ def thermal_group() -> RuleGroup:
         expr=f"{temp} > {num(thresholds.TEMPERATURE_CRITICAL_CELSIUS)}",
         for_=thresholds.TEMPERATURE_CRITICAL_FOR,
         severity="critical",
+        audience="operator",
         summary="A GPU is dangerously hot.",
         description=(
             f"{GPU_TEXT} is at {{{{ $value }}}} °C (over "
@@ -289,6 +314,7 @@ def thermal_group() -> RuleGroup:
         expr=f"{sel(throttle, reason_in(metrics.THERMAL_THROTTLE_REASONS))} > 0",
         for_=thresholds.THROTTLE_FOR,
         severity="warning",
+        audience="operator",
         summary="A GPU slows its clocks because it is too hot.",
         description=(
             f"{GPU_TEXT} reports clock event reason {{{{ $labels.reason }}}} for "
@@ -300,6 +326,7 @@ def thermal_group() -> RuleGroup:
         expr=f"{sel(throttle, reason_in(_HW_POWER_REASONS))} > 0",
         for_=thresholds.THROTTLE_FOR,
         severity="warning",
+        audience="operator",
         summary="A GPU's hardware slowdown or power brake is active.",
         description=(
             f"{GPU_TEXT} reports {{{{ $labels.reason }}}} for {thresholds.THROTTLE_FOR}: the board "
@@ -312,6 +339,7 @@ def thermal_group() -> RuleGroup:
         expr=f"{sel(throttle, reason_in(_SW_POWER_REASONS))} > 0",
         for_=thresholds.POWER_CAP_FOR,
         severity="info",
+        audience="operator",
         summary="A GPU runs at its power limit.",
         description=(
             f"{GPU_TEXT} has been held at its power limit ({{{{ $labels.reason }}}}) for "
@@ -330,6 +358,7 @@ def health_group() -> RuleGroup:
         expr=f"{up} == 0",
         for_=thresholds.GPU_DOWN_FOR,
         severity="critical",
+        audience="operator",
         summary="A GPU stopped answering.",
         description=(
             f"{GPU_TEXT} does not answer NVML (lost, needs a reset, or hung) for "
@@ -344,6 +373,7 @@ def health_group() -> RuleGroup:
         ),
         for_=thresholds.GPU_MISSING_FOR,
         severity="critical",
+        audience="operator",
         summary="A GPU disappeared from its host.",
         description=(
             f"{GPU_TEXT} was reported during the last {thresholds.GPU_MISSING_LOOKBACK} but no "
@@ -357,6 +387,7 @@ def health_group() -> RuleGroup:
         expr=f"increase({sel(metrics.ECC_ERRORS, UNCORRECTED)}[{thresholds.ECC_WINDOW}]) > 0",
         for_="0s",
         severity="critical",
+        audience="operator",
         summary="A GPU reported uncorrectable memory errors.",
         description=(
             f"{GPU_TEXT} counted {{{{ $value | humanize }}}} uncorrected ECC errors in the last "
@@ -373,6 +404,7 @@ def exporter_group() -> RuleGroup:
         expr=f'up{{job=~"{thresholds.EXPORTER_JOB_REGEX}"}} == 0',
         for_=thresholds.EXPORTER_DOWN_FOR,
         severity="warning",
+        audience="operator",
         summary="Prometheus cannot scrape a gpu-exporter.",
         description=(
             "Target " + HOST_TEXT + " of job {{ $labels.job }} has been down for "
@@ -384,6 +416,7 @@ def exporter_group() -> RuleGroup:
         expr=f"{metrics.SOURCE_UP.name} == 0",
         for_=thresholds.SOURCE_DOWN_FOR,
         severity="critical",
+        audience="operator",
         summary="The exporter cannot read the GPUs at all.",
         description=(
             "The {{ $labels.source }} source of " + HOST_TEXT + " is down (NVML missing "
@@ -395,6 +428,7 @@ def exporter_group() -> RuleGroup:
         expr=f"{metrics.COLLECTION_SUCCESS.name} == 0",
         for_=thresholds.COLLECTION_FAILING_FOR,
         severity="warning",
+        audience="operator",
         summary="The exporter's collections keep failing.",
         description=(
             "Collections on " + HOST_TEXT + " have not read every GPU without error for "
@@ -406,6 +440,7 @@ def exporter_group() -> RuleGroup:
         expr=f"{metrics.DATA_AGE.name} > {num(thresholds.DATA_STALE_SECONDS)}",
         for_=thresholds.DATA_STALE_FOR,
         severity="warning",
+        audience="operator",
         summary="The exporter serves old data.",
         description=(
             "The data " + HOST_TEXT + " serves is {{ $value | humanizeDuration }} old: "
@@ -420,6 +455,7 @@ def exporter_group() -> RuleGroup:
         ),
         for_="0s",
         severity="info",
+        audience="operator",
         summary="The exporter meets many errors while collecting.",
         description=(
             HOST_TEXT + " counted {{ $value | humanize }} errors of kind "
@@ -431,6 +467,7 @@ def exporter_group() -> RuleGroup:
         expr=f"{metrics.POD_RESOURCES_UP.name} == 0",
         for_=thresholds.POD_RESOURCES_FAILING_FOR,
         severity="warning",
+        audience="operator",
         summary="The exporter cannot read the kubelet's GPU allocations.",
         description=(
             "The kubelet's PodResources API has not answered " + HOST_TEXT + " for "
@@ -476,6 +513,7 @@ def torch_group() -> RuleGroup:
         expr=f"{TORCH_NEW_OOMS} > 0",
         for_="0s",
         severity="warning",
+        audience="owner",
         summary="A user's process hit a CUDA out-of-memory error in PyTorch.",
         description=(
             "Processes of user {{ $labels.user }} on " + HOST_TEXT + " raised "
@@ -484,12 +522,14 @@ def torch_group() -> RuleGroup:
             "node dashboard's row Inside the processes shows which one, with its tensors, cache "
             "and context."
         ),
+        details=owners.details(owners.all_processes(), idle=False, end_commands=False),
     )
     retries = AlertRule(
         alert="GpuProcessTorchAllocRetries",
         expr=f"{TORCH_NEW_RETRIES} > {num(thresholds.TORCH_RETRIES_THRESHOLD)}",
         for_=thresholds.TORCH_RETRIES_FOR,
         severity="warning",
+        audience="owner",
         summary="PyTorch keeps flushing its cache to satisfy allocations (fragmentation).",
         description=(
             "Processes of user {{ $labels.user }} on " + HOST_TEXT + " retried "
@@ -498,6 +538,7 @@ def torch_group() -> RuleGroup:
             "frees the allocator's cache and synchronises (slow steps), and the next failure is an "
             "out-of-memory error. Fragmentation (inactive split bytes) or a GPU shared too tightly."
         ),
+        details=owners.details(owners.all_processes(), idle=False, end_commands=False),
     )
     return RuleGroup("gpu-torch", (
         RecordingRule(TORCH_NEW_OOMS,
@@ -510,10 +551,11 @@ def torch_group() -> RuleGroup:
 
 
 def groups() -> tuple[RuleGroup, ...]:
-    """Every alert group, in file order."""
-    return (memory_group(), idle_group(), idle_users_group(), thermal_group(), health_group(),
+    """Every alert group, in file order: the escalation of unresolved owner alerts last."""
+    base = (memory_group(), idle_group(), idle_users_group(), thermal_group(), health_group(),
             health_alerts.xid_group(), health_alerts.memory_repair_group(), torch_group(),
             exporter_group())
+    return (*base, escalation.group(base))
 
 
 def all_alerts() -> tuple[AlertRule, ...]:

@@ -18,6 +18,10 @@ RUNBOOK_BASE_URL = "https://github.com/gpu-exporter/gpu-exporter/blob/main/dashb
 RUNBOOK_FILE = "gpu-exporter-alerts.md"
 
 Severity = Literal["critical", "warning", "info"]
+#: Who an alert is for: ``owner``, the person, pod or job that holds or does what it is about
+#: (told first, politely, with the facts), or ``operator``, whoever runs the GPUs (hardware,
+#: thermal, the exporter, the fleet). Alertmanager routes on the ``audience`` label.
+Audience = Literal["owner", "operator"]
 #: Where an alert fired, for its description template: the scrape target, and one GPU of it.
 #: On Kubernetes the instance is a pod address; the ServiceMonitor's node label says where.
 HOST_TEXT = "{{ $labels.instance }}{{ with $labels.node }} (node {{ . }}){{ end }}"
@@ -26,14 +30,20 @@ GPU_TEXT = "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on " + HOST_TEXT
 
 @dataclass(frozen=True, slots=True)
 class AlertRule:
-    """One alerting rule; ``summary`` and ``description`` are Prometheus templates."""
+    """One alerting rule; ``summary`` and ``description`` are Prometheus templates.
+
+    ``details`` are further annotations (name, template) the notifications show: for owner
+    alerts the processes concerned and the commands that end them (``dashboards.owners``).
+    """
 
     alert: str
     expr: str
     for_: str
     severity: Severity
+    audience: Audience
     summary: str
     description: str
+    details: tuple[tuple[str, str], ...] = ()
 
     @property
     def runbook_url(self) -> str:
@@ -45,12 +55,13 @@ class AlertRule:
         rule: dict[str, Any] = {"alert": self.alert, "expr": self.expr}
         if self.for_ not in ("", "0s"):
             rule["for"] = self.for_
-        rule["labels"] = {"severity": self.severity}
+        rule["labels"] = {"severity": self.severity, "audience": self.audience}
         if not annotations:
             return rule
         rule["annotations"] = {
             "summary": self.summary,
             "description": self.description,
+            **dict(self.details),
             "runbook_url": self.runbook_url,
         }
         return rule

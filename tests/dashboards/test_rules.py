@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dashboards import alerts, recording, rules
+from dashboards import alerts, escalation, owners, recording, rules
 from dashboards.promql import num
 from exporter import thresholds
 from tests.dashboards import promtool
@@ -131,6 +131,7 @@ def _check_alert(rule: dict[str, Any], runbook_anchors: set[str]) -> None:
     name = rule["alert"]
     assert re.fullmatch(r"Gpu[A-Z][A-Za-z]+", name), name
     assert rule["labels"]["severity"] in ("critical", "warning", "info"), name
+    assert rule["labels"].get("audience") in ("owner", "operator"), f"{name}: no audience"
     notes = rule["annotations"]
     assert notes["summary"][0].isupper(), name
     assert notes["summary"].endswith("."), name
@@ -172,3 +173,41 @@ def test_yaml_thresholds_equal_the_python_constants() -> None:
     assert f"< {num(thresholds.IDLE_UTILIZATION_RATIO)}" in _alert("GpuUserMemoryIdle")["expr"]
     assert f"> {num(thresholds.DATA_STALE_SECONDS)}" in _alert("GpuExporterDataStale")["expr"]
     assert thresholds.EXPORTER_JOB_REGEX in _alert("GpuExporterDown")["expr"]
+
+
+def test_every_owner_alert_is_shown_to_name_its_owner() -> None:
+    """The label set an owner alert's expression produces, as promtool evaluates it: at least
+    one firing unit test has a non-empty owner label (user, namespace or Slurm job)."""
+    named: set[str] = set()
+    for case in _unit_tests():
+        for check in case.get("alert_rule_test", []):
+            for alert in check.get("exp_alerts") or []:
+                labels = alert["exp_labels"]
+                if any(labels.get(label) for label in owners.OWNER_LABELS):
+                    named.add(check["alertname"])
+    owner_alerts = {a.alert for a in alerts.all_alerts() if a.audience == "owner"}
+    assert owner_alerts, "no owner alerts"
+    assert owner_alerts - named == set(), "owner alerts never shown to name their owner"
+
+
+def test_owner_alerts_tell_how_to_act_and_operator_alerts_do_not_escalate() -> None:
+    for rule in alerts.all_alerts():
+        notes = dict(rule.details)
+        if rule.audience == "owner":
+            assert "processes" in notes, rule.alert
+            assert "escalation" in notes, rule.alert
+        else:
+            assert "escalation" not in notes, rule.alert
+    escalated = escalation.owner_alert_names(alerts.groups())
+    expr = _alert(escalation.ALERT)["expr"]
+    assert f'alertname=~"{"|".join(escalated)}"' in expr
+    assert _alert(escalation.ALERT)["for"] == thresholds.OWNER_ESCALATE_AFTER
+
+
+def test_an_alert_without_audience_is_rejected() -> None:
+    rule = _alert("GpuProcessIdle")
+    anchors = {r.alert.lower() for r in alerts.all_alerts()}
+    _check_alert(rule, anchors)
+    del rule["labels"]["audience"]
+    with pytest.raises(AssertionError, match="no audience"):
+        _check_alert(rule, anchors)
