@@ -7,7 +7,8 @@ every second with our rule files loaded. Then:
 - every dashboard query, with its variables resolved through Prometheus, is accepted and returns
   data (on the node dashboard: for at least one node);
 - every alert expression returns series for the scenario (and GPU) designed to trigger it, and
-  none for ``calm``; the recording rules produce series.
+  none for ``calm``; an owner alert's series there name the owner (user, namespace or Slurm
+  job); the recording rules produce series.
 
 Alert ``for`` durations cannot elapse in a short test, so the expressions are evaluated
 directly. Expressions are evaluated at a fixed offset after each exporter came up, so the
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from dashboards import accounting, alerts, recording
+from dashboards import accounting, alerts, escalation, owners, recording
 from tests.dashboards.grafana import DASHBOARD_FILES, Json, load, targets, variables
 from tests.dashboards.live import (
     PROMETHEUS,
@@ -97,7 +98,9 @@ TRIGGERS: dict[str, list[tuple[str, str | None]]] = {
 #: Alerts no simulated scenario can trigger (a vanished GPU, a broken NVML, hung collections);
 #: promtool's unit tests cover them. Live, they must still be valid and silent under calm.
 NOT_LIVE = {"GpuMissing", "GpuExporterSourceDown", "GpuExporterDataStale",
-            "GpuExporterPodResourcesFailing"}
+            "GpuExporterPodResourcesFailing",
+            # reads ALERTS after a day of firing: tests/dashboards/test_notifications_e2e.py
+            escalation.ALERT}
 #: Alerts that fire on one GPU must not spill over to its healthy neighbours.
 ONLY_THAT_GPU = {"GpuMemoryAlmostFull", "GpuMemoryExhaustionForecast", "GpuTemperatureHigh",
                  "GpuTemperatureCritical", "GpuThermalThrottling", "GpuHardwareSlowdown",
@@ -165,9 +168,16 @@ def test_alert_expression_fires_where_designed_and_never_under_calm(
         assert answer["status"] == "success", answer
         assert "calm" not in series_by_scenario(answer), f"{alert} fires under calm"
         assert "training-node" not in series_by_scenario(answer), f"{alert}: healthy node"
+    owner = next(a for a in alerts.all_alerts() if a.alert == alert).audience == "owner"
     for scenario, gpu in TRIGGERS.get(alert, []):
-        found = series_by_scenario(stack.query(expr, _eval_time(stack, scenario)))
+        answer = stack.query(expr, _eval_time(stack, scenario))
+        found = series_by_scenario(answer)
         assert scenario in found, f"{alert} silent under {scenario}: {found}"
+        if owner:  # the label set the expression produces names who to tell
+            for series in answer["data"]["result"]:
+                labels = series["metric"]
+                if labels.get("scenario") == scenario:
+                    assert any(labels.get(k) for k in owners.OWNER_LABELS), (alert, labels)
         if gpu is not None:
             assert gpu in found[scenario], f"{alert} not on GPU {gpu}: {found[scenario]}"
             if alert in ONLY_THAT_GPU:
