@@ -226,7 +226,7 @@ def parse(data: Any, where: str = "contacts") -> Contacts:
     if domain:
         _text(domain, f"{where}.email_domain", re.compile(r"^[A-Za-z0-9.-]+\.[A-Za-z]{2,}$"))
     grafana = doc.get("grafana_url", "")
-    if grafana and not _text(grafana, f"{where}.grafana_url").startswith(("http://", "https://")):
+    if grafana and not re.match(r'^https?://[^"\s{}]+$', _text(grafana, f"{where}.grafana_url")):
         raise _fail(f"{where}.grafana_url", "must be an http(s) URL")
     users = _mapping(doc.get("users", {}), f"{where}.users", set(map(str, doc.get("users") or {})))
     teams = _mapping(doc.get("teams", {}), f"{where}.teams", set(map(str, doc.get("teams") or {})))
@@ -236,7 +236,8 @@ def parse(data: Any, where: str = "contacts") -> Contacts:
         email_domain=domain,
         lead=_contact(doc["lead"], f"{where}.lead") if "lead" in doc else None,
         grafana_url=grafana.rstrip("/"),
-        site_name=_text(doc.get("site_name", "the GPU servers"), f"{where}.site_name"),
+        site_name=_text(doc.get("site_name", "the GPU servers"), f"{where}.site_name",
+                        re.compile(r"^[^{}]+$")),
         not_people=_names(doc.get("not_people", list(NOT_PEOPLE)), f"{where}.not_people"),
         users={_text(n, f"{where}.users", _NAME): _contact(c, f"{where}.users.{n}")
                for n, c in users.items()},

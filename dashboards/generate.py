@@ -17,8 +17,8 @@ Derived files, all from the metric rows (``exporter.metrics``), the flags
   from ``contacts.example.yaml`` (``dashboards.alertmanager``);
 - ``helm/gpu-exporter/files/{dashboards,rules}/``: the chart's byte-identical copies (Helm
   cannot read files outside the chart); a copy without an original is stale and removed; and
-  ``files/notifications/``: the message templates and ``routing.yaml`` (``dashboards.routing``)
-  for its AlertmanagerConfig;
+  ``files/notifications/``: the message templates, the site template with placeholders, and
+  ``routing.yaml`` (``dashboards.routing``) for its AlertmanagerConfig;
 - ``tests/golden/*.prom``: the golden exposition of every scenario preset
   (``dashboards/golden.py``; review their diff: it is every change users will scrape).
 
@@ -116,6 +116,7 @@ def outputs(root: Path) -> dict[str, str]:
     files[f"{CHART_NOTIFICATIONS}/routing.yaml"] = routing.routing_file()
     template = alertmanager.TEMPLATE_FILE
     files[f"{CHART_NOTIFICATIONS}/{template}"] = notices[template]
+    files[f"{CHART_NOTIFICATIONS}/{alertmanager.SITE_FILE}.in"] = alertmanager.SITE_PATTERN
     for source, copy in CHART_COPIES.items():
         for rel, text in list(files.items()):
             if rel.startswith(source + "/") and "/" not in rel.removeprefix(source + "/"):

@@ -121,6 +121,7 @@ def routing_file() -> str:
     Python): group_by lists, timings, the escalation alert, send_resolved."""
     data = {
         "escalationAlert": escalation.ALERT,
+        "receivers": {"owner": OWNER, "lead": LEAD},
         "ownerGroupBy": list(OWNER_GROUP_BY),
         "leadGroupBy": list(LEAD_GROUP_BY),
         "timings": {kind: {"groupWait": t.group_wait, "groupInterval": t.group_interval,
