@@ -84,7 +84,7 @@ class _SmtpHandler:
     def __init__(self, collected: _Collected) -> None:
         self.collected = collected
 
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+    async def handle_DATA(self, _server: Any, _session: Any, envelope: Any) -> str:
         message = email.message_from_bytes(envelope.content, policy=email.policy.default)
         assert isinstance(message, EmailMessage)
         with self.collected.lock:

@@ -307,3 +307,14 @@ def test_the_command_line_reports_a_bad_file_in_one_line(
     assert err.startswith("dashboards.alertmanager: error: ")
     assert "not valid YAML" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_templates_can_live_where_the_operator_mounts_them(tmp_path: Path) -> None:
+    out = tmp_path / "am"
+    assert alertmanager.main([str(EXAMPLE), "--output-dir", str(out),
+                              "--templates-dir", "/etc/alertmanager/config/"]) == 0
+    config = yaml.safe_load((out / alertmanager.CONFIG_FILE).read_text())
+    assert config["templates"] == ["/etc/alertmanager/config/gpu-exporter.tmpl",
+                                   "/etc/alertmanager/config/gpu-exporter-site.tmpl"]
+    assert alertmanager.main([str(EXAMPLE), "--check-dir", str(out),
+                              "--templates-dir", "/etc/alertmanager/config"]) == 0

@@ -113,8 +113,9 @@ def test_the_template_configmap_holds_the_shipped_templates(tmp_path: Path) -> N
 def test_alertmanager_renders_a_team_notice_with_the_charts_templates(tmp_path: Path) -> None:
     folder = _templates(tmp_path)
     # The Operator names the team's receiver <namespace>/<object>/gpu-owner.
-    data = {"receiver": f"vision/gpu-gpu-exporter-owners/{routing.OWNER}", "status": "firing", "groupLabels": {"namespace": "vision"},
-            "commonLabels": {}, "commonAnnotations": {}, "externalURL": "http://am",
+    data = {"receiver": f"vision/gpu-gpu-exporter-owners/{routing.OWNER}", "status": "firing",
+            "groupLabels": {"namespace": "vision"}, "commonLabels": {},
+            "commonAnnotations": {}, "externalURL": "http://am",
             "alerts": [{"status": "firing",
                         "labels": {"alertname": "GpuAllocatedIdle", "namespace": "vision",
                                    "pod": "nb-0", "audience": "owner", "severity": "warning"},
