@@ -3,12 +3,16 @@
 Alertmanager has no time-based escalation (a route notifies its receiver, then repeats). The
 escalation is therefore a rule: ``GpuOwnerAlertUnresolved`` fires for every owner alert
 (``audience="owner"``) that has been firing for ``thresholds.OWNER_ESCALATE_AFTER``, read from
-Prometheus's own ``ALERTS`` series, with the owner alert's labels (its owner, node, GPU; not its
-severity) and its name in ``owner_alert``. It is an operator alert; the shipped Alertmanager
-configuration sends it to the escalation receiver (the lab lead, else the operator) and inhibits
-the escalations that a more specific one covers, as it does for the owner alerts themselves.
-Prometheus keeps the pending time of a rule across restarts (``ALERTS_FOR_STATE``), so a
-restart does not reset it.
+Prometheus's own ``ALERTS_FOR_STATE`` series (when each active alert became pending: its own
+``for`` plus the escalation time ago), with the owner alert's labels (its owner, node, GPU; not
+its severity) and its name in ``owner_alert``. It has no ``for`` of its own, so it is never
+pending for a day: its annotations (the processes) are only queried once it fires. It is an
+operator alert; the shipped Alertmanager configuration sends it to the escalation receiver (the
+lab lead, else the operator) and inhibits the escalations that a more specific one covers, as it
+does for the owner alerts themselves.
+Prometheus restores ``ALERTS_FOR_STATE`` after a restart for alerts whose ``for`` exceeds its
+``--rules.alert.for-grace-period`` (10m; the idle alerts' hour), so a restart does not reset
+their clock.
 
 It sits in its own group, evaluated after the owner alerts, and can be switched off like any
 other (Helm: ``prometheusRule.disabledGroups``).
@@ -19,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dashboards import owners
+from dashboards.promql import num, seconds
 from dashboards.rules import HOST_TEXT, AlertRule, RuleGroup
 from exporter import thresholds
 
@@ -34,10 +39,28 @@ _OWNER_TEXT = (
 )
 
 
-def owner_alert_names(groups: Sequence[RuleGroup]) -> list[str]:
+def owner_alerts(groups: Sequence[RuleGroup]) -> list[AlertRule]:
     """The owner alerts of ``groups``, in file order."""
-    return [rule.alert for group in groups for rule in group.rules
+    return [rule for group in groups for rule in group.rules
             if isinstance(rule, AlertRule) and rule.audience == "owner"]
+
+
+def owner_alert_names(groups: Sequence[RuleGroup]) -> list[str]:
+    """The names of the owner alerts of ``groups``, in file order."""
+    return [rule.alert for rule in owner_alerts(groups)]
+
+
+def _unresolved(rules: Sequence[AlertRule]) -> str:
+    """Owner alerts firing for OWNER_ESCALATE_AFTER: active (``ALERTS_FOR_STATE``, its value
+    the time the alert became pending) for their own ``for`` plus that time; the value is how
+    long each has been active. One comparison per distinct ``for``."""
+    after = seconds(thresholds.OWNER_ESCALATE_AFTER)
+    by_for: dict[int, list[str]] = {}
+    for rule in rules:
+        by_for.setdefault(seconds(rule.for_) if rule.for_ else 0, []).append(rule.alert)
+    parts = [f'time() - ALERTS_FOR_STATE{{audience="owner", alertname=~"{"|".join(names)}"}} '
+             f"> {num(hold + after)}" for hold, names in sorted(by_for.items())]
+    return "\n    or ".join(parts)
 
 
 def group(groups: Sequence[RuleGroup]) -> RuleGroup:
@@ -46,24 +69,25 @@ def group(groups: Sequence[RuleGroup]) -> RuleGroup:
     Raises:
         ValueError: ``groups`` hold no owner alert.
     """
-    names = owner_alert_names(groups)
-    if not names:
+    rules = owner_alerts(groups)
+    if not rules:
         raise ValueError("no owner alert to escalate")
-    firing = f'ALERTS{{alertstate="firing", audience="owner", alertname=~"{"|".join(names)}"}}'
     unresolved = AlertRule(
         alert=ALERT,
-        expr=(f"max without (alertstate, alertname, audience, severity) (\n"
-              f'  label_replace({firing}, "{OWNER_ALERT}", "$1", "alertname", "(.+)")\n'
+        expr=(f"max without (alertname, audience, severity) (\n"
+              f'  label_replace(\n    {_unresolved(rules)},\n'
+              f'    "{OWNER_ALERT}", "$1", "alertname", "(.+)")\n'
               ")\n"),
-        for_=thresholds.OWNER_ESCALATE_AFTER,
+        for_="0s",
         severity="warning",
         audience="operator",
         summary="An owner was told about their GPU use and has not acted.",
         description=(
             f"{{{{ $labels.{OWNER_ALERT} }}}} about {_OWNER_TEXT}"
             "{{ with $labels.instance }} on " + HOST_TEXT + "{{ end }}"
-            "{{ with $labels.gpu }} (GPU {{ . }}){{ end }} has been firing for more than "
-            f"{thresholds.OWNER_ESCALATE_AFTER}: its owner was notified and the cause is still "
+            "{{ with $labels.gpu }} (GPU {{ . }}){{ end }} has been active for "
+            "{{ $value | humanizeDuration }} (firing for more than "
+            f"{thresholds.OWNER_ESCALATE_AFTER}): its owner was notified and the cause is still "
             "there. Talk to them, or end the workload (commands below)."
         ),
         details=(

@@ -118,49 +118,60 @@ _PROCESS_LINE = (
 )
 
 
-def _idle_part() -> str:
-    """Template text for how long the process ``$p`` has done no GPU work: since its last
-    active sample, or (none seen since the exporter started watching it) since its start."""
-    where = 'job=%q,instance=%q,gpu=%q,pid=%q'
-    args = "$p.Labels.job $p.Labels.instance $p.Labels.gpu $p.Labels.pid"
-    last = f'printf "time() - {LAST_ACTIVE}{{{where}}}" {args}'
-    start = f'printf "time() - {START_TIME}{{{where}}}" {args}'
-    return (
-        f"{{{{ with {last} | query }}}}, last GPU work {{{{ . | first | value | humanizeDuration"
-        f" }}}} ago{{{{ else }}}}{{{{ with {start} | query }}}}, no GPU work seen, running for "
-        "{{ . | first | value | humanizeDuration }}{{ end }}{{ end }}"
+def _idle_times() -> str:
+    """Template text setting ``$idle`` to how long each of the owner's processes has done no
+    GPU work (one query): since its last active sample (``seen="last"``), or, when none was
+    seen since the exporter started watching it, since its start (``seen="start"``)."""
+    sel = f"{{%s{NOT_OVERFLOW}}}"
+    query = (
+        f'label_replace(time() - {LAST_ACTIVE}{sel}, "seen", "last", "", "") or '
+        f'label_replace(time() - ({START_TIME}{sel} unless {LAST_ACTIVE}{sel}), "seen", '
+        '"start", "", "")'
     )
+    return f"{{{{ $idle := {_printf(query)} | query }}}}"
+
+
+#: Template text appending the idle time of the process ``$p`` from ``$idle``.
+_IDLE_PART = (
+    "{{ range $idle }}{{ if and (eq .Labels.pid $p.Labels.pid) (eq .Labels.gpu $p.Labels.gpu)"
+    " (eq .Labels.instance $p.Labels.instance) }}{{ if eq .Labels.seen \"last\" }}, last GPU "
+    "work {{ .Value | humanizeDuration }} ago{{ else }}, no GPU work seen, running for "
+    "{{ .Value | humanizeDuration }}{{ end }}{{ end }}{{ end }}"
+)
 
 
 def process_list(processes: str, *, idle: bool) -> str:
     """The ``processes`` annotation: one line per process of ``processes`` (PromQL with ``%s``
-    for the alert's matchers), with its idle time when ``idle``."""
+    for the alert's matchers), with its idle time when ``idle``: two queries per alert and
+    evaluation, however many processes."""
     return (
-        _matchers()
+        _matchers() + (_idle_times() if idle else "")
         + f"{{{{ range {_printf(_query(processes))} | query | sortByLabel \"pid\" }}}}"
         + "{{ $p := . }}"
-        + _PROCESS_LINE + (_idle_part() if idle else "") + "\n{{ end }}"
+        + _PROCESS_LINE + (_IDLE_PART if idle else "") + "\n{{ end }}"
     )
 
 
 def commands(processes: str) -> str:
     """The ``commands`` annotation: what ends each workload among ``processes`` (PromQL with
     ``%s`` for the matchers), once per workload: ``scancel`` for Slurm jobs, ``kubectl delete
-    pod`` for pods, ``kill`` (on its node) for the other processes."""
+    pod`` for pods, ``kill`` (on its node) for the other processes. One query: PromQL writes
+    each command into an ``end`` label and counts by it, so a job's ranks give one line."""
     query = _query(processes)
-    jobs = "count by (slurm_job) (" + query.replace("%s", '%sslurm_job!="",', 1) + ")"
-    pods = "count by (namespace, pod) (" + query.replace("%s", '%spod!="",', 1) + ")"
-    others = query.replace("%s", '%sslurm_job="",pod="",', 1)
+    jobs = query.replace("%s", '%sslurm_job!="",', 1)
+    pods = query.replace("%s", '%spod!="",', 1)
+    others = query.replace("%s", '%sslurm_job="",pod="",pid!="",', 1)
+    commands_query = (
+        f'count by (end) (label_replace({jobs}, "end", "scancel $1", "slurm_job", "(.+)") or '
+        f'label_replace(label_join({pods}, "end", " ", "namespace", "pod"), "end", '
+        '"kubectl delete pod -n $1", "end", "(.+)") or '
+        f'label_replace(label_join({others}, "end", "  # on ", "pid", "hostname"), "end", '
+        '"kill $1", "end", "(.+)"))'
+    )
     return (
         _matchers()
-        + f"{{{{ range {_printf(jobs)} | query | sortByLabel \"slurm_job\" }}}}"
-        "scancel {{ .Labels.slurm_job }}\n{{ end }}"
-        + f"{{{{ range {_printf(pods)} | query | sortByLabel \"pod\" }}}}kubectl delete pod -n "
-        "{{ .Labels.namespace }} {{ .Labels.pod }}\n{{ end }}"
-        + f"{{{{ range {_printf(others)} | query | sortByLabel \"pid\" }}}}"
-        "{{ with .Labels.pid }}kill {{ . }}{{ else }}kill the process{{ end }}"
-        "  # on {{ with .Labels.hostname }}{{ . }}{{ else }}{{ .Labels.instance }}{{ end }}"
-        "\n{{ end }}"
+        + f"{{{{ range {_printf(commands_query)} | query | sortByLabel \"end\" }}}}"
+        "{{ .Labels.end }}\n{{ end }}"
     )
 
 

@@ -198,7 +198,7 @@ def _scratch_tree(tmp_path: Path) -> Path:
     (tmp_path / "docs").mkdir()
     shutil.copy(generate.REPO / generate.ACTIVITY_DOC, tmp_path / generate.ACTIVITY_DOC)
     for part in ("dashboards/grafana", "dashboards/rules", "dashboards/runbooks",
-                 "helm/gpu-exporter/files", "tests/golden"):
+                 "dashboards/notifications", "helm/gpu-exporter/files", "tests/golden"):
         shutil.copytree(generate.REPO / part, tmp_path / part)
     return tmp_path
 

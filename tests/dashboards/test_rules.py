@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from dashboards import alerts, escalation, owners, recording, rules
-from dashboards.promql import num
+from dashboards.promql import num, seconds
 from exporter import thresholds
 from tests.dashboards import promtool
 from tests.dashboards.promtool import RULES_DIR, TESTS_DIR
@@ -198,10 +198,15 @@ def test_owner_alerts_tell_how_to_act_and_operator_alerts_do_not_escalate() -> N
             assert "escalation" in notes, rule.alert
         else:
             assert "escalation" not in notes, rule.alert
-    escalated = escalation.owner_alert_names(alerts.groups())
+    # Every owner alert is escalated after its own ``for`` plus the escalation time.
     expr = _alert(escalation.ALERT)["expr"]
-    assert f'alertname=~"{"|".join(escalated)}"' in expr
-    assert _alert(escalation.ALERT)["for"] == thresholds.OWNER_ESCALATE_AFTER
+    after = seconds(thresholds.OWNER_ESCALATE_AFTER)
+    for rule in escalation.owner_alerts(alerts.groups()):
+        hold = seconds(rule.for_) if rule.for_ else 0
+        line = next(line for line in expr.splitlines() if "ALERTS_FOR_STATE" in line
+                    and re.search(rf"[\"|]{rule.alert}[\"|]", line))
+        assert line.rstrip(",").endswith(f"> {num(hold + after)}"), (rule.alert, line)
+    assert "for" not in _alert(escalation.ALERT)  # never pending: no annotations until due
 
 
 def test_an_alert_without_audience_is_rejected() -> None:
