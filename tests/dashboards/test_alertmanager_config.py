@@ -4,7 +4,10 @@ a wrong contacts file gets a clear error."""
 
 from __future__ import annotations
 
+import ast
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -318,3 +321,16 @@ def test_templates_can_live_where_the_operator_mounts_them(tmp_path: Path) -> No
                                    "/etc/alertmanager/config/gpu-exporter-site.tmpl"]
     assert alertmanager.main([str(EXAMPLE), "--check-dir", str(out),
                               "--templates-dir", "/etc/alertmanager/config"]) == 0
+
+
+def test_the_generator_needs_pyyaml_only() -> None:
+    """A site runs it from a checkout with the system's Python and PyYAML."""
+    code = ("import sys, dashboards.alertmanager; print(sorted({m.split('.')[0] for m in "
+            "sys.modules} - set(sys.stdlib_module_names)))")
+    result = subprocess.run([sys.executable, "-S", "-c", code], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60, check=False,
+                            env={"PYTHONPATH": f"{ROOT}:{Path(yaml.__file__).parents[1]}"})
+    assert result.returncode == 0, result.stderr
+    loaded = {m for m in ast.literal_eval(result.stdout)
+              if not m.startswith(("_", "cython"))}  # PyYAML's C extension brings Cython's
+    assert loaded <= {"dashboards", "exporter", "yaml"}
