@@ -21,6 +21,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import tarfile
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -155,10 +156,14 @@ class Buildah:
         self("config", *_BASE_CONFIG, container)
         self("commit", "--quiet", "--rm", container, BASE_IMAGE)
 
-    def check_run(self) -> str | None:
-        """Why buildah cannot run a command in a container of the base here, or None. Only
-        Debian's files take part: a failure here is this machine's, never the Dockerfile's."""
-        container = self("from", "--quiet", BASE_IMAGE).strip()
+    def pull_base(self, reference: str) -> None:
+        """Pull ``reference`` (a registry's Python image) into the store, to build on it."""
+        self("pull", "--quiet", reference, timeout=600)
+
+    def check_run(self, base: str = BASE_IMAGE) -> str | None:
+        """Why buildah cannot run a command in a container of ``base`` here, or None. Only
+        the base's files take part: a failure here is this machine's, never the Dockerfile's."""
+        container = self("from", "--quiet", base).strip()
         try:
             self("run", "--isolation", "chroot", container, "--", "python3", "-c", "pass")
         except CommandFailed as err:
@@ -167,12 +172,16 @@ class Buildah:
             self("rm", container)
         return None
 
-    def build(self) -> Image:
+    def build(self, base: str = BASE_IMAGE) -> Image:
         """docker/Dockerfile as it is; only its PYTHON_IMAGE argument names the base."""
         self("bud", "--isolation", "chroot", "--format", "docker", "--pull=never",
-             "--build-arg", f"PYTHON_IMAGE={BASE_IMAGE}", "--ignorefile", str(IGNORE_FILE),
+             "--build-arg", f"PYTHON_IMAGE={base}", "--ignorefile", str(IGNORE_FILE),
              "--file", str(DOCKERFILE), "--tag", IMAGE, str(REPO), timeout=600)
         return self.inspect(IMAGE)
+
+    def export(self, image: str, archive: Path, name: str) -> None:
+        """``image`` as a ``docker load``-able archive whose image is called ``name``."""
+        self("push", "--quiet", image, f"docker-archive:{archive}:{name}", timeout=600)
 
     def inspect(self, name: str) -> Image:
         data = json.loads(self("inspect", "--type", "image", name))
@@ -336,3 +345,16 @@ class Runc:
     def delete(self, name: str) -> None:
         subprocess.run(self.command("delete", "--force", name), capture_output=True,
                        timeout=30, check=False)
+
+
+def archive_manifest(archive: Path) -> tuple[list[str], dict[str, Any]]:
+    """The image names and the image config in a docker-archive (what ``docker load`` reads)."""
+    with tarfile.open(archive) as tar:
+        def member(name: str) -> Any:
+            handle = tar.extractfile(name)
+            if handle is None:
+                raise ValueError(f"{archive}: {name} is not a file")
+            return json.load(handle)
+        (entry,) = member("manifest.json")
+        config: dict[str, Any] = member(entry["Config"])
+        return list(entry.get("RepoTags") or []), config

@@ -250,7 +250,7 @@ def test_rendered_security_context_is_what_values_say() -> None:
 
 
 def test_notes_warn_when_uid_and_pod_resources_disagree() -> None:
-    assert "WARNING" not in _render("defaults").notes
+    assert "WARNING: kubernetes.podResources" not in _render("defaults").notes
     assert "Note: the exporter runs as uid 0" not in _render("pod-resources-off").notes
     nobody_with_pod_resources = render(NOBODY).notes
     assert "WARNING: kubernetes.podResources is on but the exporter does not run as uid 0" in (
@@ -560,3 +560,15 @@ def test_default_monitor_is_plain_http_without_web_config() -> None:
     assert endpoint["scheme"] == "http"
     assert "tlsConfig" not in endpoint
     assert "basicAuth" not in endpoint
+
+
+def test_default_image_says_it_is_not_published() -> None:
+    """Nobody publishes the default repository yet: values.yaml and the notes say so, and a
+    repository of one's own silences the warning."""
+    values = (CHART_DIR / "values.yaml").read_text(encoding="utf-8")
+    assert "No official image is published yet" in values[:values.index("\nimage:")]
+    default = render().notes
+    assert "WARNING: no official image is published yet" in default
+    assert f"ghcr.io/gpu-exporter/gpu-exporter:{chart().version}" in default
+    own = render({"image": {"repository": "registry.example.com/gpu-exporter"}}).notes
+    assert "no official image" not in own
