@@ -248,8 +248,12 @@ def build_image(root: Path, out: Path, name: str, base: str | None) -> Path:
     env = {**os.environ, EXPORT_ENV: str(archive), NAME_ENV: name}
     if base:
         env[BASE_ENV] = base
-    output = _run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
-                   "tests/deploy/test_image_run.py"], cwd=root, env=env)
+    try:
+        output = _run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+                       "tests/deploy/test_image_run.py"], cwd=root, env=env)
+    except ReleaseError:
+        archive.unlink(missing_ok=True)  # exported before a test failed: not a release
+        raise
     if not archive.is_file() or " skipped" in output:
         archive.unlink(missing_ok=True)
         raise ReleaseError(f"the image tests did not run, so no image:\n{output[-2000:]}")

@@ -180,8 +180,10 @@ class Buildah:
         return self.inspect(IMAGE)
 
     def export(self, image: str, archive: Path, name: str) -> None:
-        """``image`` as a ``docker load``-able archive whose image is called ``name``."""
-        self("push", "--quiet", image, f"docker-archive:{archive}:{name}", timeout=600)
+        """``image`` as a ``docker load``-able archive whose image is called ``name`` only
+        (pushed by its id: pushed by name, the archive would carry that name too)."""
+        image_id = self("images", "--quiet", image).strip()
+        self("push", "--quiet", image_id, f"docker-archive:{archive}:{name}", timeout=600)
 
     def inspect(self, name: str) -> Image:
         data = json.loads(self("inspect", "--type", "image", name))
