@@ -39,6 +39,11 @@ IGNORE_FILE = DOCKER / "Dockerfile.dockerignore"
 CHART_VALUES = REPO / "helm" / "gpu-exporter" / "values.yaml"
 IMAGE = "localhost/gpu-exporter:test"
 BASE_IMAGE = "localhost/debian-python:bookworm"
+#: Set by scripts/release: the base to build on (default BASE_IMAGE, made here), and where and
+#: under which name test_image_run.py exports the image it tested.
+BASE_ENV = "GPU_EXPORTER_IMAGE_BASE"
+EXPORT_ENV = "GPU_EXPORTER_IMAGE_EXPORT"
+NAME_ENV = "GPU_EXPORTER_IMAGE_NAME"
 TOOLS = ("buildah", "mmdebstrap", "runc")
 #: The trust store pip inside the build uses to reach PyPI: this machine's, whatever it trusts.
 TRUST_STORE = Path("/etc/ssl/certs/ca-certificates.crt")

@@ -23,8 +23,11 @@ from exporter import __version__
 from exporter.metrics import GPU_UP
 from tests.deploy.declared import declared_files, declared_scripts
 from tests.deploy.image import (
+    BASE_ENV,
     BASE_IMAGE,
+    EXPORT_ENV,
     IMAGE,
+    NAME_ENV,
     Buildah,
     Image,
     Runc,
@@ -47,10 +50,6 @@ MB = 1_000_000
 ADDED_BUDGET = 75 * MB
 LISTEN = "GPU_EXPORTER_WEB_LISTEN_ADDRESS"
 NOBODY = (65534, 65534)
-#: Set by scripts/release: the base to build on, and where and as what to export the image.
-BASE_ENV = "GPU_EXPORTER_IMAGE_BASE"
-EXPORT_ENV = "GPU_EXPORTER_IMAGE_EXPORT"
-NAME_ENV = "GPU_EXPORTER_IMAGE_NAME"
 #: Inside a container: whether / and /tmp take a new file, and who is asking.
 WRITE_PROBE = """
 import os

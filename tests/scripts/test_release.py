@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from exporter import __version__
-from tests.deploy import test_image_run
+from tests.deploy import image
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "release.py"
@@ -67,7 +67,7 @@ def test_package_chart_image_and_cli_share_one_version() -> None:
         assert all(f"/blob/v{__version__}/dashboards/runbooks/" in url for url in urls), rules
     # The release hands the image tests their base and export target by these names.
     assert (release.BASE_ENV, release.EXPORT_ENV, release.NAME_ENV) == (
-        test_image_run.BASE_ENV, test_image_run.EXPORT_ENV, test_image_run.NAME_ENV)
+        image.BASE_ENV, image.EXPORT_ENV, image.NAME_ENV)
 
 
 def test_a_place_that_disagrees_is_named(checkout: Path) -> None:
