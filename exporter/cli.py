@@ -353,7 +353,15 @@ def _serve_socket(config: Config, source: Source, watcher: WebConfigWatcher,
         stale_after=config.stale_after,
         on_first_snapshot=release_free_heap,  # start-up's freed heap back to the kernel
     )
-    watcher.on_error = lambda: scheduler.count_errors({WEB_CONFIG_ERROR: 1})
+    if watcher.current.path is not None:
+        scheduler.record_web_config_reload(True)
+
+        def reloaded(successful: bool) -> None:
+            scheduler.record_web_config_reload(successful)
+            if not successful:
+                scheduler.count_errors({WEB_CONFIG_ERROR: 1})
+
+        watcher.on_reload = reloaded
     StopRequest.reload = _hang_up_handler(config, watcher, scheduler)
     host, port = sock.getsockname()[:2]
     web = watcher.current

@@ -42,10 +42,12 @@ __all__ = [
     "RateLimit",
     "TlsConfig",
     "WebConfig",
+    "WebConfigDocument",
     "WebConfigError",
     "build_ssl_context",
     "load_certificate",
     "load_web_config",
+    "read_web_config",
 ]
 
 
@@ -374,11 +376,24 @@ def parse_web_config(data: Any, path: str, warnings: tuple[str, ...] = ()) -> We
     return config
 
 
-def load_web_config(path: str) -> WebConfig:
-    """Read and validate the file at ``path``.
+@dataclass(frozen=True, slots=True)
+class WebConfigDocument:
+    """One read of the web config file: its top-level mapping and the file's ``fstat`` then."""
+
+    data: dict[str, Any]
+    info: os.stat_result
+    warnings: tuple[str, ...]  # about the file itself (its mode)
+
+
+def read_web_config(path: str) -> WebConfigDocument:
+    """Read the file at ``path`` once and parse its YAML (not validated yet).
+
+    A document with no settings (an empty file, only comments, a lone ``null``) is refused:
+    a file caught half-written, or truncated by an editor, must never read as "no
+    authentication". ``{}`` is the explicit config with no settings.
 
     Raises:
-        WebConfigError: unreadable, not YAML, or invalid (one line naming the key).
+        WebConfigError: unreadable, not YAML, or empty.
     """
     try:
         raw, info = read_file_stat(path, MAX_CONFIG_BYTES)
@@ -394,9 +409,22 @@ def load_web_config(path: str) -> WebConfig:
         raise WebConfigError(f"{path}: not UTF-8 text") from None
     except YamlLimitError as exc:
         raise WebConfigError(f"{path}: {exc}") from None
+    if data is None:
+        raise WebConfigError(f"{path} has no settings (empty, or only comments); write {{}} "
+                             "for a web config with none")
     warnings = ((f"{path} is writable by every user, who can then turn authentication off "
                  "(chmod o-w it)",) if _writable_by_others(info) else ())
-    return parse_web_config(data, path, warnings)
+    return WebConfigDocument(_mapping(data, "web config", None), info, warnings)
+
+
+def load_web_config(path: str) -> WebConfig:
+    """Read and validate the file at ``path``.
+
+    Raises:
+        WebConfigError: unreadable, not YAML, empty, or invalid (one line naming the key).
+    """
+    document = read_web_config(path)
+    return parse_web_config(document.data, path, document.warnings)
 
 
 # --- the SSL context -------------------------------------------------------------------------
