@@ -24,7 +24,8 @@ import functools
 import ssl
 from typing import Any
 
-__all__ = ["SslNativeError", "accept_any_client_certificate", "available", "set_groups"]
+__all__ = ["SslNativeError", "accept_any_client_certificate", "available", "set_groups",
+           "verify_client_certificates"]
 
 
 class SslNativeError(RuntimeError):
@@ -45,6 +46,7 @@ def _accept(preverify_ok: int, store: Any) -> int:
 
 #: Kept for the life of the process: OpenSSL holds the pointer.
 _accept_chain = _VERIFY_CALLBACK(_accept)
+_NO_CALLBACK = _VERIFY_CALLBACK()  # NULL: OpenSSL's own verification decides
 
 
 @functools.cache
@@ -97,7 +99,8 @@ def accept_any_client_certificate(context: ssl.SSLContext, *, require: bool) -> 
     """Ask for a client certificate, require one when ``require``, and never verify its chain
     (Go's ``RequireAnyClientCert``, or ``RequestClientCert`` without ``require``).
 
-    Setting ``context.verify_mode`` afterwards undoes it.
+    Setting ``context.verify_mode`` afterwards keeps the callback (CPython re-installs the one
+    it finds): ``verify_client_certificates`` removes it.
 
     Raises:
         SslNativeError: the OpenSSL context cannot be reached.
@@ -105,6 +108,17 @@ def accept_any_client_certificate(context: ssl.SSLContext, *, require: bool) -> 
     context.verify_mode = ssl.CERT_REQUIRED if require else ssl.CERT_OPTIONAL
     address = _pointer(context)
     _library().SSL_CTX_set_verify(address, _MODE_BITS[context.verify_mode], _accept_chain)
+
+
+def verify_client_certificates(context: ssl.SSLContext) -> None:
+    """Undo ``accept_any_client_certificate``: certificates are verified again, as
+    ``context.verify_mode`` says.
+
+    Raises:
+        SslNativeError: the OpenSSL context cannot be reached.
+    """
+    address = _pointer(context)
+    _library().SSL_CTX_set_verify(address, _MODE_BITS[context.verify_mode], _NO_CALLBACK)
 
 
 def set_groups(context: ssl.SSLContext, names: list[str]) -> None:

@@ -631,11 +631,18 @@ def configure_context(context: ssl.SSLContext, tls: TlsConfig) -> None:
             sslnative.accept_any_client_certificate(context, require=tls.client_auth == REQUIRE_ANY)
         except sslnative.SslNativeError as exc:
             raise WebConfigError(f"tls_server_config.client_auth_type: {exc}") from None
+        context._accepts_any = True  # type: ignore[attr-defined]
         return
     if tls.client_auth in (VERIFY_IF_GIVEN, REQUIRE_AND_VERIFY) and tls.client_ca_pem is None:
         context.load_default_certs(ssl.Purpose.CLIENT_AUTH)
     context.verify_mode = {NO_CLIENT_CERT: ssl.CERT_NONE, VERIFY_IF_GIVEN: ssl.CERT_OPTIONAL,
                            REQUIRE_AND_VERIFY: ssl.CERT_REQUIRED}[tls.client_auth]
+    if getattr(context, "_accepts_any", False):  # a reload from RequestClientCert/RequireAny
+        try:
+            sslnative.verify_client_certificates(context)
+        except sslnative.SslNativeError as exc:
+            raise WebConfigError(f"tls_server_config.client_auth_type: {exc}") from None
+        context._accepts_any = False  # type: ignore[attr-defined]
 
 
 def build_ssl_context(tls: TlsConfig) -> ssl.SSLContext:
