@@ -37,14 +37,13 @@ import re
 import ssl
 import stat
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from exporter.files import describe, read_file_stat
 from exporter.values import check_range
-from exporter.web import sslnative
 
 __all__ = [
     "OPENABLE_PATHS",
@@ -311,7 +310,7 @@ def _tls_names(tls: dict[str, Any], where: str, warnings: list[str],
     if curves and not groups:
         raise WebConfigError(f"{where}.curve_preferences: {ssl.OPENSSL_VERSION} knows none of "
                              f"{', '.join(curves)}")
-    if groups and not sslnative.available():
+    if groups and not _native_available():
         raise WebConfigError(f"{where}.curve_preferences cannot be set: this Python's ssl "
                              "module does not expose OpenSSL's group list; remove the key")
     return openssl, tuple(dict.fromkeys(groups))
@@ -326,7 +325,7 @@ def _client_auth(tls: dict[str, Any], where: str, has_ca: bool) -> str:
     if has_ca and name == NO_CLIENT_CERT:
         raise WebConfigError(f"{where}: client_ca_file (or client_ca) is set but "
                              "client_auth_type is NoClientCert, the default; set it")
-    if name in (REQUEST, REQUIRE_ANY) and not sslnative.available():
+    if name in (REQUEST, REQUIRE_ANY) and not _native_available():
         raise WebConfigError(f"{where}.client_auth_type: {name} cannot be served: this "
                              "Python's ssl module does not expose OpenSSL's verify callback")
     return name
@@ -554,17 +553,29 @@ def load_web_config(path: str) -> WebConfig:
 # --- the SSL context ---------------------------------------------------------------------------
 
 
+def _native(action: Callable[[Any], None], where: str) -> None:
+    """``action(sslnative)``; a failure is a WebConfigError naming ``where``."""
+    from exporter.web import sslnative  # noqa: PLC0415  (ctypes, 0.3 MB: only for these keys)
+
+    try:
+        action(sslnative)
+    except sslnative.SslNativeError as exc:
+        raise WebConfigError(f"{where}: {exc}") from None
+
+
+def _native_available() -> bool:
+    from exporter.web import sslnative  # noqa: PLC0415  (see _native)
+
+    return sslnative.available()
+
+
 @functools.cache
 def _group_known(name: str) -> bool:
     """Whether this OpenSSL offers the group ``name`` (tried on a scratch context)."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
-        if sslnative.available():
-            sslnative.set_groups(context, [name])
-        else:
-            context.set_ecdh_curve({"P-256": "prime256v1", "P-384": "secp384r1",
-                                    "P-521": "secp521r1"}.get(name, name))
-    except (sslnative.SslNativeError, ValueError, ssl.SSLError):
+        _native(lambda native: native.set_groups(context, [name]), "curve_preferences")
+    except WebConfigError:
         return False
     return True
 
@@ -613,13 +624,14 @@ def configure_context(context: ssl.SSLContext, tls: TlsConfig) -> None:
         if tls.ciphers:
             context.set_ciphers(":".join(tls.ciphers))
         context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE  # Go's order (see _CIPHERS)
-        groups = tls.groups or (_DEFAULT_GROUPS if getattr(context, "_groups_set", False)
-                                else ())
-        if groups:
-            sslnative.set_groups(context, [g for g in groups if _group_known(g)])
-            context._groups_set = bool(tls.groups)  # type: ignore[attr-defined]
-    except (ssl.SSLError, ValueError, sslnative.SslNativeError) as exc:
+    except (ssl.SSLError, ValueError) as exc:
         raise WebConfigError(f"tls_server_config: OpenSSL refused the settings ({exc})") from None
+    groups = tls.groups or (_DEFAULT_GROUPS if getattr(context, "_groups_set", False) else ())
+    if groups:  # removed on a reload: OpenSSL's defaults again
+        known = [g for g in groups if _group_known(g)]
+        _native(lambda native: native.set_groups(context, known),
+                "tls_server_config.curve_preferences")
+        context._groups_set = bool(tls.groups)  # type: ignore[attr-defined]
     if tls.client_ca_pem is not None:
         try:
             context.load_verify_locations(cadata=tls.client_ca_pem)
@@ -627,10 +639,9 @@ def configure_context(context: ssl.SSLContext, tls: TlsConfig) -> None:
             raise WebConfigError(f"tls_server_config: cannot load the client CA "
                                  f"({getattr(exc, 'reason', None) or exc})") from None
     if tls.client_auth in (REQUEST, REQUIRE_ANY):
-        try:
-            sslnative.accept_any_client_certificate(context, require=tls.client_auth == REQUIRE_ANY)
-        except sslnative.SslNativeError as exc:
-            raise WebConfigError(f"tls_server_config.client_auth_type: {exc}") from None
+        require = tls.client_auth == REQUIRE_ANY
+        _native(lambda native: native.accept_any_client_certificate(context, require=require),
+                "tls_server_config.client_auth_type")
         context._accepts_any = True  # type: ignore[attr-defined]
         return
     if tls.client_auth in (VERIFY_IF_GIVEN, REQUIRE_AND_VERIFY) and tls.client_ca_pem is None:
@@ -638,10 +649,8 @@ def configure_context(context: ssl.SSLContext, tls: TlsConfig) -> None:
     context.verify_mode = {NO_CLIENT_CERT: ssl.CERT_NONE, VERIFY_IF_GIVEN: ssl.CERT_OPTIONAL,
                            REQUIRE_AND_VERIFY: ssl.CERT_REQUIRED}[tls.client_auth]
     if getattr(context, "_accepts_any", False):  # a reload from RequestClientCert/RequireAny
-        try:
-            sslnative.verify_client_certificates(context)
-        except sslnative.SslNativeError as exc:
-            raise WebConfigError(f"tls_server_config.client_auth_type: {exc}") from None
+        _native(lambda native: native.verify_client_certificates(context),
+                "tls_server_config.client_auth_type")
         context._accepts_any = False  # type: ignore[attr-defined]
 
 
