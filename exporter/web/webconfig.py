@@ -122,6 +122,8 @@ _HEADERS: dict[str, tuple[str, ...]] = {
     "X-XSS-Protection": (),
     "Content-Security-Policy": (),
 }
+#: What an HTTP header value may not hold (tab aside); CR and LF are made spaces before.
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 #: Largest web config file, and largest certificate, key or CA file, read.
 MAX_CONFIG_BYTES = 1 << 20
 MAX_PEM_BYTES = 1 << 20
@@ -286,21 +288,21 @@ def _pem_file(path: str, where: str, warnings: list[str]) -> str:
 # --- tls_server_config -------------------------------------------------------------------------
 
 
-def _tls_names(tls: dict[str, Any], where: str, warnings: list[str],
-               differences: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(OpenSSL cipher names, OpenSSL group names) of ``cipher_suites`` and
-    ``curve_preferences``."""
-    ciphers = _strings(tls.get("cipher_suites"), f"{where}.cipher_suites") or []
-    for i, name in enumerate(ciphers):
+def _ciphers(names: list[str], where: str) -> tuple[str, ...]:
+    """OpenSSL's names of Go's cipher suites ``names``, in Go's order of preference."""
+    for i, name in enumerate(names):
         if name not in _CIPHERS:
-            raise WebConfigError(f"{where}.cipher_suites[{i}]: unknown cipher {name!r} (Go's "
-                                 "crypto/tls names; insecure suites are not among them)")
-    openssl = tuple(o for go, o in _CIPHERS.items() if go in ciphers and o is not None)
-    curves = _strings(tls.get("curve_preferences"), f"{where}.curve_preferences") or []
+            raise WebConfigError(f"{where}[{i}]: unknown cipher {name!r} (Go's crypto/tls "
+                                 "names; insecure suites are not among them)")
+    return tuple(o for go, o in _CIPHERS.items() if go in names and o is not None)
+
+
+def _groups(curves: list[str], where: str, differences: list[str]) -> tuple[str, ...]:
+    """OpenSSL's group names of the curves this OpenSSL knows (the others: ``differences``)."""
     groups: list[str] = []
     for i, name in enumerate(curves):
         if name not in _CURVES:
-            raise WebConfigError(f"{where}.curve_preferences[{i}]: unknown curve {name!r} "
+            raise WebConfigError(f"{where}[{i}]: unknown curve {name!r} "
                                  f"(known: {', '.join(_CURVES)})")
         if _group_known(_CURVES[name]):
             groups.append(_CURVES[name])
@@ -308,12 +310,11 @@ def _tls_names(tls: dict[str, Any], where: str, warnings: list[str],
             differences.append(f"curve_preferences: {name} is not offered ({ssl.OPENSSL_VERSION} "
                                "does not know it)")
     if curves and not groups:
-        raise WebConfigError(f"{where}.curve_preferences: {ssl.OPENSSL_VERSION} knows none of "
-                             f"{', '.join(curves)}")
+        raise WebConfigError(f"{where}: {ssl.OPENSSL_VERSION} knows none of {', '.join(curves)}")
     if groups and not _native_available():
-        raise WebConfigError(f"{where}.curve_preferences cannot be set: this Python's ssl "
-                             "module does not expose OpenSSL's group list; remove the key")
-    return openssl, tuple(dict.fromkeys(groups))
+        raise WebConfigError(f"{where} cannot be set: this Python's ssl module does not expose "
+                             "OpenSSL's group list; remove the key")
+    return tuple(dict.fromkeys(groups))
 
 
 def _client_auth(tls: dict[str, Any], where: str, has_ca: bool) -> str:
@@ -351,7 +352,10 @@ def _tls(raw: Any, base: Path, warnings: list[str], differences: list[str],
         return _TLS_VERSIONS[name]
 
     low, high = version("min_version", "TLS12"), version("max_version", "TLS13")
-    ciphers, groups = _tls_names(tls, where, warnings, differences)
+    named = _strings(tls.get("cipher_suites"), f"{where}.cipher_suites") or []
+    ciphers = _ciphers(named, f"{where}.cipher_suites")
+    groups = _groups(_strings(tls.get("curve_preferences"), f"{where}.curve_preferences") or [],
+                     f"{where}.curve_preferences", differences)
     sans = _strings(tls.get("client_allowed_sans"), f"{where}.client_allowed_sans")
     _bool(tls.get("prefer_server_cipher_suites", True),
           f"{where}.prefer_server_cipher_suites")  # no effect, in Go neither
@@ -382,7 +386,6 @@ def _tls(raw: Any, base: Path, warnings: list[str], differences: list[str],
                         "them anyway)")
     # Go's net/http refuses to serve HTTP/2 (on by default) with a TLS 1.2 suite list that
     # HTTP/2 forbids; the same file is refused here, though this server speaks HTTP/1.1.
-    named = _strings(tls.get("cipher_suites"), where) or []
     if named and low < ssl.TLSVersion.TLSv1_3 and http2 and not set(named) & set(_HTTP2_REQUIRED):
         raise WebConfigError(f"{where}.cipher_suites is missing an HTTP/2-required "
                              f"AES_128_GCM_SHA256 cipher (need {' or '.join(_HTTP2_REQUIRED)}, as "
@@ -440,7 +443,7 @@ def _headers(raw: Any) -> tuple[tuple[str, str], ...]:
         text = text.replace("\r", " ").replace("\n", " ")  # as Go's net/http writes it
         if not text:
             continue  # an empty header says nothing: not sent
-        if not text.isprintable():
+        if _CONTROL.search(text):
             raise WebConfigError(f"{where}: the value has a control character")
         out.append((name, text))
     return tuple(out)

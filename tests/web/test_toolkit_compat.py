@@ -238,12 +238,16 @@ def test_cipher_preference_and_curves(tmp_path: Path, ca: Authority) -> None:
 
 def test_rate_limit_burst_zero_and_header_values(tmp_path: Path) -> None:
     path = write_web_config(tmp_path, "rate_limit: {interval: 1s, burst: 0}\n"
-                            "http_server_config:\n  headers:\n    X-XSS-Protection: 0\n")
+                            "http_server_config:\n  headers:\n    X-XSS-Protection: 0\n"
+                            "    Content-Security-Policy: \"default-src 'self'\\r\\n"
+                            " https://exporter.example/\u00e9t\u00e9\"\n")
     with serving(web_config=path) as server, httpx.Client(timeout=5) as client:
         for _ in range(3):  # every request, the first included (x/time/rate's meaning)
             response = client.get(server.url("/metrics"))
             assert response.status_code == 429
             assert response.headers["x-xss-protection"] == "0"  # a YAML number, as its text
+            assert response.headers["content-security-policy"] == (  # as Go writes it
+                "default-src 'self'   https://exporter.example/\u00e9t\u00e9")
         Path(path).write_text("rate_limit: {interval: 0, burst: 0}\n", encoding="utf-8")
         deadline = time.monotonic() + 10  # reloaded on a later request
         while client.get(server.url("/metrics")).status_code == 429:
