@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import ssl
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -24,6 +23,7 @@ from exporter.web.webconfig import (
     WebConfig,
     WebConfigError,
     build_ssl_context,
+    configure_context,
     load_certificate,
     parse_web_config,
     read_web_config,
@@ -186,11 +186,4 @@ class WebConfigWatcher:
         assert context is not None
         build_ssl_context(tls)  # validate everything on a scratch context first
         load_certificate(context, tls)
-        context.minimum_version = tls.min_version
-        context.maximum_version = tls.max_version
-        if tls.ciphers:
-            context.set_ciphers(":".join(tls.ciphers))
-        context.verify_mode = tls.verify_mode
-        if tls.verify_mode is not ssl.CERT_NONE:
-            # Adds to the trusted set: a CA removed from the file stays trusted until restart.
-            context.load_verify_locations(cadata=tls.client_ca_pem)
+        configure_context(context, tls)
