@@ -19,6 +19,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from exporter.web.webconfig import (
+    NO_CLIENT_CERT,
+    REQUIRE_AND_VERIFY,
+    REQUIRE_ANY,
+    VERIFY_IF_GIVEN,
     TlsConfig,
     WebConfig,
     WebConfigError,
@@ -34,8 +38,15 @@ __all__ = ["WebConfigWatcher", "authentication_dropped"]
 log = logging.getLogger(__name__)
 
 _Signature = tuple[tuple[str, int, int, int], ...]
-#: How much client-certificate checking each verify mode does.
-_VERIFY_STRENGTH = {ssl.CERT_NONE: 0, ssl.CERT_OPTIONAL: 1, ssl.CERT_REQUIRED: 2}
+#: The client-certificate policies that require a certificate, and those that verify its chain:
+#: a reload that leaves either set checks less (the two are not one scale).
+_REQUIRES_CERTIFICATE = frozenset({REQUIRE_ANY, REQUIRE_AND_VERIFY})
+_VERIFIES_CERTIFICATE = frozenset({VERIFY_IF_GIVEN, REQUIRE_AND_VERIFY})
+
+
+def _checks_less(old: TlsConfig, new: TlsConfig) -> bool:
+    return any(old.client_auth in kind and new.client_auth not in kind
+               for kind in (_REQUIRES_CERTIFICATE, _VERIFIES_CERTIFICATE))
 
 
 def _signature(paths: tuple[str, ...]) -> _Signature:
@@ -55,8 +66,10 @@ def authentication_dropped(old: WebConfig, new: WebConfig, data: Mapping[str, An
 
     Any prefix of a valid file can parse as a valid file with fewer settings (the
     ``basic_auth_users:`` line without its users), so a weaker config must name what it
-    removes: ``basic_auth_users: {}``, an explicit ``client_auth_type``,
-    ``client_allowed_sans: []``. No prefix of a file yields those unless the file has them.
+    removes: ``basic_auth_users: {}``, an explicit ``client_auth_type``. No prefix of a file
+    yields those unless the file has them. The format has no explicit "any SAN" (an empty
+    ``client_allowed_sans`` refuses every client, as in Go), so dropping the SAN list under the
+    same ``client_auth_type`` needs a restart; a file that names another policy may drop it.
     """
     if old.users and not new.users and data.get("basic_auth_users") != {}:
         return ("basic_auth_users: the file has no users now; authentication is only "
@@ -64,15 +77,14 @@ def authentication_dropped(old: WebConfig, new: WebConfig, data: Mapping[str, An
     if old.tls is None or new.tls is None:
         return None  # TLS on or off: refused by the watcher (a restart)
     tls = data.get("tls_server_config") or {}
-    if (_VERIFY_STRENGTH[new.tls.verify_mode] < _VERIFY_STRENGTH[old.tls.verify_mode]
-            and "client_auth_type" not in tls):
+    if _checks_less(old.tls, new.tls) and "client_auth_type" not in tls:
         return ("tls_server_config: the file checks client certificates less now; that "
                 "takes an explicit client_auth_type")
     if (old.tls.client_allowed_sans and not new.tls.client_allowed_sans
-            and new.tls.verify_mode is not ssl.CERT_NONE
-            and tls.get("client_allowed_sans") != []):
-        return ("tls_server_config.client_allowed_sans: the file has none now; any verified "
-                "certificate is only accepted with an explicit 'client_allowed_sans: []'")
+            and new.tls.client_auth == old.tls.client_auth != NO_CLIENT_CERT):
+        return ("tls_server_config.client_allowed_sans: the file has none now; any certificate "
+                "would be accepted, so removing the list takes a restart (or another "
+                "client_auth_type)")
     return None
 
 

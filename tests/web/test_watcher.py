@@ -3,7 +3,6 @@ invalid, or that drops an authentication without saying so, keeps the last good 
 
 from __future__ import annotations
 
-import ssl
 from pathlib import Path
 
 import bcrypt
@@ -110,6 +109,7 @@ def test_no_prefix_of_a_client_certificate_file_checks_less(
     server = ca.issue("server", "exporter")
     text = (f"tls_server_config:\n  cert_file: {server.cert}\n  key_file: {server.key}\n"
             f"  client_ca_file: {ca.files.cert}\n"
+            "  client_auth_type: RequireAndVerifyClientCert\n"
             "  client_allowed_sans:\n  - prometheus\n  - vmagent\n")
     path = Path(write_web_config(tmp_path, text))
     reloads = _Reloads(str(path))
@@ -119,16 +119,17 @@ def test_no_prefix_of_a_client_certificate_file_checks_less(
         if reloads.reload():
             tls = reloads.watcher.current.tls
             assert tls is not None
-            assert tls.verify_mode is ssl.CERT_REQUIRED, data[:cut]
+            assert tls.client_auth == "RequireAndVerifyClientCert", data[:cut]
             assert tls.client_allowed_sans, data[:cut]
-    # Said explicitly, each is accepted.
-    path.write_text(text.replace("  client_allowed_sans:\n  - prometheus\n  - vmagent\n",
-                                 "  client_allowed_sans: []\n"), encoding="utf-8")
-    assert reloads.reload()
+    # Without the SAN list but still taking certificates: refused (any certificate would do).
+    path.write_text(text.replace("  client_allowed_sans:\n  - prometheus\n  - vmagent\n", ""),
+                    encoding="utf-8")
+    assert not reloads.reload()
     assert reloads.watcher.current.tls is not None
-    assert not reloads.watcher.current.tls.client_allowed_sans
+    assert reloads.watcher.current.tls.client_allowed_sans
+    # Said explicitly, client certificates are dropped.
     path.write_text(f"tls_server_config:\n  cert_file: {server.cert}\n  key_file: {server.key}\n"
                     "  client_auth_type: NoClientCert\n", encoding="utf-8")
     assert reloads.reload()
     assert reloads.watcher.current.tls is not None
-    assert reloads.watcher.current.tls.verify_mode is ssl.CERT_NONE
+    assert reloads.watcher.current.tls.client_auth == "NoClientCert"
