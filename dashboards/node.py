@@ -221,7 +221,8 @@ def _forgotten(grid: panels.Layout) -> None:
 
 def _inside(grid: panels.Layout) -> None:
     """PyTorch's own figures for processes that publish them (gpu_exporter_torch)."""
-    grid.row("Inside the processes (PyTorch allocator)")
+    # Collapsed: only processes running the publisher have these series.
+    grid.row("Inside the processes (PyTorch allocator)", collapsed=True)
     proc = f"{HOST_GPU}, {NOT_OVERFLOW}"
     allocated, reserved = sel(allocator.TORCH_ALLOCATED, proc), sel(allocator.TORCH_RESERVED, proc)
     overhead = sel(allocator.TORCH_DRIVER_OVERHEAD, proc)

@@ -12,9 +12,15 @@ from typing import Any, Literal
 
 import yaml
 
+from exporter import __version__
+
+#: The git tag of this version's release; rule files link to the runbook as of that tag, so an
+#: alert never points at a runbook newer (or older) than the rules that fired it.
+RELEASE_TAG = f"v{__version__}"
 #: Where the runbooks are published; each alert links to ``RUNBOOK_BASE_URL + RUNBOOK_FILE +
 #: "#" + alertname.lower()`` (the GitHub anchor of the alert's heading in the runbook).
-RUNBOOK_BASE_URL = "https://github.com/gpu-exporter/gpu-exporter/blob/main/dashboards/runbooks/"
+RUNBOOK_BASE_URL = (
+    f"https://github.com/gpu-exporter/gpu-exporter/blob/{RELEASE_TAG}/dashboards/runbooks/")
 RUNBOOK_FILE = "gpu-exporter-alerts.md"
 
 Severity = Literal["critical", "warning", "info"]

@@ -132,6 +132,7 @@ from exporter.metrics.self_metrics import (
     LAST_SUCCESS,
     PROCESS_SERIES_OVERFLOW,
     SOURCE_UP,
+    WEB_CONFIG_RELOAD,
 )
 from exporter.snapshot import GpuReading, Value
 
@@ -259,6 +260,7 @@ __all__ = [
     "USER_PROCESSES",
     "USER_UTILIZATION_MAX",
     "UTILIZATION",
+    "WEB_CONFIG_RELOAD",
     "WORKLOAD_MEMORY",
     "WORKLOAD_UTILIZATION",
     "XID_ERRORS",
