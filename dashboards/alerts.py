@@ -4,7 +4,7 @@ Every alert name starts with ``Gpu``; every expression reads raw exporter metric
 rules defined earlier in its own group (Prometheus evaluates a group's rules in order), so each
 alert group works whether or not the recording groups are loaded. No rule reads per-process
 series (the exporter sums idle processes per GPU and user), so alerts stay few (per GPU, per
-user and host) and cheap at fleet scale. Thresholds come from ``exporter.thresholds``.
+user and host) and cheap at fleet scale. Thresholds come from ``exporter.catalogue.thresholds``.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from dashboards.promql import (
     sel,
 )
 from dashboards.rules import GPU_TEXT, HOST_TEXT, AlertRule, RecordingRule, RuleGroup
-from exporter import metrics, thresholds
-from exporter.metrics import allocator
+from exporter.catalogue import metrics, thresholds
+from exporter.catalogue.metrics import allocator
 
 UNCORRECTED = 'type="uncorrected"'
 _HW_POWER_REASONS = tuple(r for r in metrics.POWER_THROTTLE_REASONS if r.startswith("hw_"))

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dashboards import xids
 from dashboards.promql import num
 from dashboards.rules import GPU_TEXT, AlertRule, RuleGroup
-from exporter import metrics
-from exporter.thresholds import (
+from exporter.catalogue import metrics
+from exporter.catalogue.thresholds import (
     REMAP_PENDING_FOR,
     XID_NOT_WATCHED_FOR,
     XID_RECENT_SECONDS,

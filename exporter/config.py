@@ -20,14 +20,15 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from exporter import __version__
-from exporter.attribution.defaults import (
+from exporter.attribution.workloads import WorkloadLabels
+from exporter.catalogue.defaults import (
     DEFAULT_DOCKER_ROOT,
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_PODMAN_STORAGE,
     DEFAULT_SOCKET,
 )
-from exporter.attribution.workloads import KINDS, WorkloadLabels
-from exporter.metrics import OPT_IN_GROUPS, SWITCHABLE_GROUPS, Group
+from exporter.catalogue.metrics import OPT_IN_GROUPS, SWITCHABLE_GROUPS, Group
+from exporter.catalogue.workloads import KINDS
 from exporter.sources.simulated import list_presets  # not .scenario: YAML loads lazily
 from exporter.state import ExpositionOptions
 from exporter.values import (

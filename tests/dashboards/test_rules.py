@@ -11,7 +11,7 @@ import yaml
 
 from dashboards import alerts, recording, rules
 from dashboards.promql import num
-from exporter import thresholds
+from exporter.catalogue import thresholds
 from tests.dashboards import promtool
 from tests.dashboards.promtool import RULES_DIR, TESTS_DIR
 

@@ -15,8 +15,8 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
+from exporter.catalogue.metrics import BY_NAME
 from exporter.config import FLAGS, build_parser
-from exporter.metrics import BY_NAME
 from tests.deploy import operator_crds
 from tests.deploy.helm_render import CHART_DIR, KUBE_VERSIONS, Rendered, chart, render
 

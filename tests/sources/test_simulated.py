@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from exporter.metrics import SWITCHABLE_GROUPS, Group, default_groups
-from exporter.metrics.process import LAST_ACTIVE
+from exporter.catalogue.metrics import SWITCHABLE_GROUPS, Group, default_groups
+from exporter.catalogue.metrics.process import LAST_ACTIVE
 from exporter.snapshot import GpuProcess, GpuReading, Snapshot
 from exporter.sources.base import Source
 from exporter.sources.simulated.scenario import (

@@ -11,9 +11,10 @@ process starts and exits). ``ActivitySum`` adds the processes' kernels up into G
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
-from exporter.metrics import allocator
-from exporter.metrics.activity import PIPES, TENSOR_PIPES
+from exporter.catalogue.metrics import allocator
+from exporter.catalogue.metrics.activity import PIPES, TENSOR_PIPES
 from exporter.snapshot import GpuIdentity, GpuProcess, ProcessOwner
 from exporter.sources.simulated.gpu_models import GpuModel
 from exporter.sources.simulated.physics import SimulatedActivity
@@ -111,6 +112,25 @@ class ActivitySum:
         )
 
 
+class BuiltProcess(NamedTuple):
+    """The last ``GpuProcess`` built for a process timeline and what it was built from: it is
+    immutable, so it is reused while none of these change."""
+
+    restart: int
+    memory: int
+    utilization: float
+    last_active: float | None
+    published: dict[str, float]  # the PyTorch figures it publishes
+    process: GpuProcess
+
+
+class RestartOwner(NamedTuple):
+    """The owner of one restart of a process (its start time moves with each restart)."""
+
+    restart: int
+    owner: ProcessOwner
+
+
 class ProcessTimeline:
     """Precomputed timeline of one scenario process."""
 
@@ -130,11 +150,8 @@ class ProcessTimeline:
         self.kernels, self.sm = spec.kernels, spec.kernels.sm
         self.noise = _Noise(key)
         self.steady = spec.memory_bytes
-        self.owner: tuple[int, ProcessOwner] | None = None
-        # the last GpuProcess built, reused while nothing in it changed (it is immutable)
-        # (restart, memory, utilisation, process, last active, published torch figures)
-        self.last: tuple[int, int, float, GpuProcess, float | None, dict[str, float]] | None \
-            = None
+        self.owner: RestartOwner | None = None
+        self.last: BuiltProcess | None = None
         self.torch = spec.torch
 
     def cycle(self, t: float) -> tuple[int, float] | None:
