@@ -34,6 +34,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
 from dashboards import (
     accounting,
+    alert_docs,
     alerts,
     efficiency,
     exporter_health,
@@ -47,7 +48,7 @@ from dashboards import (
 )
 from dashboards.golden import golden_files
 from exporter.catalogue import records
-from exporter.docs import DOCS, DocsError, render
+from exporter.docs import DOCS, DocsError, render, render_parts
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -64,6 +65,10 @@ ALERTS_FILE = "gpu-exporter-alerts.yaml"
 RECORDING_FILE = "gpu-exporter-recording.yaml"
 ACCOUNTING_FILE = records.RULE_FILE
 RUNBOOK = f"dashboards/runbooks/{rules.RUNBOOK_FILE}"
+#: dashboards/README.md, whose alert table follows from the rules.
+ALERTS_README = "dashboards/README.md"
+#: The hand-written files the generator fills in (between their BEGIN/END markers).
+TEMPLATES = (*DOCS, ALERTS_README, RUNBOOK)
 #: The alert rules without annotations, which the behaviour rule tests load (``rule_files``).
 BEHAVIOUR_RULES = f"dashboards/rules/tests/rules/{ALERTS_FILE}"
 #: Where the chart keeps its copies: generated folder -> chart folder.
@@ -103,7 +108,10 @@ def outputs(root: Path) -> dict[str, str]:
     files.update(golden_files())
     for doc in DOCS:
         files[doc] = render(doc, (root / doc).read_text(encoding="utf-8"))
-    files[RUNBOOK] = xids.render_runbook((root / RUNBOOK).read_text(encoding="utf-8"))
+    files[RUNBOOK] = render_parts((root / RUNBOOK).read_text(encoding="utf-8"), {
+        "ALERT SECTIONS": alert_docs.runbook_sections(), "XID TABLE": xids.markdown_table()})
+    files[ALERTS_README] = render_parts((root / ALERTS_README).read_text(encoding="utf-8"),
+                                        {"ALERTS TABLE": alert_docs.alerts_table()})
     return files
 
 

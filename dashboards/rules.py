@@ -25,8 +25,42 @@ GPU_TEXT = "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on " + HOST_TEXT
 
 
 @dataclass(frozen=True, slots=True)
+class Live:
+    """How the live test (a real Prometheus scraping the bundled scenarios on the simulated
+    source, ``tests/dashboards/test_live_prometheus.py``) checks an alert.
+
+    ``fires``: (scenario, GPU index or None) pairs it must fire for; ``only_that_gpu``: it
+    fires on that GPU and on none of its neighbours; ``reason``: why no scenario can fire it
+    (promtool's unit tests cover it). Every alert must stay silent under ``calm`` and
+    ``training-node``.
+    """
+
+    fires: tuple[tuple[str, str | None], ...] = ()
+    only_that_gpu: bool = False
+    reason: str = ""
+
+
+def fires_under(*scenarios: str, only_that_gpu: bool = False) -> Live:
+    """The bundled scenarios designed to fire an alert: ``"memory-leak/0"`` (scenario and GPU
+    index) or ``"shared-workstation"`` (an alert that is not per GPU)."""
+    fires = tuple((name, gpu or None) for name, _, gpu in (s.partition("/") for s in scenarios))
+    return Live(fires, only_that_gpu)
+
+
+def not_live(reason: str) -> Live:
+    """An alert no simulated scenario can fire, and why."""
+    return Live(reason=reason)
+
+
+@dataclass(frozen=True, slots=True)
 class AlertRule:
-    """One alerting rule; ``summary`` and ``description`` are Prometheus templates."""
+    """One alerting rule, with what its docs and tests follow from.
+
+    ``summary`` and ``description`` are Prometheus templates. ``when`` is the "fires when"
+    column of dashboards/README.md's alert table; ``runbook`` the Markdown of its section
+    (``## <alert>``) in the runbook; ``live`` the scenarios that fire it in the live test.
+    ``python -m dashboards.generate`` writes the table and the runbook's sections from them.
+    """
 
     alert: str
     expr: str
@@ -34,6 +68,9 @@ class AlertRule:
     severity: Severity
     summary: str
     description: str
+    when: str = ""
+    live: Live = field(default_factory=Live)
+    runbook: str = ""
 
     @property
     def runbook_url(self) -> str:

@@ -2,8 +2,10 @@
 headline metrics, docs/metrics.md's table of every metric, docs/flags.md's table of every flag,
 and docs/gpu-activity.md's map of the GPM rows to dcgm-exporter fields.
 
-A table sits between ``<!-- BEGIN <NAME> TABLE ... -->`` and ``<!-- END <NAME> TABLE -->``;
-the marker lines stay as they are and everything between them is replaced.
+A generated part sits between ``<!-- BEGIN <NAME> ... -->`` and ``<!-- END <NAME> -->`` (the
+names end in ``TABLE``, or ``SECTIONS`` for the runbook's alerts); the marker lines stay as
+they are and everything between them is replaced (``render_parts``, which the generator also
+uses for dashboards/README.md and the runbook).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from exporter.catalogue.metrics import (
 )
 from exporter.config import flags_markdown_table
 
-__all__ = ["DOCS", "DocsError", "render"]
+__all__ = ["DOCS", "DocsError", "render", "render_parts"]
 
 #: The metrics on the README's first screen, in its order (every metric: docs/metrics.md).
 HEADLINE: tuple[Metric, ...] = (
@@ -82,10 +84,10 @@ def dcgm_table() -> str:
 
 #: Each document with generated tables (path from the repository root) -> its tables by marker.
 DOCS: dict[str, Callable[[], dict[str, str]]] = {
-    "README.md": lambda: {"HEADLINE": headline_table()},
-    "docs/metrics.md": lambda: {"METRICS": metrics_table()},
-    "docs/flags.md": lambda: {"FLAGS": flags_markdown_table()},
-    "docs/gpu-activity.md": lambda: {"DCGM": dcgm_table()},
+    "README.md": lambda: {"HEADLINE TABLE": headline_table()},
+    "docs/metrics.md": lambda: {"METRICS TABLE": metrics_table()},
+    "docs/flags.md": lambda: {"FLAGS TABLE": flags_markdown_table()},
+    "docs/gpu-activity.md": lambda: {"DCGM TABLE": dcgm_table()},
 }
 
 
@@ -96,25 +98,25 @@ def render(path: str, text: str) -> str:
     Raises:
         DocsError: a BEGIN/END marker pair is missing, repeated or out of order.
     """
-    return render_tables(text, DOCS[path]())
+    return render_parts(text, DOCS[path]())
 
 
-def render_tables(text: str, tables: dict[str, str]) -> str:
-    """``text`` with the table under each marker of ``tables`` replaced.
+def render_parts(text: str, parts: dict[str, str]) -> str:
+    """``text`` with what stands between the markers of each name in ``parts`` replaced.
 
     Raises:
         DocsError: a BEGIN/END marker pair is missing, repeated or out of order.
     """
-    for marker, table in tables.items():
+    for marker, table in parts.items():
         pattern = re.compile(
-            rf"(^<!-- BEGIN {marker} TABLE[^\n]*-->\n)(.*?)(^<!-- END {marker} TABLE -->$)",
+            rf"(^<!-- BEGIN {marker}\b[^\n]*-->\n)(.*?)(^<!-- END {marker} -->$)",
             re.MULTILINE | re.DOTALL,
         )
         matches = pattern.findall(text)
         if len(matches) != 1:
             raise DocsError(
-                f"expected one '<!-- BEGIN {marker} TABLE ... -->' ... "
-                f"'<!-- END {marker} TABLE -->' pair, found {len(matches)}"
+                f"expected one '<!-- BEGIN {marker} ... -->' ... "
+                f"'<!-- END {marker} -->' pair, found {len(matches)}"
             )
         def replace(match: re.Match[str], table: str = table) -> str:
             return match.group(1) + table + "\n" + match.group(3)

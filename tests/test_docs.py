@@ -6,7 +6,7 @@ import pytest
 
 from exporter.catalogue import metrics
 from exporter.config import FLAGS, flags_markdown_table
-from exporter.docs import HEADLINE, DocsError, metrics_table, render, render_tables
+from exporter.docs import HEADLINE, DocsError, metrics_table, render, render_parts
 
 TEMPLATE = """# Title
 
@@ -25,7 +25,8 @@ outro
 
 
 def _render_both(text: str) -> str:
-    return render_tables(text, {"METRICS": metrics_table(), "FLAGS": flags_markdown_table()})
+    return render_parts(text, {"METRICS TABLE": metrics_table(),
+                               "FLAGS TABLE": flags_markdown_table()})
 
 
 def test_render_fills_both_tables_and_keeps_the_rest() -> None:

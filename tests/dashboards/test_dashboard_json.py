@@ -17,7 +17,6 @@ from dashboards import accounting, alerts, generate, recording
 from dashboards.panels import UNITS
 from exporter.catalogue import metrics as catalogue
 from exporter.catalogue import thresholds
-from exporter.docs import DOCS
 from tests.dashboards.grafana import (
     BUILTIN_VARIABLES,
     DASHBOARD_FILES,
@@ -195,12 +194,12 @@ def test_committed_files_equal_generated() -> None:
 
 def _scratch_tree(tmp_path: Path) -> Path:
     """A copy of what the generator reads and writes."""
-    for doc in DOCS:
-        (tmp_path / doc).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(generate.REPO / doc, tmp_path / doc)
-    for part in ("dashboards/grafana", "dashboards/rules", "dashboards/runbooks",
-                 "helm/gpu-exporter/files", "tests/golden"):
+    for part in ("dashboards/grafana", "dashboards/rules", "helm/gpu-exporter/files",
+                 "tests/golden"):
         shutil.copytree(generate.REPO / part, tmp_path / part)
+    for template in generate.TEMPLATES:
+        (tmp_path / template).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(generate.REPO / template, tmp_path / template)
     return tmp_path
 
 
