@@ -52,7 +52,8 @@ class Recipe:
 METRIC = Recipe(
     "docs/adding-a-metric.md", None,
     (
-        Edit("exporter/catalogue/metrics/gpu.py", 'UTILIZATION = Metric(\n    "gpu_utilization_ratio"', '''\
+        Edit("exporter/catalogue/metrics/gpu.py",
+             'UTILIZATION = Metric(\n    "gpu_utilization_ratio"', '''\
 BAR1_FREE = Metric(
     "gpu_memory_bar1_free_bytes", Kind.GAUGE, Group.BAR1,
     "BAR1 memory not mapped, in bytes (opt-in, with the other BAR1 rows).",
@@ -68,11 +69,11 @@ BAR1_FREE = Metric(
     ),
     (("docs/metrics.md", "| `gpu_memory_bar1_free_bytes` |"),
      ("tests/golden/training-node.prom", "\ngpu_memory_bar1_free_bytes{")),
-    ("tests/catalogue", "tests/exposition/test_golden.py", "tests/test_docs.py", "-k",
-     "gpu_memory_bar1_free_bytes or test_index or test_golden or test_docs"),
+    ("tests/catalogue", "tests/exposition/test_golden.py", "tests/test_docs.py",
+     "-k", "gpu_memory_bar1_free_bytes or test_index or test_golden or test_docs"),
 )
 
-# --- a panel: power as a share of the limit, on the node dashboard ---------------------------------
+# --- a panel: power as a share of the limit, on the node dashboard ------------------------------
 PANEL = Recipe(
     "dashboards/README.md", "Adding a panel",
     (Edit("dashboards/node.py", '''    grid.add(panels.timeseries_panel(
@@ -90,6 +91,15 @@ PANEL = Recipe(
 )
 
 # --- an alert with its promtool test: a GPU hot while idle (its cooling failed) ----------------
+_LABELS = 'job: gpu-exporter, instance: "h1:9477"'
+
+
+def _series(metric: str, gpu: int, values: str) -> str:
+    """One input series of a promtool test, on host h1 (GPU ``gpu``, UUID GPU-a, GPU-b, ...)."""
+    labels = f'job="gpu-exporter", instance="h1:9477", gpu="{gpu}", uuid="GPU-{"ab"[gpu]}"'
+    return f"      - series: '{metric}{{{labels}}}'\n        values: '{values}'"
+
+
 ALERT = Recipe(
     "dashboards/README.md", "Adding an alert",
     (
@@ -114,18 +124,14 @@ it starts throttled. Check its fans (`gpu_fan_speed_ratio`) and the airflow of t
 '''),
         Edit("dashboards/alerts.py", "(high, critical, thermal, hardware, power_cap))",
              "(high, critical, thermal, hardware, power_cap, hot_idle))", replace=True),
-        Edit("dashboards/rules/tests/thermal.test.yaml", "", '''
+        Edit("dashboards/rules/tests/thermal.test.yaml", "", f'''
   - name: above 80 degC while idle for 5m warns; hot and busy does not
     interval: 1m
     input_series:
-      - series: 'gpu_temperature_celsius{job="gpu-exporter", instance="h1:9477", gpu="0", uuid="GPU-a"}'
-        values: '85x20'
-      - series: 'gpu_utilization_ratio{job="gpu-exporter", instance="h1:9477", gpu="0", uuid="GPU-a"}'
-        values: '0x20'
-      - series: 'gpu_temperature_celsius{job="gpu-exporter", instance="h1:9477", gpu="1", uuid="GPU-b"}'
-        values: '85x20'
-      - series: 'gpu_utilization_ratio{job="gpu-exporter", instance="h1:9477", gpu="1", uuid="GPU-b"}'
-        values: '0.9x20'
+{_series("gpu_temperature_celsius", 0, "85x20")}
+{_series("gpu_utilization_ratio", 0, "0x20")}
+{_series("gpu_temperature_celsius", 1, "85x20")}
+{_series("gpu_utilization_ratio", 1, "0.9x20")}
     alert_rule_test:
       - eval_time: 4m
         alertname: GpuHotWhileIdle
@@ -133,7 +139,7 @@ it starts throttled. Check its fans (`gpu_fan_speed_ratio`) and the airflow of t
       - eval_time: 6m
         alertname: GpuHotWhileIdle
         exp_alerts:
-          - exp_labels: {severity: warning, job: gpu-exporter, instance: "h1:9477", gpu: "0", uuid: GPU-a}
+          - exp_labels: {{severity: warning, {_LABELS}, gpu: "0", uuid: GPU-a}}
 '''),
     ),
     (("dashboards/rules/gpu-exporter-alerts.yaml", "alert: GpuHotWhileIdle"),
@@ -178,7 +184,8 @@ KINDS: tuple[WorkloadKind, ...] = (KUBERNETES, CONTAINERS, SLURM, PBS)
 '''),
     ),
     (("docs/flags.md", "| `--[no-]pbs` |"),
-     ("dashboards/rules/gpu-exporter-recording.yaml", "record: pbs_job:gpu_workload_memory_used_bytes:sum"),
+     ("dashboards/rules/gpu-exporter-recording.yaml",
+      "record: pbs_job:gpu_workload_memory_used_bytes:sum"),
      ("dashboards/grafana/gpu-workloads.json", '"name": "pbs_job"')),
     ("tests/attribution/test_workload_kinds.py", "tests/attribution/test_cgroup.py",
      "tests/attribution/test_flags.py", "tests/dashboards/test_dashboard_json.py"),
