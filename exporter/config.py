@@ -1,7 +1,7 @@
 """Flags and environment variables -> ``Config``.
 
 Every flag is declared once in ``FLAGS`` (name, kind, default, help); argparse, the
-``GPU_EXPORTER_<FLAG>`` environment variables and the README's flag table are all built from it.
+``GPU_EXPORTER_<FLAG>`` environment variables and docs/flags.md's table are all built from it.
 Precedence: command-line flag, then environment variable, then default.
 
 Each flag's value is read by a parser of ``exporter.values``, and every number (a count, a
@@ -405,7 +405,7 @@ def unknown_env(environ: Mapping[str, str]) -> list[str]:
 
 
 def flags_markdown_table() -> str:
-    """The README's flag table, one row per flag."""
+    """docs/flags.md's table, one row per flag."""
     rows = ["| flag | environment variable | default | meaning |", "|---|---|---|---|"]
     for flag in FLAGS:
         name = f"`--[no-]{flag.name}`" if flag.is_bool else f"`--{flag.name}`"

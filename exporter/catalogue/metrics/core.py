@@ -10,7 +10,7 @@ A row (``Metric``) is the one declaration of a metric. Everything else follows f
 - exposition builds one family per row (per-GPU rows generically from ``GpuReading.values``,
   per-process rows from ``process_value`` with ``fold`` for merged series);
 - the JSON model of ``/api/v1/snapshot`` gets a field per row with a ``json_field``;
-- the README's metric table and the dashboards' metric names come from the rows.
+- docs/metrics.md's table and the dashboards' metric names come from the rows.
 """
 
 from __future__ import annotations
