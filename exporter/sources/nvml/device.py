@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 from exporter.catalogue.metrics import UNKNOWN_VALUE, Constant, Value
 from exporter.health import EventCounts
@@ -67,6 +67,15 @@ class Binding:
         return found
 
 
+class EccRead(NamedTuple):
+    """The last complete ECC read of a GPU (``exporter.sources.nvml.health.read_ecc``): reused
+    while the volatile counts stay the same, for a while."""
+
+    volatile: tuple[int | None, int | None]  # (corrected, uncorrected) since the driver loaded
+    at: float  # when, in monotonic seconds
+    values: dict[str, Value]  # what the read returned, lifetime counts included
+
+
 @dataclass(eq=False, slots=True)
 class GpuState:
     """What the source keeps per GPU index between collections."""
@@ -80,9 +89,7 @@ class GpuState:
     last_seen_timestamp: int = 0  # newest process-utilisation sample seen (microseconds)
     last_active: LastActive = field(default_factory=LastActive)  # per pid, across collections
     garbled_seen: bool = False  # garbled process entries were already reported in the log
-    # ``exporter.sources.nvml.health.read_ecc``'s last complete read: the volatile counts, when
-    # (monotonic seconds), the values it returned (lifetime counts included).
-    ecc_read: tuple[tuple[int, int], float, dict[str, Value]] | None = None
+    ecc_read: EccRead | None = None  # the last complete ECC read
     gpm: GpmState = field(default_factory=GpmState)  # GPM samples and status
 
 

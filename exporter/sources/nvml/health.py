@@ -36,7 +36,7 @@ from exporter.catalogue.metrics import (
     Constant,
     Value,
 )
-from exporter.sources.nvml.device import FieldCalls, GpuState
+from exporter.sources.nvml.device import EccRead, FieldCalls, GpuState
 
 RETIRED_SINGLE_BIT = Constant("NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS", 0)
 RETIRED_DOUBLE_BIT = Constant("NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR", 1)
@@ -95,8 +95,9 @@ def read_ecc(reader: FieldCalls, gpu: GpuState) -> dict[str, Value]:
                   reader.call(gpu, ECC_FUNCTION, function, uncorrected, volatile))
     now = time.monotonic()
     seen = gpu.ecc_read
-    if seen is not None and seen[0] == since_load and now - seen[1] < LIFETIME_ECC_REUSE_SECONDS:
-        return seen[2]
+    if (seen is not None and seen.volatile == since_load
+            and now - seen.at < LIFETIME_ECC_REUSE_SECONDS):
+        return seen.values
     lifetime = (reader.call(gpu, ECC_FUNCTION, function, corrected, aggregate),
                 reader.call(gpu, ECC_FUNCTION, function, uncorrected, aggregate))
     values: dict[str, Value] = {}
@@ -109,5 +110,6 @@ def read_ecc(reader: FieldCalls, gpu: GpuState) -> dict[str, Value]:
             by_type["uncorrected"] = uncorrected_count
         if by_type:
             values[name] = by_type
-    gpu.ecc_read = (since_load, now, values) if None not in since_load + lifetime else None
+    gpu.ecc_read = (EccRead(since_load, now, values) if None not in since_load + lifetime
+                    else None)
     return values
