@@ -71,7 +71,6 @@ from exporter.sources.simulated.timeline import (
     DRIVER_BYTES,
     NO_VALUES,
     ActivitySum,
-    BuiltProcess,
     GpuTimeline,
     ProcessTimeline,
     RestartOwner,
@@ -231,25 +230,28 @@ class SimulatedSource:
             if want_procs:
                 published = torch_values(p.torch, memory - p.context, age, t) \
                     if want_torch and p.torch is not None else NO_VALUES
-                last = p.last
+                built = p.built
                 # Last active: now (to the noise bucket, so a process is rebuilt no more often
                 # than its utilisation changes) for a computing process; a process configured
                 # idle last ran a kernel LOADED_AFTER seconds after it started (its model load).
                 active = (t - t % BUCKET if p.util > 0.0 else t - age + min(age, LOADED_AFTER)) \
                     if want_putil else None
-                if last is None or last.restart != k or last.memory != memory \
-                        or last.utilization != u or last.last_active != active \
-                        or last.published != published:
+                process = built.process
+                if process is None or built.restart != k or built.memory != memory \
+                        or built.utilization != u or built.last_active != active \
+                        or built.published != published:
                     process_values = published if active is None else {
                         **published, LAST_ACTIVE: start + active / self.speed}
-                    last = p.last = BuiltProcess(k, memory, u, active, published, GpuProcess(
+                    process = built.process = GpuProcess(
                         pid=p.spec.pid + _RESTART_PID_STEP * k, type=p.spec.type,
                         used_memory_bytes=memory, sm_utilization_ratio=u if want_putil else None,
                         owner=self._owner(p, k, start), workload=p.spec.workload,
                         values=process_values,
                         gpu_instance=p.spec.gpu_instance,
-                        compute_instance=p.spec.compute_instance))
-                procs.append(last.process)
+                        compute_instance=p.spec.compute_instance)
+                    built.restart, built.memory, built.utilization = k, memory, u
+                    built.last_active, built.published = active, published
+                procs.append(process)
         util, mem_util = round(min(1.0, util), 2), round(min(1.0, mem_util), 2)  # whole %
         work = min(1.0, work)
         busy = used > DRIVER_BYTES

@@ -112,16 +112,20 @@ class ActivitySum:
         )
 
 
-class BuiltProcess(NamedTuple):
+class BuiltProcess:
     """The last ``GpuProcess`` built for a process timeline and what it was built from: it is
-    immutable, so it is reused while none of these change."""
+    immutable, so it is reused while none of these change. Updated in place (one per timeline:
+    the simulator rebuilds hundreds of processes a collection)."""
 
-    restart: int
-    memory: int
-    utilization: float
-    last_active: float | None
-    published: dict[str, float]  # the PyTorch figures it publishes
-    process: GpuProcess
+    __slots__ = ("last_active", "memory", "process", "published", "restart", "utilization")
+
+    def __init__(self) -> None:
+        self.process: GpuProcess | None = None  # None: none built yet
+        self.restart = 0
+        self.memory = 0
+        self.utilization = 0.0
+        self.last_active: float | None = None
+        self.published: dict[str, float] = {}  # the PyTorch figures it publishes
 
 
 class RestartOwner(NamedTuple):
@@ -134,7 +138,7 @@ class RestartOwner(NamedTuple):
 class ProcessTimeline:
     """Precomputed timeline of one scenario process."""
 
-    __slots__ = ("context", "grow", "jitter", "kernels", "last", "leak", "life", "mem_util",
+    __slots__ = ("built", "context", "grow", "jitter", "kernels", "leak", "life", "mem_util",
                  "noise", "owner", "period", "ramp", "sm", "spec", "steady", "t0", "torch",
                  "util")
 
@@ -151,7 +155,7 @@ class ProcessTimeline:
         self.noise = _Noise(key)
         self.steady = spec.memory_bytes
         self.owner: RestartOwner | None = None
-        self.last: BuiltProcess | None = None
+        self.built = BuiltProcess()
         self.torch = spec.torch
 
     def cycle(self, t: float) -> tuple[int, float] | None:
