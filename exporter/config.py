@@ -119,7 +119,7 @@ def _group_flags() -> list[Flag]:
 
 
 def _workload_flags() -> list[Flag]:
-    """``--<kind>`` for every workload kind (``exporter.attribution.workloads``)."""
+    """``--<kind>`` for every workload kind (``exporter.catalogue.workloads``)."""
     return [Flag(name=kind.name, dest=f"workload_{kind.name}", help=kind.help, default=False)
             for kind in KINDS]
 

@@ -2,7 +2,7 @@
 processes, and the kubelet's GPU allocations, returning a new snapshot.
 
 One step per process: ``OwnerResolver.lookup`` reads ``/proc/<pid>`` once per (pid, start
-time), giving the owner and the cgroup identity (``exporter.attribution.workloads``: which
+time), giving the owner and the cgroup identity (``exporter.catalogue.workloads``: which
 workload kind's path it is and what the path names). For a kind switched on, the kind's label
 resolver names it (``PodResolver``: a pod from the kubelet log tree; ``ContainerNames``: a
 container from its runtime's files), or the path's ids are the label values (a Slurm job).

@@ -1,7 +1,7 @@
 """Every workload kind row reaches every output it should, and a new kind is one row and one
 parser (``docs/adding-a-workload-kind.md``).
 
-For each row of ``exporter.attribution.workloads.KINDS``: its flag, its labels on process,
+For each row of ``exporter.catalogue.workloads.KINDS``: its flag, its labels on process,
 per-workload and accounting series (through the simulated source and the exporter's own
 accounting), its cgroup layouts, its recording rule and dashboard variables. Then a toy kind
 (PBS jobs, ``tests.attribution.toy_kind``), added by one row and one parser and nothing else,
