@@ -314,6 +314,9 @@ def _run(argv: Sequence[str] | None) -> int:
     tune_malloc(os.environ)  # before any thread starts
     for warning in watcher.current.warnings:  # settings that weaken security
         log.warning("--web.config.file: %s", warning)
+    if watcher.current.differences:  # what Python's TLS cannot do as Go's does
+        log.warning("--web.config.file is served differently from Go exporters (see "
+                    "docs/security.md, compatibility): %s", "; ".join(watcher.current.differences))
     for name in unknown_env(os.environ):
         log.warning("environment variable %s matches no flag; ignored", name)
     if config.workload_labels.on(KUBERNETES) and config.source == "nvml":
@@ -353,7 +356,15 @@ def _serve_socket(config: Config, source: Source, watcher: WebConfigWatcher,
         stale_after=config.stale_after,
         on_first_snapshot=release_free_heap,  # start-up's freed heap back to the kernel
     )
-    watcher.on_error = lambda: scheduler.count_errors({WEB_CONFIG_ERROR: 1})
+    if watcher.current.path is not None:
+        scheduler.record_web_config_reload(True)
+
+        def reloaded(successful: bool) -> None:
+            scheduler.record_web_config_reload(successful)
+            if not successful:
+                scheduler.count_errors({WEB_CONFIG_ERROR: 1})
+
+        watcher.on_reload = reloaded
     StopRequest.reload = _hang_up_handler(config, watcher, scheduler)
     host, port = sock.getsockname()[:2]
     web = watcher.current

@@ -183,6 +183,7 @@ class Scheduler:
         self._last_duration: float | None = None
         self._last_success_ts: float | None = None
         self._errors: dict[str, int] = {}
+        self._web_config_ok: bool | None = None
 
     # --- what scrapes call ---------------------------------------------------------------
 
@@ -254,6 +255,11 @@ class Scheduler:
         ``errors_total``, by kind."""
         with self._lock:
             self._count(errors)
+
+    def record_web_config_reload(self, successful: bool) -> None:
+        """The outcome of the last web config (re)load, served from now on."""
+        with self._lock:
+            self._web_config_ok = successful
 
     def await_ready(self, timeout: float) -> bool:
         """Start a collection if one is due, then wait up to ``timeout`` for ``ready()``.
@@ -388,6 +394,7 @@ class Scheduler:
             stale=timed_out or age > self._stale_after,
             last_success_timestamp=self._last_success_ts,
             errors_total=dict(self._errors),
+            web_config_reload_successful=self._web_config_ok,
         )
 
     def _apply(self, out: _Outcome) -> None:

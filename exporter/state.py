@@ -16,6 +16,8 @@ class ExporterState:
 
     ``stale`` is True when the snapshot is older than the freshness limit (a collection hung or
     failed and the last good data is served). ``errors_total`` is cumulative since start.
+    ``web_config_reload_successful`` is the outcome of the last web config (re)load (None: no
+    web config file).
     """
 
     snapshot: Snapshot
@@ -23,6 +25,7 @@ class ExporterState:
     stale: bool
     last_success_timestamp: float | None
     errors_total: Mapping[str, int] = field(default_factory=dict)
+    web_config_reload_successful: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -80,6 +80,10 @@ def self_families(state: ExporterState) -> Iterator[FamilyData]:
         status = family(metrics.POD_RESOURCES_STATUS)
         status.add((health.status,), 1.0)
         yield status
+    if state.web_config_reload_successful is not None:
+        reload = family(metrics.WEB_CONFIG_RELOAD)
+        reload.add((), 1.0 if state.web_config_reload_successful else 0.0)
+        yield reload
     errors = family(metrics.ERRORS)
     for kind in sorted(state.errors_total):
         errors.add((kind,), state.errors_total[kind])

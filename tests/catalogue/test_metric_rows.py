@@ -98,7 +98,7 @@ def _exposed_names() -> set[str]:
     options = ExpositionOptions(groups=frozenset(Group), workload_labels=every_kind())
     names: set[str] = set()
     for snapshot in snapshots:
-        text = collect_text(factory.state(snapshot), options)
+        text = collect_text(factory.state(snapshot, web_config_reload_successful=True), options)
         names |= {row.name for row in metrics.CATALOGUE if series(text, row.name)}
     return names
 

@@ -201,10 +201,13 @@ def test_web_config_turning_bad_at_run_time_keeps_the_last_good_one_and_counts(
         assert _scrape(proc, auth=("prom", "secret")).status_code == 200
         path.unlink()
         os.mkfifo(path)
-        time.sleep(1.2)
-        assert _scrape(proc).status_code == 401  # the last good config: still auth
-        text = _scrape(proc, auth=("prom", "secret")).text
+        deadline = time.monotonic() + 10  # requests check the file (once a second)
+        while "\ngpu_exporter_web_config_last_reload_successful 0" not in (
+                text := _scrape(proc, auth=("prom", "secret")).text):
+            assert time.monotonic() < deadline, text
+            time.sleep(0.05)
         assert _errors(text).get("web_config") == 1
+        assert _scrape(proc).status_code == 401  # the last good config: still auth
         assert "is a FIFO" in _wait_for(proc, "web config not reloaded")
         proc.proc.send_signal(signal.SIGHUP)
         _wait_for(proc, r"SIGHUP: web config kept")

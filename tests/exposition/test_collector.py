@@ -34,7 +34,7 @@ def test_registration_does_not_collect() -> None:
 
 
 def test_every_family_is_in_the_catalogue_with_its_help_and_type() -> None:
-    state = factory.state(factory.fleet(2, 3))
+    state = factory.state(factory.fleet(2, 3), web_config_reload_successful=True)
     text = generate_latest(build_registry(lambda: state, EVERYTHING)).decode()
     found = families(text)
     ours = {name: fam for name, fam in found.items() if name.startswith(metrics.PREFIX)}
@@ -54,7 +54,7 @@ def test_every_family_is_in_the_catalogue_with_its_help_and_type() -> None:
 
 
 def test_openmetrics_types_and_units_match_the_catalogue() -> None:
-    state = factory.state(factory.fleet(2, 3))
+    state = factory.state(factory.fleet(2, 3), web_config_reload_successful=True)
     registry = CollectorRegistry()
     registry.register(ExporterCollector(lambda: state, EVERYTHING))
     found = openmetrics_families(generate_openmetrics(registry).decode())

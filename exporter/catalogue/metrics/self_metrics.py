@@ -43,6 +43,11 @@ ERRORS = _own(
     "Problems met while collecting, by kind (gpu_lost, nvml_call, garbled_process_entry, "
     "collection_timeout, source_init, owner_lookup, ...).",
 )
+WEB_CONFIG_RELOAD = _own(
+    "gpu_exporter_web_config_last_reload_successful", Kind.GAUGE, (),
+    "1 if the last load of --web.config.file succeeded, 0 if the last reload failed and the "
+    "previous config stays in force (absent without a web config file).", charted=False,
+)
 PROCESS_SERIES_OVERFLOW = _own(
     "gpu_exporter_process_series_overflow", Kind.GAUGE, GPU_LABELS,
     "Processes on this GPU folded into the overflow series because the per-GPU series cap was "
