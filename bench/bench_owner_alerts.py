@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from dashboards import alerts, rules  # noqa: E402
-from exporter import thresholds  # noqa: E402
+from exporter.catalogue import thresholds  # noqa: E402
 from tests.dashboards.live import PROMETHEUS, SCENARIO_FLAGS, http_get, wait_until  # noqa: E402
 from tests.processes import free_port, stop_all  # noqa: E402
 

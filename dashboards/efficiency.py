@@ -14,8 +14,7 @@ from grafana_foundation_sdk.builders import dashboard
 from dashboards import panels, variables
 from dashboards.promql import num, sel_record
 from dashboards.variables import HOST_USER
-from exporter import thresholds
-from exporter.report import records
+from exporter.catalogue import records, thresholds
 
 UID = "gpu-exporter-efficiency"
 _RANGE = "[$__range]"

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 
 from dashboards import owners
 from dashboards.promql import num, seconds
-from dashboards.rules import HOST_TEXT, AlertRule, RuleGroup
-from exporter import thresholds
+from dashboards.rules import HOST_TEXT, AlertRule, RuleGroup, not_live
+from exporter.catalogue import thresholds
 
 ALERT = "GpuOwnerAlertUnresolved"
 GROUP = "gpu-escalation"
@@ -37,6 +37,31 @@ _OWNER_TEXT = (
     "{{ with $labels.pod }}, pod {{ . }}{{ end }}{{ else }}{{ with $labels.slurm_job }}Slurm job "
     "{{ . }}{{ else }}an unknown owner{{ end }}{{ end }}{{ end }}"
 )
+
+
+_RUNBOOK = """\
+**Meaning:** an owner alert (`audience="owner"`, named in `owner_alert`) has been firing for
+24 hours (`OWNER_ESCALATE_AFTER` in `exporter/catalogue/thresholds.py`): its owner was mailed
+and the cause is still there. The labels are the owner alert's (`user` or `namespace`/`pod`,
+`instance`, `gpu` where it had them); the value is how long it has been active; the notice lists
+the processes and the commands that end them. **Impact:** a GPU kept from everybody else for a
+day or more.
+
+Alertmanager has no time-based escalation, so this is a rule on Prometheus's own
+`ALERTS_FOR_STATE` series (restored after a restart for alerts with a `for` over 10 minutes). The
+shipped configuration sends it to the lead of the owner's team (contacts file `teams`), else to
+`lead`, else to the operator; a user's GpuProcessIdle escalation mutes the escalations of their
+milder idle alerts.
+
+1. Talk to the owner: they may have a reason (a long interactive session, a debugger they
+   return to). A silence in Alertmanager (`amtool silence add owner_alert=GpuProcessIdle
+   user=<user> --duration 8h`) stops this notice for that time.
+2. Otherwise end the workload with the command in the notice (`kill <pid>` on the node,
+   `scancel <job>`, `kubectl delete pod -n <ns> <pod>`).
+3. If it keeps happening: the weekly idle report (`gpu-exporter report --since 7d`, see
+   [Idle accounting](#idle-accounting-who-held-gpus-idle-over-a-week)) and an idle culler for
+   notebooks.
+"""
 
 
 def owner_alerts(groups: Sequence[RuleGroup]) -> list[AlertRule]:
@@ -94,5 +119,13 @@ def group(groups: Sequence[RuleGroup]) -> RuleGroup:
             ("processes", owners.process_list(owners.all_processes(), idle=True)),
             ("commands", owners.commands(owners.all_processes())),
         ),
+        when=(
+            f"an owner alert has been firing for {thresholds.OWNER_ESCALATE_AFTER} "
+            "(`OWNER_ESCALATE_AFTER`): its owner was told and did not act; the owner alert's "
+            "labels, its name in `owner_alert` (routed to the lab lead)"
+        ),
+        live=not_live("an owner alert must fire for a day first: the notification end-to-end "
+                      "test (tests/dashboards/test_notifications_e2e.py) shortens it"),
+        runbook=_RUNBOOK,
     )
     return RuleGroup(GROUP, (unresolved,))

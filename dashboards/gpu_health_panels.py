@@ -18,7 +18,7 @@ from dashboards.panels import (
     timeseries_panel,
 )
 from dashboards.promql import count_or_zero, sel
-from exporter import metrics, thresholds
+from exporter.catalogue import metrics, thresholds
 
 COUNT_WARN: tuple[Step, ...] = (("green", None), ("orange", 1.0))
 

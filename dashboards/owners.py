@@ -17,7 +17,7 @@ workload (``kill PID``, ``scancel JOB``, ``kubectl delete pod -n NS POD``).
 from __future__ import annotations
 
 from dashboards.promql import NOT_OVERFLOW, num
-from exporter import metrics, thresholds
+from exporter.catalogue import metrics, thresholds
 
 #: Labels that name an owner; an owner alert carries at least one of them, non-empty.
 OWNER_LABELS = ("user", "namespace", "slurm_job")

@@ -12,18 +12,17 @@ from functools import lru_cache
 from importlib import resources
 from string import Template
 
-from exporter import thresholds
-from exporter.metrics import (
+from exporter.catalogue import thresholds
+from exporter.catalogue.metrics import (
     MEMORY_USED,
     POWER_LIMIT,
     POWER_USAGE,
     TEMPERATURE,
     UTILIZATION,
-    gpu_activity,
 )
-from exporter.metrics.process import last_active_seconds
+from exporter.catalogue.metrics.process import last_active_seconds
 from exporter.report.timerange import format_duration
-from exporter.snapshot import GpuProcess, GpuReading
+from exporter.snapshot import GpuProcess, GpuReading, gpu_activity
 from exporter.state import ExporterState
 
 __all__ = ["TOP_PROCESSES", "render_landing"]

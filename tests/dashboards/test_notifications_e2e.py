@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from dashboards import alerts, escalation, rules
-from exporter import thresholds
+from exporter.catalogue import thresholds
 from tests.dashboards.live import PROMETHEUS, Stack, wait_until
 from tests.dashboards.notify import (
     Alertmanager,

@@ -16,8 +16,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from exporter.catalogue.metrics import BY_NAME
 from exporter.config import FLAGS, build_parser
-from exporter.metrics import BY_NAME
 from tests.deploy import operator_crds
 from tests.deploy.helm_render import CHART_DIR, KUBE_VERSIONS, Rendered, chart, render
 

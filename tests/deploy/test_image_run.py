@@ -20,7 +20,7 @@ from typing import NoReturn
 import pytest
 
 from exporter import __version__
-from exporter.metrics import GPU_UP
+from exporter.catalogue.metrics import GPU_UP
 from tests.deploy.declared import declared_files, declared_scripts
 from tests.deploy.image import (
     BASE_ENV,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from exporter import thresholds
-from exporter.metrics import PROCESS_LAST_ACTIVE
+from exporter.catalogue import thresholds
+from exporter.catalogue.metrics import PROCESS_LAST_ACTIVE
 from exporter.snapshot import GpuProcess, ProcessOwner, ProcessType, Snapshot
 from exporter.state import ExporterState
 from exporter.web.page import TOP_PROCESSES, render_landing
