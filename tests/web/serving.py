@@ -52,6 +52,7 @@ class Running:
     table: ConnectionTable
     admission: AccessMiddleware
     watcher: WebConfigWatcher
+    server: Any  # the uvicorn.Server
 
     def url(self, path: str, scheme: str = "http") -> str:
         return f"{scheme}://127.0.0.1:{self.port}{path}"
@@ -78,7 +79,8 @@ def serving(app: Any = None, web_config: str | None = None,
             raise AssertionError("server did not start")
         time.sleep(0.01)
     try:
-        yield Running(port, server.connection_table, admission, watcher)  # type: ignore[attr-defined]
+        yield Running(port, server.connection_table, admission, watcher,  # type: ignore[attr-defined]
+                      server)
     finally:
         server.should_exit = True
         thread.join(10)
