@@ -117,15 +117,20 @@ def _restore_logging() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("_restore_logging")
-def test_port_in_use_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("host", ["127.0.0.1", "no-such-host.invalid"])
+def test_a_busy_or_unresolvable_listen_address_exits_2_with_one_line(
+        host: str, capsys: pytest.CaptureFixture[str]) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
         argv = ["--source", "simulated", "--scenario", "synthetic:1x1",
-                "--web.listen-address", f"127.0.0.1:{port}"]
-        assert main(argv) == 1
-    assert "cannot listen on 127.0.0.1:" in last_line(capsys.readouterr().err)
+                "--web.listen-address", f"{host}:{port}"]
+        assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert last_line(err).startswith(f"gpu-exporter: error: --web.listen-address: cannot "
+                                     f"listen on {host}:{port}: ")
+    assert "Traceback" not in err
 
 
 def test_synthetic_scenario_builds_a_fleet() -> None:
