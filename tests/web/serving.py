@@ -20,8 +20,9 @@ from exporter.web.server import ServerLimits, build_server
 from exporter.web.watcher import WebConfigWatcher
 
 
-def small_app(slow_seconds: float = 0.0) -> FastAPI:
-    """/metrics, /healthz, /readyz, /api/v1/snapshot; ``/slow`` sleeps ``slow_seconds``."""
+def small_app(slow_seconds: float = 0.0, gate: threading.Event | None = None) -> FastAPI:
+    """/metrics, /healthz, /readyz, /api/v1/snapshot; the snapshot sleeps ``slow_seconds``
+    (or, with ``gate``, waits until it is set)."""
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.get("/metrics", response_class=PlainTextResponse)
@@ -38,6 +39,8 @@ def small_app(slow_seconds: float = 0.0) -> FastAPI:
 
     @app.get("/api/v1/snapshot")
     def snapshot() -> dict[str, str]:
+        if gate is not None:
+            gate.wait(30)
         time.sleep(slow_seconds)
         return {"gpus": "none"}
 
