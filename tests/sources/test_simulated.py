@@ -68,7 +68,7 @@ def test_implements_the_source_protocol() -> None:
     snap = source.collect(default_groups())
     assert (snap.source, snap.hostname, snap.source_up) == ("simulated", "calm-node-01", True)
     assert snap.taken_at == T0
-    assert 0 < snap.duration_seconds < 0.1
+    assert 0 < snap.duration_seconds < 10  # measured (its speed: bench/bench_scrape.py)
     assert snap.driver_version
     assert snap.cuda_driver_version
     source.close()
