@@ -37,7 +37,7 @@ FD_HEADROOM_MAX = 128
 #: one just accepted and about to be refused.
 FD_SERVER = 2
 #: Total output held for clients that do not read (``ConnectionTable.max_stalled`` follows).
-STALLED_OUTPUT_BYTES = 16 << 20
+STALLED_OUTPUT_BYTES = 8 << 20
 
 
 @dataclass(frozen=True, slots=True)

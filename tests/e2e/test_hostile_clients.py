@@ -12,6 +12,8 @@ import httpx
 import pytest
 
 from exporter.signals import STOP_DEADLINE_SECONDS
+from exporter.web.output import CHUNK_BYTES
+from exporter.web.server import STALLED_OUTPUT_BYTES
 from tests.e2e.server import ROOT, exporter_command
 from tests.processes import LoggedServer
 
@@ -19,6 +21,7 @@ pytestmark = pytest.mark.slow
 SIM = ("--source", "simulated", "--scenario", "synthetic:8x32")
 #: What a traceback or an exhausted descriptor table looks like in the log.
 BAD = ("Traceback", "EMFILE", "Too many open files", "out of system resource")
+MAX_STALLED = STALLED_OUTPUT_BYTES // (2 * CHUNK_BYTES)  # as server.build_server sets it
 
 
 def _exporter(*args: str, open_files: int | None = None) -> LoggedServer:
@@ -84,9 +87,9 @@ def test_clients_that_never_read_are_bounded_and_do_not_hold_up_sigterm() -> Non
                 sock.connect(("127.0.0.1", server.port))
                 sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 24)  # ~6 MB asked
                 socks.append(sock)
-            # Beyond 128 connections whose output does not drain, the oldest are dropped.
+            # Beyond max_stalled connections whose output does not drain, the oldest go.
             deadline = time.monotonic() + 30
-            while _descriptors(server) > baseline + 128 + 4:
+            while _descriptors(server) > baseline + MAX_STALLED + 4:
                 assert time.monotonic() < deadline, (_descriptors(server), server.log)
                 time.sleep(0.1)
             assert httpx.get(_url(server), timeout=10).status_code == 200
