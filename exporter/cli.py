@@ -316,6 +316,9 @@ def _run(argv: Sequence[str] | None) -> int:
     tune_malloc(os.environ)  # before any thread starts
     for warning in watcher.current.warnings:  # settings that weaken security
         log.warning("--web.config.file: %s", warning)
+    if watcher.current.differences:  # what Python's TLS cannot do as Go's does
+        log.warning("--web.config.file is served differently from Go exporters (see "
+                    "docs/security.md, compatibility): %s", "; ".join(watcher.current.differences))
     for name in unknown_env(os.environ):
         log.warning("environment variable %s matches no flag; ignored", name)
     if config.workload_labels.on(KUBERNETES) and config.source == "nvml":

@@ -142,7 +142,8 @@ class Range:
             raise ValueError(f"{shown!r} is out of range ({self})")
 
 
-_MINUTE, _HOUR, _DAY = 60.0, 3600.0, 86400.0
+_HOUR, _DAY = 3600.0, 86400.0
+_GO_DURATION_MAX = 9_223_372_036.0  # whole seconds of Go's time.Duration (int64 ns)
 
 
 def _seconds(low: float, high: float) -> Range:
@@ -170,9 +171,10 @@ RANGES: Mapping[str, Range] = {
     "torch.max-files": Range(1, 1_000_000),
     "kubernetes.pod-resources-interval": _seconds(MIN_INTERVAL_SECONDS, _DAY),
     "kubernetes.pod-resources-max-bytes": Range(MIN_MESSAGE_BYTES, MAX_MESSAGE_BYTES_LIMIT),
-    # --web.config.file (exporter/web/webconfig.py); an interval of 0 turns the limit off
-    "rate_limit.interval": _seconds(0, _MINUTE),
-    "rate_limit.burst": Range(1, 1_000_000),
+    # --web.config.file (exporter/web/webconfig.py): what Go's time.Duration and int hold, as
+    # exporter-toolkit reads them (an interval of 0 or less turns the limit off)
+    "rate_limit.interval": _seconds(-_GO_DURATION_MAX, _GO_DURATION_MAX),
+    "rate_limit.burst": Range(-(2**63), 2**63 - 1),
 }
 
 

@@ -237,7 +237,7 @@ class AccessMiddleware:
 
 
 def _with_headers(send: Send, headers: tuple[tuple[str, str], ...]) -> Send:
-    encoded = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+    encoded = [(k.lower().encode("ascii"), v.encode("utf-8")) for k, v in headers]  # as Go
     names = {k for k, _ in encoded}
 
     async def wrapped(message: Message) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import ipaddress
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -58,8 +59,16 @@ def _peer_names(peercert: Any) -> set[str]:
     names: set[str] = set()
     for kind, value in (peercert or {}).get("subjectAltName", ()):
         if kind in ("DNS", "IP Address", "email", "URI"):
-            names.add(str(value))
+            names.add(_ip_text(str(value)) if kind == "IP Address" else str(value))
     return names
+
+
+def _ip_text(text: str) -> str:
+    """An IP SAN as Go writes it (``2001:db8::1``; OpenSSL spells IPv6 out in capitals)."""
+    try:
+        return str(ipaddress.ip_address(text.strip()))
+    except ValueError:
+        return text
 
 
 def guarded_protocol(

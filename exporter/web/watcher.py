@@ -5,25 +5,31 @@ context; a changed file, a rotated certificate or a SIGHUP is loaded into that s
 between requests, so new handshakes use it without a restart.
 
 A reload fails closed: the file is read once, and a file that cannot be read, is empty or
-only comments, is invalid, or drops an authentication without saying so explicitly (an
-editor's truncate-then-write, a copy caught half-way) leaves the last good config in force,
-with one error line and ``gpu_exporter_web_config_last_reload_successful`` at 0.
+only comments (at start that means no settings, as in Go exporters), is invalid, or drops an
+authentication without saying so explicitly (an editor's truncate-then-write, a copy caught
+half-way) leaves the last good config in force, with one error line and
+``gpu_exporter_web_config_last_reload_successful`` at 0.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import ssl
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from exporter.web.webconfig import (
+    NO_CLIENT_CERT,
+    REQUEST,
+    REQUIRE_AND_VERIFY,
+    REQUIRE_ANY,
+    VERIFY_IF_GIVEN,
     TlsConfig,
     WebConfig,
     WebConfigError,
     build_ssl_context,
+    configure_context,
     load_certificate,
     parse_web_config,
     read_web_config,
@@ -34,8 +40,10 @@ __all__ = ["WebConfigWatcher", "authentication_dropped"]
 log = logging.getLogger(__name__)
 
 _Signature = tuple[tuple[str, int, int, int], ...]
-#: How much client-certificate checking each verify mode does.
-_VERIFY_STRENGTH = {ssl.CERT_NONE: 0, ssl.CERT_OPTIONAL: 1, ssl.CERT_REQUIRED: 2}
+#: How much each client-certificate policy checks: nothing (a certificate asked for or not),
+#: a certificate verified when given or required unverified, required and verified.
+_CLIENT_AUTH_STRENGTH = {NO_CLIENT_CERT: 0, REQUEST: 0, VERIFY_IF_GIVEN: 1, REQUIRE_ANY: 1,
+                         REQUIRE_AND_VERIFY: 2}
 
 
 def _signature(paths: tuple[str, ...]) -> _Signature:
@@ -55,8 +63,9 @@ def authentication_dropped(old: WebConfig, new: WebConfig, data: Mapping[str, An
 
     Any prefix of a valid file can parse as a valid file with fewer settings (the
     ``basic_auth_users:`` line without its users), so a weaker config must name what it
-    removes: ``basic_auth_users: {}``, an explicit ``client_auth_type``,
-    ``client_allowed_sans: []``. No prefix of a file yields those unless the file has them.
+    removes: ``basic_auth_users: {}``, an explicit ``client_auth_type``. No prefix of a file
+    yields those unless the file has them. No value says "any verified certificate" (an
+    empty ``client_allowed_sans`` refuses every client), so dropping the list takes a restart.
     """
     if old.users and not new.users and data.get("basic_auth_users") != {}:
         return ("basic_auth_users: the file has no users now; authentication is only "
@@ -64,15 +73,14 @@ def authentication_dropped(old: WebConfig, new: WebConfig, data: Mapping[str, An
     if old.tls is None or new.tls is None:
         return None  # TLS on or off: refused by the watcher (a restart)
     tls = data.get("tls_server_config") or {}
-    if (_VERIFY_STRENGTH[new.tls.verify_mode] < _VERIFY_STRENGTH[old.tls.verify_mode]
+    if (_CLIENT_AUTH_STRENGTH[new.tls.client_auth] < _CLIENT_AUTH_STRENGTH[old.tls.client_auth]
             and "client_auth_type" not in tls):
         return ("tls_server_config: the file checks client certificates less now; that "
                 "takes an explicit client_auth_type")
     if (old.tls.client_allowed_sans and not new.tls.client_allowed_sans
-            and new.tls.verify_mode is not ssl.CERT_NONE
-            and tls.get("client_allowed_sans") != []):
-        return ("tls_server_config.client_allowed_sans: the file has none now; any verified "
-                "certificate is only accepted with an explicit 'client_allowed_sans: []'")
+            and new.tls.client_auth in (REQUIRE_ANY, REQUIRE_AND_VERIFY)):
+        return ("tls_server_config.client_allowed_sans: the file has none now; accepting "
+                "any client certificate again takes a restart")
     return None
 
 
@@ -155,6 +163,9 @@ class WebConfigWatcher:
         self._signature = signature  # taken before the read: a later change is seen
         try:
             document = read_web_config(path)  # the one read of this reload
+            if document.empty:
+                raise WebConfigError(f"{path} has no settings (empty, or only comments): being "
+                                     "rewritten? (write {} for a web config with none)")
             config = parse_web_config(document.data, path, document.warnings)
             refusal = authentication_dropped(self.current, config, document.data)
             if refusal is not None:
@@ -186,11 +197,4 @@ class WebConfigWatcher:
         assert context is not None
         build_ssl_context(tls)  # validate everything on a scratch context first
         load_certificate(context, tls)
-        context.minimum_version = tls.min_version
-        context.maximum_version = tls.max_version
-        if tls.ciphers:
-            context.set_ciphers(":".join(tls.ciphers))
-        context.verify_mode = tls.verify_mode
-        if tls.verify_mode is not ssl.CERT_NONE:
-            # Adds to the trusted set: a CA removed from the file stays trusted until restart.
-            context.load_verify_locations(cadata=tls.client_ca_pem)
+        configure_context(context, tls)

@@ -123,6 +123,7 @@ def test_mtls_requires_a_certificate_from_the_ca(tmp_path: Path, ca: Authority) 
     stranger = stranger_ca.issue("stranger", "prometheus", server=False, sans=("prometheus",))
     web = write_web_config(tmp_path, f"tls_server_config:\n  cert_file: {pair.cert}\n"
                             f"  key_file: {pair.key}\n  client_ca_file: {ca.files.cert}\n"
+                            "  client_auth_type: RequireAndVerifyClientCert\n"
                             "  client_allowed_sans: [prometheus]\n")
     other = ca.issue("other", "other", server=False, sans=("someone-else",))
     with serving(web_config=web) as server:
