@@ -234,3 +234,21 @@ def test_every_interface_falls_back_to_ipv4_without_ipv6(monkeypatch: pytest.Mon
     monkeypatch.setattr(cli, "_listen", in_use)
     with pytest.raises(OSError, match="in use"):
         bind(ListenAddress(None, 9477))  # a real conflict is not papered over by IPv4
+
+
+@pytest.mark.usefixtures("_restore_logging")
+def test_a_uvicorn_lacking_what_the_server_relies_on_is_refused_with_one_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol  # noqa: PLC0415
+
+    from exporter.web import protocol  # noqa: PLC0415
+
+    changed = {**protocol.UVICORN_CONTRACT[HttpToolsProtocol], "on_headers_done": ()}
+    monkeypatch.setitem(protocol.UVICORN_CONTRACT, HttpToolsProtocol, changed)
+    argv = ["--source", "simulated", "--scenario", "synthetic:1x1",
+            "--web.listen-address", "127.0.0.1:0"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert last_line(err).startswith("gpu-exporter: error: uvicorn ")
+    assert "HttpToolsProtocol.on_headers_done() is gone" in last_line(err)
