@@ -1,6 +1,6 @@
 """Hostile clients against the real process: a flood of connections under a low open-file
 limit never makes ``accept`` fail (no EMFILE traceback, one log line a burst), and clients
-that ask and never read are dropped beyond the bound and never hold up SIGTERM."""
+that ask and never read never hold up SIGTERM."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ import httpx
 import pytest
 
 from exporter.signals import STOP_DEADLINE_SECONDS
-from exporter.web.output import CHUNK_BYTES
-from exporter.web.server import STALLED_OUTPUT_BYTES
 from tests.e2e.server import ROOT, exporter_command
 from tests.processes import LoggedServer
 
@@ -21,7 +19,6 @@ pytestmark = pytest.mark.slow
 SIM = ("--source", "simulated", "--scenario", "synthetic:8x32")
 #: What a traceback or an exhausted descriptor table looks like in the log.
 BAD = ("Traceback", "EMFILE", "Too many open files", "out of system resource")
-MAX_STALLED = STALLED_OUTPUT_BYTES // (2 * CHUNK_BYTES)  # as server.build_server sets it
 
 
 def _exporter(*args: str, open_files: int | None = None) -> LoggedServer:
@@ -65,7 +62,10 @@ def test_a_connection_flood_under_ulimit_256_never_exhausts_descriptors() -> Non
                 while _descriptors(server) >= peak:
                     assert time.monotonic() < deadline, server.log
                     time.sleep(0.05)
-            assert httpx.get(_url(server), timeout=10).status_code == 200
+            # A scrape gets in (a new connection is refused while every open one is younger
+            # than the grace period, as a scraper retries at its next interval).
+            server.wait_until(lambda: httpx.get(_url(server), timeout=10).status_code == 200,
+                              "a scrape during the flood", 20, errors=(httpx.TransportError,))
         finally:
             for sock in socks:
                 sock.close()
@@ -76,24 +76,21 @@ def test_a_connection_flood_under_ulimit_256_never_exhausts_descriptors() -> Non
     assert "open-file limit 256 allows only" in server.log
 
 
-def test_clients_that_never_read_are_bounded_and_do_not_hold_up_sigterm() -> None:
+def test_clients_that_never_read_do_not_hold_up_sigterm() -> None:
+    """(Dropping them beyond the total and after the write timeout: the unit tests in
+    tests/web/test_hostile_clients.py; the memory they cost: the reliability bench.)"""
     with _exporter() as server:
-        baseline = _descriptors(server)
         socks: list[socket.socket] = []
         try:
-            for _ in range(160):
+            for _ in range(24):
                 sock = socket.socket()
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
                 sock.connect(("127.0.0.1", server.port))
                 sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 24)  # ~6 MB asked
                 socks.append(sock)
-            # Beyond max_stalled connections whose output does not drain, the oldest go.
-            deadline = time.monotonic() + 30
-            while _descriptors(server) > baseline + MAX_STALLED + 4:
-                assert time.monotonic() < deadline, (_descriptors(server), server.log)
-                time.sleep(0.1)
-            assert httpx.get(_url(server), timeout=10).status_code == 200
-            seconds = _stop(server)  # with the rest still stalled
+            # Served after them: their answers are being written, and never read.
+            assert httpx.get(_url(server), timeout=30).status_code == 200
+            seconds = _stop(server)
         finally:
             for sock in socks:
                 sock.close()
