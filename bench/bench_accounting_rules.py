@@ -30,7 +30,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from exporter.report import records  # noqa: E402
+from exporter.catalogue import records  # noqa: E402
 from tests.dashboards.live import PROMETHEUS, http_get, wait_until  # noqa: E402
 from tests.processes import free_port, stop_all  # noqa: E402
 

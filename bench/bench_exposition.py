@@ -26,8 +26,8 @@ from prometheus_client.exposition import generate_latest
 
 from bench.harness import timed_ms
 from exporter.attribution.workloads import select
+from exporter.catalogue.metrics import default_groups
 from exporter.exposition import MetricsRenderer, build_registry, snapshot_families
-from exporter.metrics import default_groups
 from exporter.sources.simulated.scenario import synthetic_fleet
 from exporter.sources.simulated.source import SimulatedSource
 from exporter.state import ExporterState, ExpositionOptions

@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import percentile, timed_ms
-from exporter.metrics import Group, default_groups
+from exporter.catalogue.metrics import Group, default_groups
 from exporter.sources.nvml.source import NvmlSource
 from tests.sources.fake_nvml import FakeNvml, FakeProcess, FakeSample, h200
 from tests.sources.slow_nvml import SlowNvml

@@ -252,7 +252,7 @@ class _Answers(BaseHTTPRequestHandler):
 
 
 def report_answers() -> Case:
-    from exporter.report import records  # noqa: PLC0415
+    from exporter.catalogue import records  # noqa: PLC0415
 
     rules = {"status": "success", "data": {"groups": [{"name": records.GROUP, "interval": 60}]}}
     vector = {"resultType": "vector", "result": [

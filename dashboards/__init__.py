@@ -2,5 +2,6 @@
 
 ``python -m dashboards.generate`` writes ``dashboards/grafana/*.json`` and
 ``dashboards/rules/*.yaml``; ``--check`` fails when the committed files differ. Metric names come
-from the metric rows (``exporter.metrics``) and thresholds from ``exporter.thresholds``.
+from the metric rows (``exporter.catalogue.metrics``) and thresholds from
+``exporter.catalogue.thresholds``.
 """

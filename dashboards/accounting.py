@@ -18,10 +18,9 @@ recorded here.
 from __future__ import annotations
 
 from dashboards.rules import RecordingRule, RuleGroup
-from exporter import metrics
-from exporter.attribution.workloads import every_kind
-from exporter.metrics import accounting as counters
-from exporter.report import records
+from exporter.catalogue import metrics, records
+from exporter.catalogue.metrics import accounting as counters
+from exporter.catalogue.workloads import KINDS, group_by_names
 
 #: The counter each recorded quantity is the rate of.
 COUNTERS: dict[str, metrics.Metric] = {
@@ -30,14 +29,14 @@ COUNTERS: dict[str, metrics.Metric] = {
     records.HELD_GPUS: counters.HELD_GPU_SECONDS,
     records.HELD_MEMORY: counters.HELD_MEMORY_SECONDS,
     records.USED_GPUS: counters.USED_GPU_SECONDS,
-    records.POWER: counters.ENERGY,
+    records.POWER: counters.ATTRIBUTED_ENERGY,
 }
 
 
 def _rule(level: records.Level, quantity: str) -> RecordingRule:
     """``level``'s record of ``quantity``: the counter's rate, summed over the rows' other
     labels; pods and jobs keep only rows that have them."""
-    labels = ("user", *every_kind().group_by)  # the counters' labels
+    labels = ("user", *group_by_names(KINDS))  # the counters' labels
     drop = ", ".join(x for x in labels if x not in level.keeps)
     only = ", ".join(f'{label}!=""' for label in level.keeps if label != "user")
     counter = COUNTERS[quantity].name + (f"{{{only}}}" if only else "")

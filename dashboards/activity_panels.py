@@ -1,5 +1,5 @@
 """The node dashboard's GPU-activity row: what the SMs, tensor cores and memory really did
-(GPM, Hopper and newer; ``exporter.metrics.activity``), set against NVML's utilisation. SM
+(GPM, Hopper and newer; ``exporter.catalogue.metrics.activity``), set against NVML's utilisation. SM
 activity per MIG instance stands in the MIG row, with everything else per instance.
 
 Per-process views stay on per-process SM utilisation: GPM counts per GPU and MIG instance.
@@ -17,7 +17,7 @@ from dashboards.panels import (
     timeseries_panel,
 )
 from dashboards.promql import num, sel
-from exporter import metrics, thresholds
+from exporter.catalogue import metrics, thresholds
 
 HIDDEN = ("Time", "__name__", "job", "instance", "uuid")
 GPM = ("From GPM (Hopper and newer GPUs); GPUs without it have no series here "

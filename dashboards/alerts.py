@@ -4,7 +4,7 @@ Every alert name starts with ``Gpu``; every expression reads raw exporter metric
 rules defined earlier in its own group (Prometheus evaluates a group's rules in order), so each
 alert group works whether or not the recording groups are loaded. No rule reads per-process
 series (the exporter sums idle processes per GPU and user), so alerts stay few (per GPU, per
-user and host) and cheap at fleet scale. Thresholds come from ``exporter.thresholds``.
+user and host) and cheap at fleet scale. Thresholds come from ``exporter.catalogue.thresholds``.
 """
 
 from __future__ import annotations
@@ -18,9 +18,17 @@ from dashboards.promql import (
     reason_in,
     sel,
 )
-from dashboards.rules import GPU_TEXT, HOST_TEXT, AlertRule, RecordingRule, RuleGroup
-from exporter import metrics, thresholds
-from exporter.metrics import allocator
+from dashboards.rules import (
+    GPU_TEXT,
+    HOST_TEXT,
+    AlertRule,
+    RecordingRule,
+    RuleGroup,
+    fires_under,
+    not_live,
+)
+from exporter.catalogue import metrics, thresholds
+from exporter.catalogue.metrics import allocator
 
 UNCORRECTED = 'type="uncorrected"'
 _HW_POWER_REASONS = tuple(r for r in metrics.POWER_THROTTLE_REASONS if r.startswith("hw_"))
@@ -53,6 +61,24 @@ def memory_group() -> RuleGroup:
             "allocations will fail with CUDA out-of-memory errors; see which processes and users "
             "hold it."
         ),
+        when="used / total > 90 % for 5m",
+        live=fires_under("memory-leak/0", only_that_gpu=True),
+        runbook="""\
+**Meaning:** a GPU has used more than 90 % of its memory for 5 minutes. **Impact:** the next
+allocation on it (a new job, a larger batch) fails with `CUDA out of memory`.
+
+1. Global: confirm on the fleet dashboard that the GPU stays above the line and whether it is
+   flat (a job sized to fill the GPU; many frameworks reserve most memory on purpose, e.g. JAX
+   preallocates 75 %, vLLM its `gpu_memory_utilization`) or climbing (see
+   [GpuMemoryExhaustionForecast](#gpumemoryexhaustionforecast)).
+2. Per process: on the node dashboard, sort the *Processes* table by memory. Several users on one
+   GPU → agree who moves; one forgotten process → [GpuProcessIdle](#gpuprocessidle).
+3. Code: if a process holds far more than its tensors need, check `memory_summary()`; call
+   `torch.cuda.empty_cache()` after large temporary allocations, lower the batch size, or set
+   `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` against fragmentation.
+
+If the GPU is filled deliberately by a single dedicated job, silence the alert for that node.
+""",
     )
     horizon = thresholds.LEAK_HORIZON_SECONDS
     time_to_full = RecordingRule(
@@ -77,6 +103,25 @@ def memory_group() -> RuleGroup:
             "and, at that rate, reaches the total in about {{ $value | humanizeDuration }}. A "
             "process is probably leaking (tensors kept alive, a growing cache)."
         ),
+        when=(
+            "the 30m linear trend reaches the total within 1 h, the last 5m alone does too, and "
+            "memory grew > 5 % of the total in 30m; for 10m (value: time until full)"
+        ),
+        live=fires_under("memory-leak/0", only_that_gpu=True),
+        runbook="""\
+**Meaning:** used memory has grown steadily over the last 30 minutes (by more than 5 % of the
+total, and still growing over the last 5 minutes), and at that rate reaches the total within an
+hour. The alert's value is the estimated time until full. **Impact:** a leak: the job will die
+with an out-of-memory error, possibly taking co-located jobs with it.
+
+1. Global: users dashboard → *Memory forecast in 1 h* and *Time until memory is full*.
+2. Per process: node dashboard → *Process memory*: the process whose line only climbs.
+3. Code: record memory history (`torch.cuda.memory._record_memory_history()`), dump a snapshot
+   after a while and look for the growing stack; see the leak causes in the
+   [diagnosis path](#3-inside-the-code-why-it-holds-that-much). Restarting the process buys time.
+
+A model load (one step up) does not trigger it; noise on a flat line does not either.
+""",
     )
     return RuleGroup("gpu-memory", (time_to_full, forecast_ratio, almost_full, forecast))
 
@@ -165,6 +210,29 @@ def idle_group() -> RuleGroup:
             "tiny kernel shows high utilisation but no SM activity), is blocking it for everyone "
             "else."
         ),
+        when=(
+            "> 10 % of a GPU's memory used, activity (15m average; SM activity where the GPU "
+            "reports it, else utilisation: `docs/gpu-activity.md`) < 5 %, for 1h"
+        ),
+        # input-starved's GPU 2 spins one kernel: utilisation 100 %, SM activity < 1 % (GPM).
+        live=fires_under("shared-workstation/2", "kubernetes-node/2", "input-starved/2"),
+        runbook="""\
+**Meaning:** more than 10 % of a GPU's memory is in use, but its activity averaged under 5 % for
+an hour: its SM activity on GPUs with GPM (Hopper and newer), its utilisation on others.
+**Impact:** the GPU is blocked for everybody else while doing nothing.
+
+1. Global: fleet dashboard → "GPUs holding memory while idle".
+2. Per user: users dashboard → *Idle memory by node and user*; per process: node dashboard →
+   *Idle processes* and *Processes* (age, user).
+3. Typical causes: a Jupyter kernel left open, a debugger stopped at a breakpoint, a job hung on
+   a collective (NCCL) or waiting for a dead peer, an inference server with no traffic. Ask the
+   owner; a hung job can be killed (`kill <pid>`; it frees all its GPU memory).
+4. Utilisation high but the alert fires: on a GPU with GPM, a process spinning in a kernel (one
+   thread block polling a flag, a hung synchronisation) keeps utilisation at 100 % with under
+   1 % of the SMs busy. Node dashboard → *Busy but barely working* names the GPU; its
+   processes' per-process utilisation still looks busy (NVML samples per process are "a kernel
+   ran", GPM has no per-process figures), so the per-user idle alerts stay silent for it.
+""",
     )
     # The idle alert's per-GPU average, recorded above, when the windows agree (one window
     # read per GPU instead of three).
@@ -189,6 +257,27 @@ def idle_group() -> RuleGroup:
             f"for {thresholds.STARVED_FOR}: the job waits on the CPU, data loading or I/O, or "
             "feeds the GPU batches too small to fill it."
         ),
+        when=(
+            "processes present, 5 % ≤ activity < 40 % and power < 40 % of the limit (15m averages) "
+            "for 30m"
+        ),
+        live=fires_under("input-starved/0", "shared-workstation/1"),
+        runbook="""\
+**Meaning:** processes hold the GPU and it is not idle, but its activity (SM activity with GPM,
+else utilisation) averaged under 40 % and power under 40 % of the limit for 30 minutes (info).
+**Impact:** the job runs several times slower than the hardware allows: it waits for the CPU,
+the data loader, storage or the network, or feeds the GPU batches too small to fill it.
+
+1. Global: node dashboard → *Utilisation*, *Power vs limit* (power that never rises) and, on
+   GPUs with GPM, *Utilisation vs SM activity*: utilisation may look healthy while the kernels
+   fill a few SMs (small batches, a launch-bound loop).
+2. Per process: check the job's CPU usage (`top -p <pid>`, `py-spy top --pid <pid>`); a single
+   core at 100 % is the bottleneck.
+3. Code: profile one training step with the PyTorch profiler (`ProfilerActivity.CPU` and `CUDA`)
+   and look for gaps between kernels; raise `DataLoader(num_workers=…, pin_memory=True,
+   prefetch_factor=…)`, move decoding/augmentation to the GPU, cache the dataset on local disk,
+   increase the batch size.
+""",
     )
     allocated = AlertRule(
         alert="GpuAllocatedIdle",
@@ -205,6 +294,35 @@ def idle_group() -> RuleGroup:
             f"{thresholds.IDLE_UTILIZATION_RATIO:.0%} {ACTIVITY_TEXT}. Nobody else can be "
             "scheduled on it."
         ),
+        when=(
+            "a GPU the kubelet allocated to a pod had no process of that pod, or (allocated to one "
+            "container alone) averaged under 5 % activity over 15m, for 1h"
+        ),
+        # notebook-alice-0's GPU idles; sweep-trial-3 holds a replica of GPU 3 with no process.
+        live=fires_under("kubernetes-node/2", "kubernetes-node/3"),
+        runbook="""\
+**Meaning:** the kubelet allocated a GPU to a pod (`gpu_allocation_info`), and for an hour
+either no process of that pod held memory on the GPU, or the GPU was the pod's alone
+(`sharing="exclusive"`) and its activity (SM activity with GPM, else utilisation) averaged
+under 5 %. **Impact:** the most expensive
+waste on a cluster: the scheduler will not give that GPU to anybody else while the pod runs,
+whatever it does with it.
+
+1. Global: **GPU workloads** dashboard (`uid gpu-exporter-workloads`) → *Allocated but idle*
+   lists namespace, pod, container, node and GPU, and which of the two conditions holds.
+2. No process on the GPU: the pod requested `nvidia.com/gpu` but never touched CUDA (a CPU-only
+   image, a crashed worker inside a still-running pod, an init step waiting on something), or it
+   runs its GPU work in a container whose cgroup the exporter cannot match (check
+   `gpu_process_memory_used_bytes{pod=""}` on that GPU). `kubectl -n <ns> logs <pod> -c <container>`
+   and `kubectl -n <ns> describe pod <pod>` usually say which.
+3. A process but zero utilisation: see [GpuMemoryHeldIdle](#gpumemoryheldidle) (forgotten
+   notebooks, hung collectives, idle inference servers). For notebooks, an idle-culler
+   (JupyterHub's `cull_idle`, Kubeflow's notebook culling) releases the allocation.
+4. Ask the owner to scale the workload down or delete the pod; the allocation ends with the pod.
+
+Shared (time-sliced or MPS) GPUs are only checked for "no process of the pod": their device
+utilisation belongs to every pod sharing them. See `docs/attribution.md` §4.
+""",
     )
     return RuleGroup("gpu-idle", (gpu_idle_record(), gpu_idle, starved, allocated))
 
@@ -231,6 +349,34 @@ def idle_users_group() -> RuleGroup:
             "{{ $labels.user }}) lists the hosts, the node dashboard's Idle processes table (or "
             "gpu-exporter report) the processes; ask the user to stop them or free the memory."
         ),
+        when=(
+            "one alert per user across the fleet: their processes holding > 1 GiB each stayed "
+            "under 5 % utilisation for 15m, on one or more hosts, for 1h (value: the memory they "
+            "hold; the description counts the hosts)"
+        ),
+        live=fires_under("shared-workstation", "kubernetes-node", "slurm-node"),
+        runbook="""\
+**Meaning:** a user's processes, each holding more than 1 GiB on a GPU, stayed under 5 %
+utilisation at every evaluation for 15 minutes, on one host or several, and the user has had
+such memory somewhere for an hour. The value is the memory they hold together across the fleet;
+the description says on how many hosts. **Impact:** as above, but you know who.
+
+There is one alert per user across the whole fleet (per scrape job and cluster), never one per
+host or per process: a lab whose notebooks idle on a hundred nodes raises one alert per user, not
+thousands, and every active alert costs Prometheus a template expansion per evaluation
+(`docs/scale.md`). The `user` label routes it to that user (see [Routing at fleet
+scale](#routing-at-fleet-scale)). Which hosts: users dashboard → pick the user → *Idle memory by
+node and user*. Which processes: node dashboard → *Idle processes* (pid, name, memory, age), or
+`gpu-exporter report` for the history. Contact the user named in the alert (on Kubernetes: the
+pod's owner). If the process is a notebook, restarting its kernel frees the memory;
+`torch.cuda.empty_cache()` frees only the cache, not the CUDA context or live tensors. Without
+host PID access the user shows as `unknown`: see the [diagnosis
+path](#2-per-process-who-holds-it).
+
+Each host's processes must have idled for 15 minutes to count, but the hour is the user's, not
+a host's: a user who always leaves some notebook idle somewhere for an hour is alerted even if
+no single host idled that long. That is the intended nudge.
+""",
     )
     user_idle = AlertRule(
         alert="GpuUserMemoryIdle",
@@ -252,6 +398,20 @@ def idle_users_group() -> RuleGroup:
             f"utilisation for {thresholds.IDLE_FOR}. The users dashboard (user {{{{ $labels.user "
             "}}) lists the hosts."
         ),
+        when=(
+            "one alert per user across the fleet: on some host the user holds > 4 GiB and none of "
+            "their processes there exceeded 5 % in 15m, for 1h"
+        ),
+        live=fires_under("shared-workstation", "kubernetes-node"),
+        runbook="""\
+**Meaning:** on one or more hosts, a user holds more than 4 GiB of GPU memory and none of their
+GPU processes there exceeded 5 % utilisation at any evaluation of the last 15 minutes, for an
+hour (info); one alert per user across the fleet, the value being the memory on those hosts.
+Useful for fair-share reminders on shared workstations. Users dashboard → filter by the user;
+*Idle memory by node and user*, then the node dashboard's *Idle processes*. When
+[GpuProcessIdle](#gpuprocessidle) fires for the same user, route this one away (see
+[Routing at fleet scale](#routing-at-fleet-scale)).
+""",
     )
     return RuleGroup("gpu-idle-users", (*user_idle_records(), process_idle, user_idle))
 
@@ -270,6 +430,16 @@ def thermal_group() -> RuleGroup:
             f"{num(thresholds.TEMPERATURE_WARNING_CELSIUS)} °C for "
             f"{thresholds.TEMPERATURE_WARNING_FOR}). Check fans, airflow and the room's cooling."
         ),
+        when="> 80 °C for 5m",
+        live=fires_under("overheating/2", only_that_gpu=True),
+        runbook="""\
+**Meaning:** GPU core temperature above 80 °C for 5 minutes. **Impact:** close to the point where
+the GPU slows its clocks; sustained heat shortens its life.
+
+Check the node dashboard's *Temperature* and *Clocks* panels, then the hardware: fan speed
+(`gpu_fan_speed_ratio`, or `nvidia-smi -q -d TEMPERATURE,PERFORMANCE`), blocked airflow, a
+failed chassis fan, the room's cooling, neighbours in the same chassis running hot as well.
+""",
     )
     critical = AlertRule(
         alert="GpuTemperatureCritical",
@@ -282,6 +452,13 @@ def thermal_group() -> RuleGroup:
             f"{num(thresholds.TEMPERATURE_CRITICAL_CELSIUS)} °C for "
             f"{thresholds.TEMPERATURE_CRITICAL_FOR}); it is throttling hard and may shut down."
         ),
+        when="> 90 °C for 2m",
+        live=fires_under("overheating/2", only_that_gpu=True),
+        runbook="""\
+**Meaning:** above 90 °C for 2 minutes. **Impact:** the GPU throttles hard and can shut down or
+crash the job (Xid errors in `dmesg`). Move the work off the GPU now, then fix cooling as for
+[GpuTemperatureHigh](#gputemperaturehigh).
+""",
     )
     throttle = metrics.THROTTLE_ACTIVE
     thermal = AlertRule(
@@ -294,6 +471,13 @@ def thermal_group() -> RuleGroup:
             f"{GPU_TEXT} reports clock event reason {{{{ $labels.reason }}}} for "
             f"{thresholds.THROTTLE_FOR}: it runs slower than it could until it cools down."
         ),
+        when="`sw_thermal_slowdown` / `hw_thermal_slowdown` active for 5m",
+        live=fires_under("overheating/2", only_that_gpu=True),
+        runbook="""\
+**Meaning:** the driver reports `sw_thermal_slowdown` or `hw_thermal_slowdown` for 5 minutes:
+the GPU lowers its clocks because it is too hot. Node dashboard → *Throttle reasons active*,
+*Clocks*, *Temperature*. Fix the cooling; `nvidia-smi -q -d PERFORMANCE` lists the active reasons.
+""",
     )
     hardware = AlertRule(
         alert="GpuHardwareSlowdown",
@@ -306,6 +490,14 @@ def thermal_group() -> RuleGroup:
             "halves its clocks because of an external power brake, a power-supply problem "
             "or overheating."
         ),
+        when="`hw_slowdown` / `hw_power_brake_slowdown` active for 5m",
+        live=fires_under("overheating/2", only_that_gpu=True),
+        runbook="""\
+**Meaning:** `hw_slowdown` or `hw_power_brake_slowdown` active for 5 minutes: the board halves its
+clocks because of overheating or an external power-brake signal (power supply, system
+firmware). Check `dmesg` for Xid errors, power supplies and the BMC event log; if it persists on
+a cool GPU, open a hardware ticket.
+""",
     )
     power_cap = AlertRule(
         alert="GpuPowerCapped",
@@ -318,6 +510,14 @@ def thermal_group() -> RuleGroup:
             f"{thresholds.POWER_CAP_FOR}. Normal for heavy jobs; if the limit was lowered, raise "
             "it."
         ),
+        when="`sw_power_cap` active for 30m",
+        # bob's training job keeps the RTX 4090 at its power limit (an info alert after 30m).
+        live=fires_under("shared-workstation/0", only_that_gpu=True),
+        runbook="""\
+**Meaning:** `sw_power_cap` active for 30 minutes (info): the GPU runs at its power limit. Normal
+for heavy jobs. If the limit was lowered (`gpu_power_limit_watts` below the model's default,
+`nvidia-smi -q -d POWER`), raise it with `nvidia-smi -pl <watts>` if your power budget allows.
+""",
     )
     return RuleGroup("gpu-thermal", (high, critical, thermal, hardware, power_cap))
 
@@ -335,6 +535,19 @@ def health_group() -> RuleGroup:
             f"{GPU_TEXT} does not answer NVML (lost, needs a reset, or hung) for "
             f"{thresholds.GPU_DOWN_FOR}. The other GPUs of the host still report."
         ),
+        when="`gpu_up == 0` for 2m",
+        live=fires_under("gpu-failure/3", only_that_gpu=True),
+        runbook="""\
+**Meaning:** the exporter reaches the host but this GPU does not answer NVML (`gpu_up 0`) for 2
+minutes: lost ("GPU is lost"), needs a reset, or a call hung. The other GPUs keep reporting.
+A hung call shows in the exporter's `/readyz` (`hung_gpus`: index and seconds) and as
+`gpu_exporter_errors_total{kind="gpu_timeout"}` (once per hang); the exporter does not ask that
+GPU again until the call returns, and then reports it without a restart.
+
+Check `nvidia-smi` on the node and `dmesg | grep -i xid` (Xid 79: fallen off the bus; 48/63/64:
+memory errors). Drain the node's jobs from that GPU; `nvidia-smi -r -i <index>` (no processes
+on it) or a reboot usually brings it back. Repeated losses: hardware ticket.
+""",
     )
     missing = AlertRule(
         alert="GpuMissing",
@@ -351,6 +564,15 @@ def health_group() -> RuleGroup:
             f"sees it. Resolves by itself {thresholds.GPU_MISSING_LOOKBACK} after a deliberate "
             "removal."
         ),
+        when="a GPU seen in the last 1h is no longer exported while its exporter is up, for 5m",
+        live=not_live("the simulator cannot remove a GPU it reported before"),
+        runbook="""\
+**Meaning:** a GPU the exporter reported during the last hour is no longer reported at all, while
+the exporter itself answers: the driver no longer enumerates it (fell off the bus), or the
+exporter lost its NVML source. Check `nvidia-smi -L` and `lspci | grep -i nvidia` on the node, and
+[GpuExporterSourceDown](#gpuexportersourcedown). After a deliberate removal the alert resolves by
+itself an hour later.
+""",
     )
     ecc = AlertRule(
         alert="GpuEccUncorrectedErrors",
@@ -362,6 +584,17 @@ def health_group() -> RuleGroup:
             f"{GPU_TEXT} counted {{{{ $value | humanize }}}} uncorrected ECC errors in the last "
             f"{thresholds.ECC_WINDOW}: data was lost. Drain the GPU and reset it."
         ),
+        when="uncorrected ECC errors increased in the last 15m",
+        live=fires_under("gpu-failure/1", only_that_gpu=True),
+        runbook="""\
+**Meaning:** the GPU's volatile uncorrected ECC counter grew in the last 15 minutes. **Impact:**
+data in GPU memory was corrupted: results of jobs running there may be wrong.
+
+Drain the GPU (cordon the node on Kubernetes), check `nvidia-smi -q -d ECC,PAGE_RETIREMENT` (or
+row remapping on A100/H100: `nvidia-smi -q -d ROW_REMAPPER`) and reset the GPU so pending
+retirements/remaps take effect. Recurring errors: replace the GPU. A driver reload resets the
+counter; that is not reported as new errors.
+""",
     )
     return RuleGroup("gpu-health", (down, missing, ecc))
 
@@ -378,6 +611,14 @@ def exporter_group() -> RuleGroup:
             "Target " + HOST_TEXT + " of job {{ $labels.job }} has been down for "
             f"{thresholds.EXPORTER_DOWN_FOR}: no GPU data or GPU alerts for that host."
         ),
+        when="`up == 0` for a job matching `.*gpu-exporter.*`, for 5m",
+        live=fires_under("down"),
+        runbook="""\
+**Meaning:** Prometheus could not scrape a gpu-exporter target (`up == 0`) for 5 minutes; no GPU
+data and no GPU alerts for that host. Only jobs whose name matches `.*gpu-exporter.*` are watched
+(`EXPORTER_JOB_REGEX`). Check the pod/container (`kubectl logs`, `docker logs`), that port 9477 is
+reachable from Prometheus, and the exporter's `/healthz`.
+""",
     )
     source_down = AlertRule(
         alert="GpuExporterSourceDown",
@@ -389,6 +630,15 @@ def exporter_group() -> RuleGroup:
             "The {{ $labels.source }} source of " + HOST_TEXT + " is down (NVML missing "
             f"or failing) for {thresholds.SOURCE_DOWN_FOR}; the exporter keeps retrying."
         ),
+        when="`gpu_exporter_source_up == 0` (NVML down) for 5m",
+        live=not_live("the simulated source never fails to start"),
+        runbook="""\
+**Meaning:** the exporter runs but its data source is down (`gpu_exporter_source_up 0`): NVML is
+missing or failing to initialise (driver not loaded, `libnvidia-ml.so` not mounted in the
+container, driver/library mismatch after an upgrade). The exporter retries with backoff; its
+`/readyz` and log say why. In containers check the NVIDIA runtime (`NVIDIA_VISIBLE_DEVICES=all`,
+`--gpus all` / `runtimeClassName: nvidia`).
+""",
     )
     failing = AlertRule(
         alert="GpuExporterCollectionFailing",
@@ -400,6 +650,13 @@ def exporter_group() -> RuleGroup:
             "Collections on " + HOST_TEXT + " have not read every GPU without error for "
             f"{thresholds.COLLECTION_FAILING_FOR}; see gpu_exporter_errors_total by kind."
         ),
+        when="`gpu_exporter_collection_success == 0` for 10m",
+        live=fires_under("gpu-failure"),
+        runbook="""\
+**Meaning:** for 10 minutes the exporter's collections did not read every GPU without error
+(`gpu_exporter_collection_success 0`). Often accompanies [GpuDown](#gpudown); otherwise look at
+the health dashboard's *Errors by kind* and the exporter log.
+""",
     )
     stale = AlertRule(
         alert="GpuExporterDataStale",
@@ -411,6 +668,14 @@ def exporter_group() -> RuleGroup:
             "The data " + HOST_TEXT + " serves is {{ $value | humanizeDuration }} old: "
             "collections hang or fail and the last good snapshot is repeated."
         ),
+        when="`gpu_exporter_data_age_seconds > 60` for 5m",
+        live=not_live("simulated collections never hang"),
+        runbook="""\
+**Meaning:** the data the exporter serves is more than 60 s old for 5 minutes: collections hang
+(an NVML call stuck in the driver) and the last good snapshot is repeated. Health dashboard →
+*Data age*, *Collection duration*. A hung driver often needs the GPU reset or the node rebooted;
+restarting the exporter alone does not help if NVML itself hangs.
+""",
     )
     errors = AlertRule(
         alert="GpuExporterErrors",
@@ -425,6 +690,20 @@ def exporter_group() -> RuleGroup:
             HOST_TEXT + " counted {{ $value | humanize }} errors of kind "
             f"{{{{ $labels.kind }}}} in the last {thresholds.ERRORS_WINDOW}."
         ),
+        when="more than 10 errors of one kind in 15m",
+        live=fires_under("gpu-failure"),
+        runbook="""\
+**Meaning:** more than 10 collection errors of one kind in 15 minutes (info). Kinds:
+`gpu_lost`, `nvml_call`, `garbled_process_entry`, `collection_timeout`, `gpu_timeout` (one GPU's
+call hung; see [GpuDown](#gpudown)), `process_utilization_sample` (an unreadable per-process
+utilisation sample, skipped), `source_init`, `owner_lookup` (a process exited between the GPU's
+process list and the `/proc` lookup: harmless in small numbers), `pod_resources` (failed
+PodResources polls), `container_name` (a Docker or Podman file that exists but cannot be read),
+`passwd_file` (the `--passwd-file` cannot be read: users show as numeric uids until it can),
+`web_config` (a changed `--web.config.file` failed to load: the previous one stays in force),
+`torch_stats_file` (a rejected PyTorch statistics file).
+Health dashboard → *Errors by kind*; the exporter log has the details.
+""",
     )
     pod_resources = AlertRule(
         alert="GpuExporterPodResourcesFailing",
@@ -437,6 +716,22 @@ def exporter_group() -> RuleGroup:
             f"{thresholds.POD_RESOURCES_FAILING_FOR} (see gpu_exporter_pod_resources_status): "
             "gpu_allocation_info is missing and GpuAllocatedIdle cannot fire there."
         ),
+        when="`gpu_exporter_pod_resources_up == 0` (the kubelet's allocations unreadable) for 10m",
+        live=not_live("the simulated kubelet always answers"),
+        runbook="""\
+**Meaning:** for 10 minutes the exporter could not read the kubelet's PodResources API
+(`gpu_exporter_pod_resources_up 0`), so `gpu_allocation_info` is missing and
+[GpuAllocatedIdle](#gpuallocatedidle) cannot fire. `gpu_exporter_pod_resources_status` says why:
+
+- `socket_missing`: `/var/lib/kubelet/pod-resources` is not mounted, or the kubelet uses another
+  `--root-dir` (set the chart's `kubernetes.podResources.directory`);
+- `permission_denied`: the exporter does not run as uid 0 (the socket is root-only);
+- `unavailable`, `timeout`: the kubelet is down, restarting or overloaded;
+- `too_large`: the answer exceeded `--kubernetes.pod-resources-max-bytes` (raise it; at most
+  256 MiB);
+- `rejected`: the kubelet's rate limit (another client calls it very often);
+- `unimplemented`: a kubelet older than 1.20 (no v1 API).
+""",
     )
     return RuleGroup("gpu-exporter", (exporter_down, source_down, failing, stale, errors,
                                       pod_resources))
@@ -484,6 +779,28 @@ def torch_group() -> RuleGroup:
             "node dashboard's row Inside the processes shows which one, with its tensors, cache "
             "and context."
         ),
+        when="a user's PyTorch processes on a host raised an out-of-memory error in the last 10m",
+        live=fires_under("torch-memory-pressure"),
+        runbook="""\
+**Meaning:** PyTorch raised `torch.cuda.OutOfMemoryError` in a process of the named user on that
+host in the last 10 minutes (the exporter's per-user counter `gpu_user_torch_ooms_total` rose, or
+a user's first publishing process on a GPU already counted one). The counter keeps the OOMs of
+processes that have since exited, so a job that died of its OOM still fires; one alert per user
+and host, never one per process. Programs often catch it (skip the batch, halve it, retry) and
+run on, so the job may look healthy from outside. Needs the publisher in the process and
+`--collector.torch`. **Impact:** lost or retried work; a job that catches OOMs in a loop makes
+little progress.
+
+1. Global: was the GPU full (fleet and node dashboards, memory used vs total)? Another process
+   on the same GPU may have grown ([GpuMemoryAlmostFull](#gpumemoryalmostfull)).
+2. Per process: node dashboard → *PyTorch allocator per process* (column *OOMs 1h*) names the
+   process; *Process memory split*: tensors near the top means the work
+   needs more memory than the GPU has left; a large cache or context of *other* processes
+   means a neighbour is holding it; peak allocated shows how high the last step reached.
+3. Code: [3b](#3b-then-inside-the-code-profiler-and-memory-snapshots): attach the OOM observer
+   and dump a snapshot at the failing step; reduce the batch or sequence length, use activation
+   checkpointing or mixed precision.
+""",
     )
     retries = AlertRule(
         alert="GpuProcessTorchAllocRetries",
@@ -498,6 +815,24 @@ def torch_group() -> RuleGroup:
             "frees the allocator's cache and synchronises (slow steps), and the next failure is an "
             "out-of-memory error. Fragmentation (inactive split bytes) or a GPU shared too tightly."
         ),
+        when="more than 3 allocation retries (cache flushes) in 15m, for 20m",
+        live=fires_under("torch-memory-pressure"),
+        runbook="""\
+**Meaning:** for 20 minutes, the processes of the named user on that host needed more than 3
+allocation retries per 15 minutes together (*Retries 1h* in the node dashboard's table names
+the process): `cudaMalloc` failed, PyTorch freed its whole cache (synchronising the device) and
+tried again, and succeeded. **Impact:** slow, jittery steps; memory is at the edge, so the next
+failure is an out-of-memory error ([GpuProcessTorchOutOfMemory](#gpuprocesstorchoutofmemory)).
+
+1. Node dashboard → *Process memory split* and *Fragmentation*: inactive split bytes high
+   relative to reserved means fragmentation (varying tensor sizes: variable sequence lengths,
+   dynamic shapes); set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` (or
+   `max_split_size_mb:<N>` on old versions) and restart the job.
+2. Otherwise the GPU is simply too full: other processes' memory (node dashboard, *Processes*)
+   or this process's own peak; lower the batch, or move a neighbour.
+3. Confirm inside the code with `torch.cuda.memory_summary()` (*num_alloc_retries*) and a
+   memory snapshot ([3b](#3b-then-inside-the-code-profiler-and-memory-snapshots)).
+""",
     )
     return RuleGroup("gpu-torch", (
         RecordingRule(TORCH_NEW_OOMS,

@@ -14,13 +14,12 @@ from grafana_foundation_sdk.builders import dashboard
 from dashboards import panels, variables
 from dashboards.promql import num, sel_record
 from dashboards.variables import HOST_USER
-from exporter import thresholds
-from exporter.report import records
+from exporter.catalogue import records, thresholds
 
 UID = "gpu-exporter-efficiency"
 _RANGE = "[$__range]"
-#: Per-minute records -> range totals (seconds or byte-seconds).
-_PER = f" * {records.INTERVAL_SECONDS}"
+#: Per-minute records -> range totals in hours: GPU-hours and GiB-hours, as the report counts.
+_GPU_HOURS = f" * {records.INTERVAL_SECONDS} / 3600"
 _GIB_HOURS = f" * {records.INTERVAL_SECONDS} / {num(thresholds.GIB)} / 3600"
 _KWH = f" * {records.INTERVAL_SECONDS} / 3600000"
 USED_STEPS = panels.steps(("red", None), ("orange", 0.25), ("green", 0.6))
@@ -44,12 +43,13 @@ def _summary(grid: panels.Layout) -> None:
     held = _total(user, records.HELD_GPUS, HOST_USER, "")
     used = _total(user, records.USED_GPUS, HOST_USER, "")
     for title, description, unit, expr, colour_steps in (
-        ("GPU time held", "GPU time held by processes over the range (GPU-seconds: a GPU "
-         "held for a day shows 1 day).", "s", f"{held}{_PER}", None),
-        ("GPU time used", "GPU time the processes' kernels actually ran (SM utilisation).", "s",
-         f"{used}{_PER}", None),
-        ("GPU time held idle", "GPU time of GPUs that idled while processes held them.", "s",
-         f"{_total(user, records.IDLE_GPUS, HOST_USER, '')}{_PER}", None),
+        ("GPU-hours held", "GPU time held by processes over the range, in GPU-hours (a GPU "
+         "held for a day: 24).", panels.GPU_HOURS, f"{held}{_GPU_HOURS}", None),
+        ("GPU-hours used", "GPU time the processes' kernels actually ran (SM utilisation), in "
+         "GPU-hours.", panels.GPU_HOURS, f"{used}{_GPU_HOURS}", None),
+        ("GPU-hours held idle", "GPU time of GPUs that idled while processes held them, in "
+         "GPU-hours.", panels.GPU_HOURS,
+         f"{_total(user, records.IDLE_GPUS, HOST_USER, '')}{_GPU_HOURS}", None),
         ("Used / held", "Share of the GPU time held that was used.", "percentunit",
          f"{used} / {held}", USED_STEPS),
         ("GiB-hours held idle", "Memory held by idle processes over the range, in GiB-hours.",
@@ -68,9 +68,9 @@ def _by(grid: panels.Layout, title: str, level: records.Level, matchers: str, by
     idle = _total(level, records.IDLE_GPUS, matchers, by)
     idle_memory = _total(level, records.IDLE_MEMORY, matchers, by)
     columns = [
-        panels.Column("Held idle", f"{idle}{_PER}", "s"),
-        panels.Column("Held", f"{held}{_PER}", "s"),
-        panels.Column("Used", f"{used}{_PER}", "s"),
+        panels.Column("Idle GPU-hours", f"{idle}{_GPU_HOURS}", panels.GPU_HOURS),
+        panels.Column("Held GPU-hours", f"{held}{_GPU_HOURS}", panels.GPU_HOURS),
+        panels.Column("Used GPU-hours", f"{used}{_GPU_HOURS}", panels.GPU_HOURS),
         panels.Column("Used / held", f"{used} / {held}", "percentunit", USED_STEPS),
         panels.Column("Idle GiB-hours", f"{idle_memory}{_GIB_HOURS}", "short"),
     ]
@@ -78,8 +78,9 @@ def _by(grid: panels.Layout, title: str, level: records.Level, matchers: str, by
         energy_total = _total(level, records.POWER, matchers, by)
         columns.append(panels.Column("kWh", f"{energy_total}{_KWH}", "short"))
     grid.add(panels.table_panel(
-        title, "GPU time held idle, held and used over the range, and memory held idle. "
-        + ACCOUNTING, columns, sort_by="Held idle",
+        title, "GPU-hours held idle, held and used over the range, and memory held idle "
+        "(GiB-hours), as gpu-exporter report counts them. " + ACCOUNTING, columns,
+        sort_by="Idle GPU-hours",
     ), 12, 8)
 
 

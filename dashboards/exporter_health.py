@@ -8,7 +8,7 @@ from dashboards import panels, recording, variables
 from dashboards.fleet import COUNT_BAD, COUNT_WARN
 from dashboards.promql import count_or_zero, sel, sel_record
 from dashboards.variables import HOST
-from exporter import metrics, thresholds
+from exporter.catalogue import metrics, thresholds
 
 UID = "gpu-exporter-health"
 STALE = (("green", None), ("red", thresholds.DATA_STALE_SECONDS))

@@ -10,7 +10,7 @@ from grafana_foundation_sdk.builders import dashboard, prometheus, timeseries
 
 from dashboards import alerts, panels, recording, variables
 from dashboards.promql import count_or_zero, num, sel_record, with_hostname
-from exporter import thresholds
+from exporter.catalogue import thresholds
 
 UID = "gpu-exporter-fleet"
 

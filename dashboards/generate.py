@@ -5,8 +5,8 @@ Usage (from the repository root)::
     python -m dashboards.generate            # rewrite whatever is out of date
     python -m dashboards.generate --check    # exit 1 if a committed file differs (CI runs it)
 
-Derived files, all from the metric rows (``exporter.metrics``), the flags
-(``exporter.config``) and the thresholds (``exporter.thresholds``):
+Derived files, all from the metric rows (``exporter.catalogue.metrics``), the flags
+(``exporter.config``) and the thresholds (``exporter.catalogue.thresholds``):
 
 - ``README.md``: the metric and flag tables between their ``BEGIN``/``END`` markers, and
   ``docs/gpu-activity.md``: its map of GPM rows to dcgm-exporter fields;
@@ -34,6 +34,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
 from dashboards import (
     accounting,
+    alert_docs,
     alerts,
     efficiency,
     exporter_health,
@@ -46,8 +47,8 @@ from dashboards import (
     xids,
 )
 from dashboards.golden import golden_files
-from exporter.docs import DocsError, render_activity_doc, render_readme
-from exporter.report import records
+from exporter.catalogue import records
+from exporter.docs import DOCS, DocsError, render, render_parts
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -63,9 +64,11 @@ DASHBOARDS: dict[str, Callable[[], dashboard.Dashboard]] = {
 ALERTS_FILE = "gpu-exporter-alerts.yaml"
 RECORDING_FILE = "gpu-exporter-recording.yaml"
 ACCOUNTING_FILE = records.RULE_FILE
-README = "README.md"
-ACTIVITY_DOC = "docs/gpu-activity.md"
 RUNBOOK = f"dashboards/runbooks/{rules.RUNBOOK_FILE}"
+#: dashboards/README.md, whose alert table follows from the rules.
+ALERTS_README = "dashboards/README.md"
+#: The hand-written files the generator fills in (between their BEGIN/END markers).
+TEMPLATES = (*DOCS, ALERTS_README, RUNBOOK)
 #: The alert rules without annotations, which the behaviour rule tests load (``rule_files``).
 BEHAVIOUR_RULES = f"dashboards/rules/tests/rules/{ALERTS_FILE}"
 #: Where the chart keeps its copies: generated folder -> chart folder.
@@ -103,9 +106,12 @@ def outputs(root: Path) -> dict[str, str]:
                 files[copy + rel.removeprefix(source)] = text
     files[BEHAVIOUR_RULES] = rules.render(alerts.groups(), "alerts.py", annotations=False)
     files.update(golden_files())
-    files[README] = render_readme((root / README).read_text(encoding="utf-8"))
-    files[ACTIVITY_DOC] = render_activity_doc((root / ACTIVITY_DOC).read_text(encoding="utf-8"))
-    files[RUNBOOK] = xids.render_runbook((root / RUNBOOK).read_text(encoding="utf-8"))
+    for doc in DOCS:
+        files[doc] = render(doc, (root / doc).read_text(encoding="utf-8"))
+    files[RUNBOOK] = render_parts((root / RUNBOOK).read_text(encoding="utf-8"), {
+        "ALERT SECTIONS": alert_docs.runbook_sections(), "XID TABLE": xids.markdown_table()})
+    files[ALERTS_README] = render_parts((root / ALERTS_README).read_text(encoding="utf-8"),
+                                        {"ALERTS TABLE": alert_docs.alerts_table()})
     return files
 
 

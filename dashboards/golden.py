@@ -14,10 +14,11 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from exporter.attribution.accounting import IdleAccounting
 from exporter.attribution.torchtotals import TorchUserTotals
-from exporter.attribution.workloads import KUBERNETES, WorkloadLabels
+from exporter.attribution.workloads import WorkloadLabels
+from exporter.catalogue.metrics import SWITCHABLE_GROUPS, Group
+from exporter.catalogue.workloads import KUBERNETES
 from exporter.exposition.collector import snapshot_families
 from exporter.exposition.encode import Encoder
-from exporter.metrics import SWITCHABLE_GROUPS, Group
 from exporter.sources.simulated.scenario import list_presets, load_scenario
 from exporter.sources.simulated.source import SimulatedSource
 from exporter.state import ExpositionOptions

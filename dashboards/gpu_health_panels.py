@@ -18,7 +18,7 @@ from dashboards.panels import (
     timeseries_panel,
 )
 from dashboards.promql import count_or_zero, sel
-from exporter import metrics, thresholds
+from exporter.catalogue import metrics, thresholds
 
 COUNT_WARN: tuple[Step, ...] = (("green", None), ("orange", 1.0))
 
@@ -94,7 +94,8 @@ def node_health_rows(grid: Layout, matchers: str) -> None:
 
 def node_mig_rows(grid: Layout, matchers: str) -> None:
     """The node dashboard's MIG row: each instance's profile, memory, processes and users."""
-    grid.row("MIG instances")
+    # Collapsed: only GPUs in MIG mode have these series.
+    grid.row("MIG instances", collapsed=True)
     mig_info = sel(metrics.MIG_INFO, matchers)
     grid.add(table_panel(
         "MIG devices", "Each MIG device on the selected GPUs: GPU instance (dcgm-exporter's "

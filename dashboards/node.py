@@ -10,9 +10,8 @@ from dashboards.activity_panels import node_activity_rows
 from dashboards.fleet import MEMORY_STEPS, TEMPERATURE_STEPS, temperature_graph
 from dashboards.gpu_health_panels import GPU_LEGEND, node_health_rows, node_mig_rows
 from dashboards.promql import NOT_OVERFLOW, idle_process_filter, num, seconds, sel
-from exporter import metrics, thresholds
-from exporter.metrics import allocator
-from exporter.report import records
+from exporter.catalogue import metrics, records, thresholds
+from exporter.catalogue.metrics import allocator
 
 UID = "gpu-exporter-node"
 HOST_GPU = f"{variables.HOST}, {variables.GPU}"
@@ -221,7 +220,8 @@ def _forgotten(grid: panels.Layout) -> None:
 
 def _inside(grid: panels.Layout) -> None:
     """PyTorch's own figures for processes that publish them (gpu_exporter_torch)."""
-    grid.row("Inside the processes (PyTorch allocator)")
+    # Collapsed: only processes running the publisher have these series.
+    grid.row("Inside the processes (PyTorch allocator)", collapsed=True)
     proc = f"{HOST_GPU}, {NOT_OVERFLOW}"
     allocated, reserved = sel(allocator.TORCH_ALLOCATED, proc), sel(allocator.TORCH_RESERVED, proc)
     overhead = sel(allocator.TORCH_DRIVER_OVERHEAD, proc)

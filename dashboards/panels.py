@@ -23,10 +23,12 @@ DATASOURCE = common_model.DataSourceRef(type_val="prometheus", uid="${datasource
 GPU_LEGEND = "GPU {{gpu}}"
 MIG_INSTANCE_LEGEND = f"{GPU_LEGEND} GI {{{{gpu_instance}}}} {{{{gpu_profile}}}}"
 MIG_DEVICE_LEGEND = f"{GPU_LEGEND} GI {{{{gpu_instance}}}}/CI {{{{compute_instance}}}}"
-#: Units the dashboards may use (Grafana unit ids).
+#: GPU time in hours, as gpu-exporter report shows it (Grafana's "h" unit turns 48 into "2 day").
+GPU_HOURS = "suffix: GPU-h"
+#: Units the dashboards may use (Grafana unit ids, and our custom GPU_HOURS).
 UNITS = frozenset(
     {"bytes", "binBps", "percentunit", "celsius", "watt", "hertz", "s", "short", "none",
-     "dateTimeAsIso"}
+     "dateTimeAsIso", GPU_HOURS}
 )
 
 Step = tuple[str, float | None]
@@ -283,7 +285,9 @@ def table_panel(
 class Layout:
     """Places panels left to right on Grafana's 24-column grid, starting a new line when full.
 
-    ``row`` starts a titled row; ids are assigned 1, 2, 3 ... in placement order.
+    ``row`` starts a titled row; ids are assigned 1, 2, 3 ... in placement order. The panels of
+    a collapsed row sit inside it (Grafana's model) at the places they take once it is
+    expanded; Grafana moves the rows below up while it is collapsed.
     """
 
     board: dashboard.Dashboard
@@ -292,18 +296,21 @@ class Layout:
     _line_height: int = 0
     _next_id: int = 1
     _titles: list[str] = field(default_factory=list)
+    _collapsed: dashboard_model.RowPanel | None = None
 
     def _newline(self) -> None:
         self._y += self._line_height
         self._x, self._line_height = 0, 0
 
-    def row(self, title: str) -> Layout:
-        """Start a full-width row titled ``title`` below everything placed so far."""
+    def row(self, title: str, *, collapsed: bool = False) -> Layout:
+        """Start a full-width row titled ``title`` below everything placed so far; a
+        ``collapsed`` row (for data only some nodes have) holds the panels added after it."""
         self._newline()
-        self.board.with_row(
-            dashboard.Row(title).id(self._take_id())
-            .grid_pos(dashboard_model.GridPos(h=1, w=24, x=0, y=self._y))
-        )
+        row = (dashboard.Row(title).id(self._take_id())
+               .grid_pos(dashboard_model.GridPos(h=1, w=24, x=0, y=self._y))
+               .collapsed(collapsed).build())
+        self.board.with_row(_BuiltRow(row))
+        self._collapsed = row if collapsed else None
         self._y += 1
         return self
 
@@ -321,7 +328,10 @@ class Layout:
         built = panel.build()
         built.id_val = self._take_id()
         built.grid_pos = dashboard_model.GridPos(h=height, w=width, x=self._x, y=self._y)
-        self.board.with_panel(_Built(built))
+        if self._collapsed is not None:
+            self._collapsed.panels.append(built)
+        else:
+            self.board.with_panel(_Built(built))
         self._x += width
         self._line_height = max(self._line_height, height)
         return self
@@ -340,3 +350,14 @@ class _Built(cogbuilder.Builder[dashboard_model.Panel]):
 
     def build(self) -> dashboard_model.Panel:
         return self._panel
+
+
+class _BuiltRow(cogbuilder.Builder[dashboard_model.RowPanel]):
+    """Hands an already built row to ``Dashboard.with_row`` (a collapsed one gets its panels
+    later)."""
+
+    def __init__(self, row: dashboard_model.RowPanel) -> None:
+        self._row = row
+
+    def build(self) -> dashboard_model.RowPanel:
+        return self._row

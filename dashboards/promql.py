@@ -1,11 +1,12 @@
 """PromQL building blocks shared by the rules and the dashboards.
 
-Metric names are taken from the rows in ``exporter.metrics`` only; this module never types one.
+Metric names are taken from the rows in ``exporter.catalogue.metrics`` only; this module never
+types one.
 """
 
 from __future__ import annotations
 
-from exporter import metrics
+from exporter.catalogue import metrics
 
 #: Labels a per-GPU series carries beyond the target's own (job, instance, node, ...).
 GPU_LABELS = ", ".join(metrics.GPU_LABELS)

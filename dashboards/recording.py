@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dashboards.promql import HOSTNAME_RECORD, owned, sel
 from dashboards.rules import RecordingRule, RuleGroup
-from exporter import metrics
-from exporter.attribution.workloads import KINDS, WorkloadKind, every_kind
+from exporter.catalogue import metrics
+from exporter.catalogue.workloads import KINDS, WorkloadKind, label_names
 
 _GPU = ", ".join(metrics.GPU_LABELS)
 used, total = metrics.MEMORY_USED.name, metrics.MEMORY_TOTAL.name
@@ -96,7 +96,7 @@ def workload_memory_rules(kind: WorkloadKind) -> tuple[RecordingRule, ...]:
     keys, memory = kind.group_by, metrics.WORKLOAD_MEMORY.name
     if not keys:
         return ()
-    others = [label for label in every_kind().names if label not in keys]
+    others = [label for label in label_names(KINDS) if label not in keys]
     record = f"{'_'.join(keys)}:{memory}:sum"
     selector = sel(metrics.WORKLOAD_MEMORY, f'{keys[-1]}!=""')
     rules = [RecordingRule(record, f"sum without ({', '.join([_GPU, *others])}) ({selector})")]

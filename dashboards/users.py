@@ -14,7 +14,7 @@ from dashboards.promql import (
     with_hostname,
 )
 from dashboards.variables import HOST_USER
-from exporter import metrics, thresholds
+from exporter.catalogue import metrics, thresholds
 
 UID = "gpu-exporter-users"
 # Fleet-wide views read per-(host, user) and per-host records: one series per user and node.

@@ -13,8 +13,8 @@ from grafana_foundation_sdk.models import dashboard as dashboard_model
 
 from dashboards.panels import DATASOURCE
 from dashboards.promql import sel, sel_record
-from exporter import metrics
-from exporter.attribution.workloads import KINDS
+from exporter.catalogue import metrics
+from exporter.catalogue.workloads import KINDS
 
 JOB = 'job=~"$job"'
 INSTANCE = 'instance=~"$instance"'

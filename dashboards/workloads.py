@@ -24,7 +24,7 @@ from dashboards.panels import (
 )
 from dashboards.promql import allocated_idle, count_or_zero, owned, sel, sel_record
 from dashboards.variables import HOST
-from exporter import metrics, thresholds
+from exporter.catalogue import metrics, thresholds
 
 UID = "gpu-exporter-workloads"
 NAMESPACE = 'namespace=~"$namespace"'

@@ -10,7 +10,6 @@ RESET_GPU / RESTART_BM / CONTACT_SUPPORT / IGNORE) and the legacy Xid table's ca
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from enum import Enum
 
@@ -133,18 +132,3 @@ def markdown_table() -> str:
              for x in XIDS]
     return "\n".join(rows)
 
-
-_TABLE = re.compile(r"(^<!-- BEGIN XID TABLE[^\n]*-->\n)(.*?)(^<!-- END XID TABLE -->$)",
-                    re.MULTILINE | re.DOTALL)
-
-
-def render_runbook(text: str) -> str:
-    """The runbook ``text`` with its XID table (between the BEGIN/END XID TABLE markers) current.
-
-    Raises:
-        ValueError: the marker pair is missing or repeated.
-    """
-    if len(_TABLE.findall(text)) != 1:
-        raise ValueError("the runbook needs one '<!-- BEGIN XID TABLE ... -->' ... "
-                         "'<!-- END XID TABLE -->' pair")
-    return _TABLE.sub(lambda m: m.group(1) + markdown_table() + "\n" + m.group(3), text)

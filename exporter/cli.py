@@ -26,11 +26,11 @@ from exporter.attribution.owners import OwnerResolver, ProcfsError, check_procfs
 from exporter.attribution.passwd import PasswdFileError, check_passwd_file
 from exporter.attribution.passwd import request_reload as request_passwd_reload
 from exporter.attribution.torchtotals import TorchUserTotals
-from exporter.attribution.workloads import KUBERNETES
+from exporter.catalogue.metrics import Group
+from exporter.catalogue.workloads import KUBERNETES
 from exporter.config import Config, ConfigError, build_parser, resolve, unknown_env
 from exporter.logs import setup_logging
 from exporter.memory import release_free_heap, tune_malloc
-from exporter.metrics import Group
 from exporter.scheduler import Scheduler
 from exporter.signals import Stopping, StopRequest, install_stop_handler
 from exporter.sources.base import Source

@@ -1,7 +1,7 @@
 """Flags and environment variables -> ``Config``.
 
 Every flag is declared once in ``FLAGS`` (name, kind, default, help); argparse, the
-``GPU_EXPORTER_<FLAG>`` environment variables and the README's flag table are all built from it.
+``GPU_EXPORTER_<FLAG>`` environment variables and docs/flags.md's table are all built from it.
 Precedence: command-line flag, then environment variable, then default.
 
 Each flag's value is read by a parser of ``exporter.values``, and every number (a count, a
@@ -20,14 +20,15 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from exporter import __version__
-from exporter.attribution.defaults import (
+from exporter.attribution.workloads import WorkloadLabels
+from exporter.catalogue.defaults import (
     DEFAULT_DOCKER_ROOT,
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_PODMAN_STORAGE,
     DEFAULT_SOCKET,
 )
-from exporter.attribution.workloads import KINDS, WorkloadLabels
-from exporter.metrics import OPT_IN_GROUPS, SWITCHABLE_GROUPS, Group
+from exporter.catalogue.metrics import OPT_IN_GROUPS, SWITCHABLE_GROUPS, Group
+from exporter.catalogue.workloads import KINDS
 from exporter.sources.simulated import list_presets  # not .scenario: YAML loads lazily
 from exporter.state import ExpositionOptions
 from exporter.values import (
@@ -118,7 +119,7 @@ def _group_flags() -> list[Flag]:
 
 
 def _workload_flags() -> list[Flag]:
-    """``--<kind>`` for every workload kind (``exporter.attribution.workloads``)."""
+    """``--<kind>`` for every workload kind (``exporter.catalogue.workloads``)."""
     return [Flag(name=kind.name, dest=f"workload_{kind.name}", help=kind.help, default=False)
             for kind in KINDS]
 
@@ -404,7 +405,7 @@ def unknown_env(environ: Mapping[str, str]) -> list[str]:
 
 
 def flags_markdown_table() -> str:
-    """The README's flag table, one row per flag."""
+    """docs/flags.md's table, one row per flag."""
     rows = ["| flag | environment variable | default | meaning |", "|---|---|---|---|"]
     for flag in FLAGS:
         name = f"`--[no-]{flag.name}`" if flag.is_bool else f"`--{flag.name}`"

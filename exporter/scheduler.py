@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 from exporter.attribution.enrich import Enricher
-from exporter.metrics import Group
+from exporter.catalogue.metrics import Group
 from exporter.snapshot import GpuReading, Snapshot
 from exporter.sources.base import Source, SourceUnavailable
 from exporter.state import ExporterState

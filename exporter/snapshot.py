@@ -17,13 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
-from typing import TypeAlias
 
+from exporter.catalogue.metrics import SM_ACTIVE, UTILIZATION, Value
 from exporter.frozeninit import slot_init
 from exporter.health import MigDevice, XidKey, XidStat
-
-#: A per-GPU metric's value: a number, or a number per value of the metric's extra label.
-Value: TypeAlias = "float | Mapping[str, float]"
 
 
 class ProcessType(str, Enum):
@@ -50,7 +47,7 @@ class Workload:
     """The workload a process runs in (a Kubernetes pod's container, a Slurm job, a container),
     as its cgroup names it.
 
-    ``kind`` is the name of a workload kind (``exporter.attribution.workloads``); ``labels``
+    ``kind`` is the name of a workload kind (``exporter.catalogue.workloads``); ``labels``
     maps each of that kind's label names to its value ("" where unknown); ``ids`` is what
     else the cgroup named (a pod's UID, a full container ID, the runtime), for the JSON API.
     """
@@ -119,7 +116,7 @@ class GpuIdentity:
 class GpuReading:
     """Everything read from one GPU in one collection.
 
-    ``values`` holds the per-GPU metrics by metric name (``exporter.metrics``, rows with
+    ``values`` holds the per-GPU metrics by metric name (``exporter.catalogue.metrics``, rows with
     ``Scope.GPU``): a number, or for a metric with one extra label a mapping from that label's
     value to a number; ``exporter.attribution.torchtotals`` adds the per-user PyTorch counters
     (user -> count). A metric that was not read (group off, unsupported, failed) is absent.
@@ -147,6 +144,13 @@ class GpuReading:
         """The values of labelled metric ``name`` by label value, or None when absent."""
         found = self.values.get(name)
         return found if isinstance(found, Mapping) else None
+
+
+def gpu_activity(reading: GpuReading) -> float | None:
+    """How busy the GPU really was: SM activity where GPM reports it, else utilisation (None:
+    neither was read). The alerts' recorded activity is the same choice, in PromQL."""
+    found = reading.value(SM_ACTIVE.name)
+    return reading.value(UTILIZATION.name) if found is None else found
 
 
 @dataclass(frozen=True, slots=True)

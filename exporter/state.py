@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from exporter.attribution.workloads import WorkloadLabels
-from exporter.metrics import Group, default_groups
+from exporter.catalogue.metrics import Group, default_groups
 from exporter.snapshot import Snapshot
 
 

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from exporter.attribution.defaults import (
+from exporter.catalogue.defaults import (
     MAX_MESSAGE_BYTES_LIMIT,
     MIN_INTERVAL_SECONDS,
     MIN_MESSAGE_BYTES,

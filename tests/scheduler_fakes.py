@@ -6,8 +6,8 @@ import threading
 import time
 from collections.abc import Mapping
 
-from exporter import metrics
-from exporter.metrics import Group
+from exporter.catalogue import metrics
+from exporter.catalogue.metrics import Group
 from exporter.snapshot import GpuIdentity, GpuReading, Snapshot
 from exporter.sources.base import SourceUnavailable
 

@@ -15,9 +15,9 @@ import pytest
 from fastapi import FastAPI, Query, Request
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import metrics
+from exporter.catalogue import metrics
+from exporter.catalogue.metrics import Group, default_groups
 from exporter.config import Config
-from exporter.metrics import Group, default_groups
 from exporter.scheduler import Backoff, Scheduler
 from exporter.snapshot import GpuProcess, ProcessOwner, ProcessType, Snapshot
 from exporter.web.access import AccessMiddleware, RequestLimits

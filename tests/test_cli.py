@@ -19,9 +19,9 @@ from exporter.attribution.enrich import ProcessEnricher, _Chain
 from exporter.attribution.torchstats import TorchEnricher
 from exporter.attribution.torchtotals import TorchUserTotals
 from exporter.attribution.workloads import select
+from exporter.catalogue.metrics import Group, default_groups
 from exporter.cli import bind, build_enricher, build_source, main, parse_config
 from exporter.config import Config
-from exporter.metrics import Group, default_groups
 from exporter.sources.simulated.scenario import list_presets
 from exporter.values import ListenAddress
 from tests.processes import last_line

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from exporter.attribution.workloads import KUBERNETES
+from exporter.catalogue.metrics import OPT_IN_GROUPS, Group
+from exporter.catalogue.workloads import KUBERNETES
 from exporter.config import (
     FLAGS,
     Config,
@@ -21,7 +22,6 @@ from exporter.config import (
     resolve,
     unknown_env,
 )
-from exporter.metrics import OPT_IN_GROUPS, Group
 from exporter.values import (
     RANGES,
     ListenAddress,

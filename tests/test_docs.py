@@ -1,12 +1,12 @@
-"""README table rendering: replacement between markers, errors (the generator checks the file)."""
+"""Generated doc tables: replacement between markers, errors (the generator checks the files)."""
 
 from __future__ import annotations
 
 import pytest
 
-from exporter import metrics
-from exporter.config import FLAGS
-from exporter.docs import DocsError, render_readme
+from exporter.catalogue import metrics
+from exporter.config import FLAGS, flags_markdown_table
+from exporter.docs import HEADLINE, DocsError, metrics_table, render, render_parts
 
 TEMPLATE = """# Title
 
@@ -24,8 +24,13 @@ outro
 """
 
 
+def _render_both(text: str) -> str:
+    return render_parts(text, {"METRICS TABLE": metrics_table(),
+                               "FLAGS TABLE": flags_markdown_table()})
+
+
 def test_render_fills_both_tables_and_keeps_the_rest() -> None:
-    text = render_readme(TEMPLATE)
+    text = _render_both(TEMPLATE)
     assert "stale metrics" not in text
     for metric in metrics.CATALOGUE:
         assert f"`{metric.name}`" in text
@@ -36,7 +41,7 @@ def test_render_fills_both_tables_and_keeps_the_rest() -> None:
     assert text.index("gpu_memory_used_bytes") < text.index("middle") < text.index(
         "GPU_EXPORTER_WEB_LISTEN_ADDRESS"
     )
-    assert render_readme(text) == text  # idempotent
+    assert _render_both(text) == text  # idempotent
 
 
 @pytest.mark.parametrize(
@@ -49,4 +54,10 @@ def test_render_fills_both_tables_and_keeps_the_rest() -> None:
 )
 def test_missing_or_repeated_markers_raise(broken: str) -> None:
     with pytest.raises(DocsError, match="TABLE"):
-        render_readme(broken)
+        _render_both(broken)
+
+
+def test_the_readme_shows_ten_headline_metrics_and_links_the_full_tables() -> None:
+    text = render("README.md", "<!-- BEGIN HEADLINE TABLE -->\n<!-- END HEADLINE TABLE -->\n")
+    assert len(HEADLINE) == 10
+    assert [line.split("`")[1] for line in text.splitlines()[3:-1]] == [m.name for m in HEADLINE]

@@ -50,8 +50,8 @@ def test_start_up_leaves_out_what_a_scrape_never_needs() -> None:
     # time): each costs resident memory.
     lazy = ("yaml", "exporter.sources.simulated.scenario", "exporter.attribution.kubernetes",
             "exporter.attribution.podresources.client",
-            "exporter.attribution.podresources.allocations",
-            "exporter.attribution.podresources.join", "exporter.attribution.container_names",
+            "exporter.allocations",
+            "exporter.allocations", "exporter.attribution.container_names",
             "exporter.web.page", "exporter.exposition.json_model", "bcrypt", "psutil")
     code = ("import sys, exporter.cli; "
             f"print(','.join(m for m in {lazy!r} if m in sys.modules))")

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from exporter.metrics import Group, default_groups
+from exporter.catalogue.metrics import Group, default_groups
 from exporter.scheduler import Backoff, Scheduler
 from exporter.snapshot import Snapshot
 from tests.scheduler_fakes import FakeClock, FakeSource

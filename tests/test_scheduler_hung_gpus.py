@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from exporter.metrics import Group, default_groups
+from exporter.catalogue.metrics import Group, default_groups
 from exporter.scheduler import Backoff, Scheduler
 from exporter.snapshot import Snapshot
 from tests.scheduler_fakes import FakeSource, make_snapshot

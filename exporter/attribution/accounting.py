@@ -1,6 +1,6 @@
 """Idle accounting: integrate, at every collection, what each user (pod, Slurm job: the
 workloads' ``group_by`` labels) held, idled and used on this host into counters
-(``exporter.metrics.accounting``).
+(``exporter.catalogue.metrics.accounting``).
 
 Recording rules could compute the same from the per-process series, but they would read every
 process series every minute, a cost that grows with processes (docs/scale.md measured it at
@@ -33,18 +33,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from exporter import thresholds
 from exporter.attribution.workloads import WorkloadLabels
-from exporter.metrics import POWER_USAGE, UNKNOWN_VALUE, gpu_activity
-from exporter.metrics.accounting import (
-    ENERGY,
+from exporter.catalogue import thresholds
+from exporter.catalogue.metrics import POWER_USAGE, UNKNOWN_VALUE
+from exporter.catalogue.metrics.accounting import (
+    ATTRIBUTED_ENERGY,
     HELD_GPU_SECONDS,
     HELD_MEMORY_SECONDS,
     IDLE_GPU_SECONDS,
     IDLE_MEMORY_SECONDS,
     USED_GPU_SECONDS,
 )
-from exporter.snapshot import AccountingRow, GpuProcess, GpuReading, Snapshot
+from exporter.snapshot import AccountingRow, GpuProcess, GpuReading, Snapshot, gpu_activity
 
 __all__ = ["FORGET_AFTER_SECONDS", "MAX_GAP_SECONDS", "IdleAccounting"]
 
@@ -71,7 +71,7 @@ class _Row:
                   IDLE_MEMORY_SECONDS.name: self.idle_bytes, IDLE_GPU_SECONDS.name: self.idle_gpus,
                   USED_GPU_SECONDS.name: self.used_gpus}
         if self.energy is not None:
-            totals[ENERGY.name] = self.energy
+            totals[ATTRIBUTED_ENERGY.name] = self.energy
         return AccountingRow(key[0], dict(zip(group_by, key[1:], strict=True)), totals)
 
 

@@ -26,23 +26,14 @@ import threading
 import time
 from collections.abc import Callable
 
-from exporter.attribution.cgroup import CgroupIdentity
-from exporter.attribution.defaults import DEFAULT_DOCKER_ROOT, DEFAULT_PODMAN_STORAGE
+from exporter.catalogue.defaults import DEFAULT_DOCKER_ROOT, DEFAULT_PODMAN_STORAGE
+from exporter.catalogue.workloads import CgroupIdentity, container_labels
 from exporter.files import describe, read_file
 
 log = logging.getLogger(__name__)
 
 #: Kind counted in ``Snapshot.errors`` when a runtime file exists but cannot be read.
 ERROR_KIND = "container_name"
-#: Characters of the ID in the ``container_id`` label (what ``docker ps`` shows).
-SHORT_ID = 12
-
-
-def container_labels(container_id: str, name: str | None) -> dict[str, str]:
-    """The ``container`` and ``container_id`` labels of a container outside Kubernetes."""
-    return {"container": name or "", "container_id": container_id[:SHORT_ID]}
-
-
 class _Unreadable(Exception):
     pass
 

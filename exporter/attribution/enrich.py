@@ -2,7 +2,7 @@
 processes, and the kubelet's GPU allocations, returning a new snapshot.
 
 One step per process: ``OwnerResolver.lookup`` reads ``/proc/<pid>`` once per (pid, start
-time), giving the owner and the cgroup identity (``exporter.attribution.workloads``: which
+time), giving the owner and the cgroup identity (``exporter.catalogue.workloads``: which
 workload kind's path it is and what the path names). For a kind switched on, the kind's label
 resolver names it (``PodResolver``: a pod from the kubelet log tree; ``ContainerNames``: a
 container from its runtime's files), or the path's ids are the label values (a Slurm job).
@@ -32,7 +32,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
 from exporter.attribution.owners import OwnerResolver, OwnerStatus
-from exporter.attribution.workloads import LabelResolver, WorkloadKind
+from exporter.attribution.workloads import LabelResolver, workload
+from exporter.catalogue.workloads import WorkloadKind
 from exporter.snapshot import GpuProcess, GpuReading, PodResourcesHealth, Snapshot
 
 if TYPE_CHECKING:  # imported by the CLI only when switched on
@@ -92,8 +93,8 @@ class ProcessEnricher:
 
     def _with_allocations(self, snapshot: Snapshot) -> Snapshot:
         # Imported here: only a poller (--kubernetes) brings allocations.
+        from exporter.allocations import join_allocations  # noqa: PLC0415
         from exporter.attribution.podresources.client import PollStatus  # noqa: PLC0415
-        from exporter.attribution.podresources.join import join_allocations  # noqa: PLC0415
 
         assert self.allocations is not None
         state = self.allocations.state()
@@ -118,8 +119,8 @@ class ProcessEnricher:
         kind = self.kinds.get(cgroup.kind) if cgroup is not None else None
         if kind is None or cgroup is None or process.workload is not None:
             return replace(process, owner=found.owner) if found.owner is not None else process
-        workload = kind.workload(cgroup, self.resolvers.get(kind.name))
-        return replace(process, owner=found.owner, workload=workload)
+        return replace(process, owner=found.owner,
+                       workload=workload(kind, cgroup, self.resolvers.get(kind.name)))
 
 
 class _Chain:

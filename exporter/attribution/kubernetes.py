@@ -1,8 +1,8 @@
 """Kubernetes names for a cgroup identity, from the kubelet's log tree (no API permission).
 
-The pod UID and container ID come from the process's cgroup (``exporter.attribution.cgroup``,
-read by the owner resolver once per process). Names come from the kubelet's log tree (a
-read-only hostPath mount):
+The pod UID and container ID come from the process's cgroup (parsed by
+``exporter.catalogue.workloads``, read by the owner resolver once per process). Names come
+from the kubelet's log tree (a read-only hostPath mount):
 ``/var/log/containers/<pod>_<namespace>_<container>-<containerid>.log`` (container ID ->
 namespace, pod, container) and ``/var/log/pods/<namespace>_<pod>_<uid>/`` (pod UID ->
 namespace, pod). Kubernetes names cannot contain ``_``, so the split is unambiguous.
@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from exporter.attribution.cgroup import CgroupIdentity
+from exporter.catalogue.workloads import CgroupIdentity
 
 #: Kind counted in ``Snapshot.errors`` when a cgroup file or log directory cannot be read.
 POD_ERROR_KIND = "pod_lookup"

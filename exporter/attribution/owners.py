@@ -1,7 +1,7 @@
 """pid -> owner (uid, user name, process name, start time) and cgroup, from a procfs tree.
 
 This is the one step that reads ``/proc/<pid>``: with ``cgroups=True`` the same lookup also
-reads ``<pid>/cgroup`` (the workload identity, ``exporter.attribution.workloads.identify``),
+reads ``<pid>/cgroup`` (the workload identity, ``exporter.catalogue.workloads.identify``),
 and both are cached together per (pid, start time).
 
 Everything is read from ``<procfs>/<pid>/...`` with a configurable root, so the exporter works
@@ -38,10 +38,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from exporter.attribution.cgroup import CgroupIdentity, read_cgroup
 from exporter.attribution.passwd import PASSWD_ERROR_KIND, PasswdFile
 from exporter.attribution.pidcache import CollectionScoped
-from exporter.attribution.workloads import identify
+from exporter.catalogue.workloads import CgroupIdentity, identify
 from exporter.files import describe, read_file, read_small
 from exporter.snapshot import ProcessOwner
 
@@ -53,6 +52,8 @@ CGROUP_ERROR_KIND = "pod_lookup"
 _CMDLINE_LIMIT = 4096  # bytes; a longer command line is cut (it is opt-in and for display)
 _STATUS_LIMIT = 16384  # Uid: is on line 9; the limit only guards against odd procfs files
 _STARTTIME_INDEX = 19  # field 22 of stat, counted from field 3 (the first after the comm)
+#: Most bytes of a cgroup file read (deeply nested hierarchies stay far below).
+CGROUP_LIMIT = 65536
 
 
 class ProcfsError(ValueError):
@@ -147,6 +148,17 @@ def read_boot_time(procfs: str) -> float:
             if len(fields) == 2 and fields[1].isdigit():
                 return float(int(fields[1]))
     raise ProcfsError(f"procfs {procfs}: {path} has no btime line; is procfs mounted there?")
+
+
+def read_cgroup(procfs: str, pid: int) -> str:
+    """The text of ``<procfs>/<pid>/cgroup`` (at most ``CGROUP_LIMIT`` bytes).
+
+    Raises:
+        OSError: the file cannot be read (FileNotFoundError/ProcessLookupError: the process
+            is gone or not visible).
+    """
+    data = read_small(f"{procfs}/{pid}/cgroup", CGROUP_LIMIT)
+    return data.decode("utf-8", errors="replace")
 
 
 def check_procfs(procfs: str) -> None:

@@ -37,8 +37,8 @@ from exporter.attribution.enrich import SKIPPED_SOURCES, merge_errors
 from exporter.attribution.owners import ProcfsFormatError, parse_stat
 from exporter.attribution.pidcache import CollectionScoped
 from exporter.attribution.torchfile import TorchFile, TorchFileError, parse_document
+from exporter.catalogue.metrics.allocator import PUBLISHED_FIELDS
 from exporter.files import read_file_stat, read_small
-from exporter.metrics.allocator import PUBLISHED_FIELDS
 from exporter.snapshot import GpuProcess, GpuReading, Snapshot
 
 log = logging.getLogger(__name__)
@@ -331,7 +331,7 @@ def _drop(index: dict[tuple[int, int], list[TorchFile]], file: TorchFile | None)
 
 class TorchEnricher:
     """Adds the published allocator figures to the processes of a snapshot (by pid and GPU
-    uuid), as ``GpuProcess.values`` under the ``exporter.metrics.allocator`` row names.
+    uuid), as ``GpuProcess.values`` under the ``exporter.catalogue.metrics.allocator`` row names.
     Processes without a trusted, fresh file are returned as they are. Never raises."""
 
     def __init__(self, reader: TorchStatsReader, *,

@@ -4,7 +4,8 @@ The per-process counters (``gpu_process_torch_ooms_total`` and the retries) vani
 process, and a sum over the live ones drops whenever a process exits, so no rule could turn
 them into a per-user rate without reading every process series. This enrichment keeps, per
 (GPU, user), what exited processes had counted and adds the live processes' counts: a real
-counter that only grows while the exporter runs (``exporter.metrics.allocator.USER_COUNTERS``).
+counter that only grows while the exporter runs
+(``exporter.catalogue.metrics.allocator.USER_COUNTERS``).
 
 - Processes present in the first snapshot count from that moment (what they counted before
   the exporter started is not news); processes that appear later count from zero, so an OOM
@@ -22,8 +23,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from exporter.metrics import UNKNOWN_VALUE, Metric
-from exporter.metrics.allocator import USER_COUNTERS
+from exporter.catalogue.metrics import UNKNOWN_VALUE, Metric
+from exporter.catalogue.metrics.allocator import USER_COUNTERS
 from exporter.snapshot import GpuProcess, Snapshot
 
 __all__ = ["TorchUserTotals"]

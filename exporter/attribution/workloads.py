@@ -1,47 +1,36 @@
-"""Workload kinds: one row per kind of workload a GPU process can run in (a Kubernetes pod, a
-Slurm job, a container), as a metric is one row.
+"""What the workload kinds switched on put on series, and what names their workloads.
 
-A row (``WorkloadKind``) is the one declaration of a kind; everything else follows from it:
+The kinds themselves are rows of ``exporter.catalogue.workloads`` (flag, labels, ``group_by``,
+cgroup-path parser). Here, on the attribution side:
 
-- the ``--<name>`` flag and its ``GPU_EXPORTER_<NAME>`` variable (``exporter.config``);
-- which cgroup paths are its workloads (``match``, a path matcher: ``exporter.attribution.
-  cgroup`` has the built-in ones) and how their label values are found (``resolver``, or the
-  matcher's ids named like the labels);
-- the labels on process series and on the per-workload families (``labels``), and the labels
-  the idle-accounting counters, the per-workload recording rules and the dashboard variables
-  group by (``group_by``).
-
-``KINDS`` is the table, in exposition order: a process series carries the labels of the kinds
-switched on in this order (each name once; ``container`` is shared by pods and plain
-containers). Cgroup paths are matched in the same order, except that ``fallback`` kinds come
-last. ``docs/adding-a-workload-kind.md`` walks through adding one.
-
-``WorkloadLabels`` is what a configuration switched on, computed once (``Config``) and handed
-to enrichment, accounting and exposition.
+- ``WorkloadLabels``: the kinds a configuration switched on and the labels they put on
+  series, computed once (``Config``) and handed to enrichment, accounting and exposition;
+- ``RESOLVERS``: for a kind whose cgroup path gives IDs while its labels are names found
+  elsewhere (a pod's names in the kubelet's log tree, a container's in its runtime's files),
+  what builds its ``LabelResolver`` from the configuration, only when the kind is switched on;
+- ``workload``: the ``Workload`` of a process whose cgroup named a kind's path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import TYPE_CHECKING, Protocol, TypeAlias
+from typing import Protocol, TypeAlias
 
-from exporter.attribution.cgroup import (
+from exporter.catalogue.workloads import (
+    CONTAINERS,
+    KINDS,
+    KUBERNETES,
     CgroupIdentity,
-    Matcher,
-    container_path,
-    kubernetes_path,
-    parse_cgroup,
-    slurm_path,
+    WorkloadKind,
+    group_by_names,
+    label_names,
 )
 from exporter.snapshot import Workload
 
-if TYPE_CHECKING:  # the configuration imports this table (for the flags)
-    from exporter.config import Config
-
-__all__ = ["CONTAINERS", "KINDS", "KUBERNETES", "SLURM", "LabelResolver", "WorkloadKind",
-           "WorkloadLabels", "every_kind", "identify", "select"]
+__all__ = ["RESOLVERS", "LabelResolver", "ResolverSettings", "WorkloadLabels", "every_kind",
+           "select", "workload"]
 
 
 class LabelResolver(Protocol):
@@ -57,91 +46,48 @@ class LabelResolver(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True, eq=False)  # a row is its own identity
-class WorkloadKind:
-    """One kind of workload: the single declaration everything else follows from.
+class ResolverSettings(Protocol):
+    """What the resolvers read of the configuration (``exporter.config.Config`` has it)."""
 
-    ``name`` is the flag (``--<name>``), the ``Workload.kind`` and ``CgroupIdentity.kind`` of
-    its processes. ``labels`` are the label names on process series and per-workload families,
-    in exposition order; ``group_by`` the ones (a subset, most significant first) that keep
-    accounting rows apart, name the per-workload recording rules
-    (``<group_by joined by _>:gpu_workload_memory_used_bytes:sum``) and get dashboard
-    variables; empty: the kind's processes are accounted per user only.
-    ``match`` recognises the kind's cgroup paths; ``resolver`` builds, from the configuration
-    and only when the kind is switched on, what names its labels (None: the matcher's ids under
-    the label names are the values). ``fallback``: matched after every other kind (a container
-    inside a Slurm job belongs to the job).
-    """
-
-    name: str
-    help: str
-    labels: tuple[str, ...]
-    match: Matcher
-    group_by: tuple[str, ...] = ()
-    resolver: Callable[[Config], LabelResolver] | None = None
-    fallback: bool = False
-
-    def __post_init__(self) -> None:
-        if not set(self.group_by) <= set(self.labels):
-            raise ValueError(f"workload kind {self.name}: group_by must be some of its labels")
-
-    def workload(self, identity: CgroupIdentity,
-                 resolver: LabelResolver | None = None) -> Workload:
-        """The ``Workload`` of a process whose cgroup gave ``identity`` (of this kind)."""
-        ids = identity.ids
-        labels = (resolver.labels(identity) if resolver is not None
-                  else {name: ids.get(name, "") for name in self.labels})
-        return Workload(self.name, labels, ids)
+    @property
+    def pod_logs_dir(self) -> str: ...
+    @property
+    def container_logs_dir(self) -> str: ...
+    @property
+    def docker_root(self) -> str: ...
+    @property
+    def podman_storage(self) -> str: ...
 
 
-def _pod_names(config: Config) -> LabelResolver:
+def _pod_names(settings: ResolverSettings) -> LabelResolver:
     from exporter.attribution.kubernetes import PodResolver  # noqa: PLC0415 (only when on)
 
-    return PodResolver(pod_logs_dir=config.pod_logs_dir,
-                       container_logs_dir=config.container_logs_dir)
+    return PodResolver(pod_logs_dir=settings.pod_logs_dir,
+                       container_logs_dir=settings.container_logs_dir)
 
 
-def _container_names(config: Config) -> LabelResolver:
+def _container_names(settings: ResolverSettings) -> LabelResolver:
     from exporter.attribution.container_names import ContainerNames  # noqa: PLC0415
 
-    return ContainerNames(docker_root=config.docker_root or None,
-                          podman_storage=config.podman_storage or None)
+    return ContainerNames(docker_root=settings.docker_root or None,
+                          podman_storage=settings.podman_storage or None)
 
 
-KUBERNETES = WorkloadKind(
-    "kubernetes",
-    "Resolve processes to namespace/pod/container and add those labels.",
-    labels=("namespace", "pod", "container"),
-    match=kubernetes_path,
-    group_by=("namespace", "pod"),
-    resolver=_pod_names,
-)
-CONTAINERS = WorkloadKind(
-    "containers",
-    "Add container and container_id labels for processes in Docker, Podman, containerd or "
-    "CRI-O containers outside Kubernetes.",
-    labels=("container", "container_id"),
-    match=container_path,
-    resolver=_container_names,
-    fallback=True,
-)
-SLURM = WorkloadKind(
-    "slurm",
-    "Add the slurm_job label to per-process series (the job id from the process's cgroup).",
-    labels=("slurm_job",),
-    match=slurm_path,
-    group_by=("slurm_job",),
-)
-
-#: Every workload kind, in exposition order.
-KINDS: tuple[WorkloadKind, ...] = (KUBERNETES, CONTAINERS, SLURM)
+#: The kinds whose labels a resolver names, by kind name: what builds it, when switched on.
+RESOLVERS: dict[str, Callable[[ResolverSettings], LabelResolver]] = {
+    KUBERNETES.name: _pod_names,
+    CONTAINERS.name: _container_names,
+}
 
 
-def identify(text: str) -> CgroupIdentity | None:
-    """The workload that ``/proc/<pid>/cgroup`` text names, of any kind (None: a host
-    process). Never raises."""
-    order = [k for k in KINDS if not k.fallback] + [k for k in KINDS if k.fallback]
-    return parse_cgroup(text, [(kind.name, kind.match) for kind in order])
+def workload(kind: WorkloadKind, identity: CgroupIdentity,
+             resolver: LabelResolver | None = None) -> Workload:
+    """The ``Workload`` of a process whose cgroup gave ``identity`` (of ``kind``): the
+    resolver's labels, or without one the path's ids under the kind's label names."""
+    ids = identity.ids
+    labels = (resolver.labels(identity) if resolver is not None
+              else {name: ids.get(name, "") for name in kind.labels})
+    return Workload(kind.name, labels, ids)
 
 
 def select(*names: str) -> WorkloadLabels:
@@ -155,13 +101,6 @@ def select(*names: str) -> WorkloadLabels:
         if name not in known:
             raise KeyError(name)
     return WorkloadLabels(tuple(kind for kind in KINDS if kind.name in names))
-
-
-def _union(groups: Iterable[Sequence[str]]) -> tuple[str, ...]:
-    names: dict[str, None] = {}
-    for group in groups:
-        names.update(dict.fromkeys(group))
-    return tuple(names)
 
 
 def _get(labels: Mapping[str, str], names: tuple[str, ...]) -> tuple[str, ...]:
@@ -238,8 +177,8 @@ class WorkloadLabels:
     group_values: Projection = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        names = _union(kind.labels for kind in self.kinds)
-        group_by = _union(kind.group_by for kind in self.kinds)
+        names = label_names(self.kinds)
+        group_by = group_by_names(self.kinds)
         for attribute, value in (("names", names), ("group_by", group_by),
                                  ("values", _projection(names, self.kinds)),
                                  ("group_values", _projection(group_by, self.kinds))):
@@ -249,12 +188,12 @@ class WorkloadLabels:
         """True when ``kind`` is switched on."""
         return any(own.name == kind.name for own in self.kinds)
 
-    def resolvers(self, config: Config) -> Mapping[str, LabelResolver]:
+    def resolvers(self, settings: ResolverSettings) -> Mapping[str, LabelResolver]:
         """The label resolvers of the kinds switched on that have one, by kind name."""
-        return {kind.name: kind.resolver(config) for kind in self.kinds
-                if kind.resolver is not None}
+        return {kind.name: RESOLVERS[kind.name](settings) for kind in self.kinds
+                if kind.name in RESOLVERS}
 
 
 def every_kind() -> WorkloadLabels:
-    """The labels of every kind in the table (the catalogue's label lists, the dashboards)."""
+    """Every kind of the table switched on (the golden files' and tests' widest labels)."""
     return WorkloadLabels(KINDS)

@@ -8,8 +8,8 @@ share a series.
 
 from __future__ import annotations
 
+from exporter.catalogue.metrics import ACCOUNTING_ROWS
 from exporter.exposition.families import FamilyData, family
-from exporter.metrics import ACCOUNTING_ROWS
 from exporter.snapshot import Snapshot
 from exporter.state import ExpositionOptions
 

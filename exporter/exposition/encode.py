@@ -34,8 +34,8 @@ from typing import NamedTuple, cast
 from prometheus_client import utils
 from prometheus_client.openmetrics import exposition as openmetrics_exposition
 
+from exporter.catalogue.metrics import Kind, Metric
 from exporter.exposition.families import FamilyData, Row
-from exporter.metrics import Kind, Metric
 
 __all__ = ["EOF", "Encoder", "encode", "escape_label_value", "escaping_of", "format_value"]
 

@@ -1,9 +1,9 @@
 """Metric families as plain data, built fresh from catalogue entries for every snapshot.
 
-Every family's name, type, help and unit comes from its row in ``exporter.metrics``; nothing here
-types a metric name. A ``FamilyData`` is a list of (label values, value) rows; it becomes a
-prometheus_client family with ``to_family()`` (for the collector and the fallback encoder)
-or is encoded directly by ``exporter.exposition.encode`` (the fast path, byte-identical).
+Every family's name, type, help and unit comes from its row in ``exporter.catalogue.metrics``;
+nothing here types a metric name. A ``FamilyData`` is a list of (label values, value) rows; it
+becomes a prometheus_client family with ``to_family()`` (for the collector and the fallback
+encoder) or is encoded directly by ``exporter.exposition.encode`` (the fast path, byte-identical).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.metrics_core import Metric as Family
 
-from exporter.metrics import Kind, Metric
-from exporter.snapshot import GpuIdentity, Value
+from exporter.catalogue.metrics import Kind, Metric, Value
+from exporter.snapshot import GpuIdentity
 
 __all__ = ["Family", "FamilyData", "family", "gpu_label_values"]
 

@@ -1,6 +1,6 @@
 """Per-GPU families: ``gpu_info``/``gpu_up`` and one family per per-GPU row.
 
-The per-GPU rows (``exporter.metrics.GPU_ROWS``) are exposed generically from
+The per-GPU rows (``exporter.catalogue.metrics.GPU_ROWS``) are exposed generically from
 ``GpuReading.values`` (``FamilyData.add_value``: a number becomes one series, a mapping one
 series per value of the row's extra label). An absent value leaves
 its series out (never 0 or NaN). A GPU with ``up=False`` exposes ``gpu_info`` and ``gpu_up 0``
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from exporter import metrics
+from exporter.catalogue import metrics
+from exporter.catalogue.metrics import GPU_ROWS, Group
 from exporter.exposition.families import FamilyData, family, gpu_label_values
-from exporter.metrics import GPU_ROWS, Group
 from exporter.snapshot import Snapshot
 
 __all__ = ["gpu_families"]

@@ -1,11 +1,13 @@
-"""XID and MIG families (rows with ``Scope.XID`` / ``Scope.MIG`` in ``exporter.metrics.health``).
+"""XID and MIG families (rows with ``Scope.XID`` / ``Scope.MIG`` in
+``exporter.catalogue.metrics.health``).
 
 - ``gpu_xid_errors_total`` / ``gpu_last_xid_timestamp_seconds``: per GPU and XID code, summed /
   the latest over MIG instances; ``gpu_mig_xid_errors_total``: the XIDs NVML attributed to a MIG
   device. XID codes are in ascending order.
 - MIG: one ``gpu_mig_instance_info`` and ``gpu_mig_processes`` per MIG device; memory once per
   GPU instance (its compute instances share it); memory per user per MIG device from the GPU's
-  (enriched) process list; GPM activity (``exporter.metrics.activity``) once per GPU instance.
+  (enriched) process list; GPM activity (``exporter.catalogue.metrics.activity``) once per GPU
+  instance.
 
 Only GPUs that answered (``up``) are exposed, as for every per-GPU family.
 """
@@ -14,11 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from exporter import metrics
+from exporter.catalogue import metrics
+from exporter.catalogue.metrics import UNKNOWN_VALUE, Group
+from exporter.catalogue.metrics.activity import PER_INSTANCE
 from exporter.exposition.families import FamilyData, family, gpu_label_values
 from exporter.health import XidStat
-from exporter.metrics import UNKNOWN_VALUE, Group
-from exporter.metrics.activity import PER_INSTANCE
 from exporter.snapshot import GpuReading, Snapshot
 
 __all__ = ["health_families"]

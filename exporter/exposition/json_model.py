@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from exporter.attribution.workloads import KUBERNETES
-from exporter.metrics import GPU_ROWS, PROCESS_ROWS, Group, Metric
+from exporter.catalogue.metrics import GPU_ROWS, PROCESS_ROWS, Group, Metric
+from exporter.catalogue.workloads import KUBERNETES
 from exporter.snapshot import GpuProcess, GpuReading, ProcessType, Workload
 from exporter.state import ExporterState, ExpositionOptions
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from exporter import metrics, thresholds
+from exporter.catalogue import metrics, thresholds
+from exporter.catalogue.metrics import PROCESS_ROWS, Fold, Group, Metric
+from exporter.catalogue.metrics.allocator import USER_COUNTERS
 from exporter.exposition.families import FamilyData, family, gpu_label_values
-from exporter.metrics import PROCESS_ROWS, Fold, Group, Metric
-from exporter.metrics.allocator import USER_COUNTERS
 from exporter.snapshot import GpuProcess, GpuReading, Snapshot
 from exporter.state import ExpositionOptions
 

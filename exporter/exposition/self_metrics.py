@@ -12,7 +12,7 @@ from functools import lru_cache
 from importlib import metadata
 
 import exporter
-from exporter import metrics
+from exporter.catalogue import metrics
 from exporter.exposition.families import FamilyData, family
 from exporter.snapshot import Snapshot
 from exporter.state import ExporterState

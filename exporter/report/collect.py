@@ -14,8 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from exporter import metrics, thresholds
-from exporter.report import records
+from exporter.catalogue import metrics, records, thresholds
 from exporter.report.client import PrometheusClient, ReportError, Sample
 from exporter.report.model import Day, ProcessRow, Report, Row, Usage
 from exporter.report.timerange import TimeRange, chunks, iso

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from exporter.report import records
+from exporter.catalogue import records
 from exporter.report.model import GIB, HOUR, ProcessRow, Report, Row, Usage
 from exporter.report.timerange import format_duration, iso
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from exporter.metrics.core import Group
+from exporter.catalogue.metrics.core import Group
 from exporter.snapshot import Snapshot
 
 

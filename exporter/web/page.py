@@ -12,18 +12,17 @@ from functools import lru_cache
 from importlib import resources
 from string import Template
 
-from exporter import thresholds
-from exporter.metrics import (
+from exporter.catalogue import thresholds
+from exporter.catalogue.metrics import (
     MEMORY_USED,
     POWER_LIMIT,
     POWER_USAGE,
     TEMPERATURE,
     UTILIZATION,
-    gpu_activity,
 )
-from exporter.metrics.process import last_active_seconds
+from exporter.catalogue.metrics.process import last_active_seconds
 from exporter.report.timerange import format_duration
-from exporter.snapshot import GpuProcess, GpuReading
+from exporter.snapshot import GpuProcess, GpuReading, gpu_activity
 from exporter.state import ExporterState
 
 __all__ = ["TOP_PROCESSES", "render_landing"]
@@ -79,7 +78,7 @@ def _hints(gpu: GpuReading) -> str:
 def _gpu_row(gpu: GpuReading) -> str:
     ident = gpu.identity
     label = f"{ident.index}"
-    name = f'{_e(ident.name)}<br><small>{_e(ident.uuid)}</small>'
+    name = f'{_e(ident.name)}<br><small class="uuid">{_e(ident.uuid)}</small>'
     if not gpu.up:
         error = _e(gpu.error or "not answering")
         return (
@@ -120,25 +119,38 @@ def _idle_for(process: GpuProcess, now: float) -> str:
     return "active" if idle < ACTIVE_WITHIN_SECONDS else format_duration(idle)
 
 
-def _process_row(gpu: GpuReading, process: GpuProcess, now: float) -> str:
+def _pod(process: GpuProcess) -> str:
+    """``namespace/pod`` of a process in a Kubernetes pod, else empty."""
+    labels = process.workload.labels if process.workload is not None else {}
+    return f"{labels.get('namespace') or '?'}/{labels['pod']}" if labels.get("pod") else ""
+
+
+def _process_row(gpu: GpuReading, process: GpuProcess, now: float, with_pod: bool) -> str:
     owner = process.owner
     user = owner.user if owner is not None else "unknown"
     name = owner.name if owner is not None else "unknown"
-    labels = process.workload.labels if process.workload is not None else {}
-    pod = f"{labels.get('namespace') or '?'}/{labels['pod']}" if labels.get("pod") else ""
+    pod = f"<td>{_e(_pod(process))}</td>" if with_pod else ""
     return (
         f"<tr><td>{gpu.identity.index}</td><td>{process.pid}</td><td>{_e(user)}</td>"
-        f"<td>{_e(name)}</td><td>{_e(pod)}</td>"
+        f"<td>{_e(name)}</td>{pod}"
         f'<td class="num">{_gib(process.used_memory_bytes)}</td>'
         f'<td class="num">{_pct(process.sm_utilization_ratio)}</td>'
         f'<td class="num idle">{_e(_idle_for(process, now))}</td></tr>'
     )
 
 
-def _top_processes(gpus: tuple[GpuReading, ...], now: float) -> list[str]:
+def _process_table(gpus: tuple[GpuReading, ...], now: float) -> tuple[str, list[str]]:
+    """The header and rows of the top processes; the Pod column only when one of them is in a
+    pod (a workstation has none)."""
     pairs = [(gpu, p) for gpu in gpus if gpu.up for p in gpu.processes]
     pairs.sort(key=lambda pair: pair[1].used_memory_bytes or 0, reverse=True)
-    return [_process_row(gpu, p, now) for gpu, p in pairs[:TOP_PROCESSES]]
+    top = pairs[:TOP_PROCESSES]
+    with_pod = any(_pod(p) for _, p in top)
+    columns = ["GPU", "PID", "User", "Process", *(["Pod"] if with_pod else []), "Memory",
+               "SM utilisation", "Idle for"]
+    header = "".join(f"<th>{column}</th>" for column in columns)
+    rows = [_process_row(gpu, p, now, with_pod) for gpu, p in top]
+    return header, rows or [f'<tr><td colspan="{len(columns)}">No processes.</td></tr>']
 
 
 def render_landing(
@@ -166,8 +178,7 @@ def render_landing(
     elif state.stale:
         notice = '<p class="notice">Stale data: the latest collection did not finish in time.</p>'
     gpu_rows = [_gpu_row(g) for g in gpus] or ['<tr><td colspan="8">No GPUs.</td></tr>']
-    process_rows = (_top_processes(gpus, snap.taken_at)
-                    or ['<tr><td colspan="8">No processes.</td></tr>'])
+    process_header, process_rows = _process_table(gpus, snap.taken_at)
     driver = snap.driver_version or "n/a"
     if snap.cuda_driver_version:
         driver += f" (CUDA {snap.cuda_driver_version})"
@@ -190,6 +201,7 @@ def render_landing(
         data_age=_e(f"{state.data_age_seconds:.1f} s" + (" (stale)" if state.stale else "")),
         notice=notice,
         gpu_rows="\n".join(gpu_rows),
+        process_header=process_header,
         process_rows="\n".join(process_rows),
         rendered_at=_e(rendered),
         refresh_note=refresh_note,

@@ -5,10 +5,9 @@ context; a changed file, a rotated certificate or a SIGHUP is loaded into that s
 between requests, so new handshakes use it without a restart.
 
 A reload fails closed: the file is read once, and a file that cannot be read, is empty or
-only comments (at start that means no settings, as in Go exporters), is invalid, or drops an
-authentication without saying so explicitly (an editor's truncate-then-write, a copy caught
-half-way) leaves the last good config in force, with one error line and
-``gpu_exporter_web_config_last_reload_successful`` at 0.
+only comments, is invalid, or drops an authentication without saying so explicitly (an
+editor's truncate-then-write, a copy caught half-way) leaves the last good config in force,
+with one error line and ``gpu_exporter_web_config_last_reload_successful`` at 0.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from typing import Any
 
 from exporter.web.webconfig import (
     NO_CLIENT_CERT,
-    REQUEST,
     REQUIRE_AND_VERIFY,
     REQUIRE_ANY,
     VERIFY_IF_GIVEN,
@@ -40,10 +38,15 @@ __all__ = ["WebConfigWatcher", "authentication_dropped"]
 log = logging.getLogger(__name__)
 
 _Signature = tuple[tuple[str, int, int, int], ...]
-#: How much each client-certificate policy checks: nothing (a certificate asked for or not),
-#: a certificate verified when given or required unverified, required and verified.
-_CLIENT_AUTH_STRENGTH = {NO_CLIENT_CERT: 0, REQUEST: 0, VERIFY_IF_GIVEN: 1, REQUIRE_ANY: 1,
-                         REQUIRE_AND_VERIFY: 2}
+#: The client-certificate policies that require a certificate, and those that verify its chain:
+#: a reload that leaves either set checks less (the two are not one scale).
+_REQUIRES_CERTIFICATE = frozenset({REQUIRE_ANY, REQUIRE_AND_VERIFY})
+_VERIFIES_CERTIFICATE = frozenset({VERIFY_IF_GIVEN, REQUIRE_AND_VERIFY})
+
+
+def _checks_less(old: TlsConfig, new: TlsConfig) -> bool:
+    return any(old.client_auth in kind and new.client_auth not in kind
+               for kind in (_REQUIRES_CERTIFICATE, _VERIFIES_CERTIFICATE))
 
 
 def _signature(paths: tuple[str, ...]) -> _Signature:
@@ -64,8 +67,9 @@ def authentication_dropped(old: WebConfig, new: WebConfig, data: Mapping[str, An
     Any prefix of a valid file can parse as a valid file with fewer settings (the
     ``basic_auth_users:`` line without its users), so a weaker config must name what it
     removes: ``basic_auth_users: {}``, an explicit ``client_auth_type``. No prefix of a file
-    yields those unless the file has them. No value says "any verified certificate" (an
-    empty ``client_allowed_sans`` refuses every client), so dropping the list takes a restart.
+    yields those unless the file has them. The format has no explicit "any SAN" (an empty
+    ``client_allowed_sans`` refuses every client, as in Go), so dropping the SAN list under the
+    same ``client_auth_type`` needs a restart; a file that names another policy may drop it.
     """
     if old.users and not new.users and data.get("basic_auth_users") != {}:
         return ("basic_auth_users: the file has no users now; authentication is only "
@@ -73,14 +77,14 @@ def authentication_dropped(old: WebConfig, new: WebConfig, data: Mapping[str, An
     if old.tls is None or new.tls is None:
         return None  # TLS on or off: refused by the watcher (a restart)
     tls = data.get("tls_server_config") or {}
-    if (_CLIENT_AUTH_STRENGTH[new.tls.client_auth] < _CLIENT_AUTH_STRENGTH[old.tls.client_auth]
-            and "client_auth_type" not in tls):
+    if _checks_less(old.tls, new.tls) and "client_auth_type" not in tls:
         return ("tls_server_config: the file checks client certificates less now; that "
                 "takes an explicit client_auth_type")
     if (old.tls.client_allowed_sans and not new.tls.client_allowed_sans
-            and new.tls.client_auth in (REQUIRE_ANY, REQUIRE_AND_VERIFY)):
-        return ("tls_server_config.client_allowed_sans: the file has none now; accepting "
-                "any client certificate again takes a restart")
+            and new.tls.client_auth == old.tls.client_auth != NO_CLIENT_CERT):
+        return ("tls_server_config.client_allowed_sans: the file has none now; any certificate "
+                "would be accepted, so removing the list takes a restart (or another "
+                "client_auth_type)")
     return None
 
 
@@ -163,9 +167,6 @@ class WebConfigWatcher:
         self._signature = signature  # taken before the read: a later change is seen
         try:
             document = read_web_config(path)  # the one read of this reload
-            if document.empty:
-                raise WebConfigError(f"{path} has no settings (empty, or only comments): being "
-                                     "rewritten? (write {} for a web config with none)")
             config = parse_web_config(document.data, path, document.warnings)
             refusal = authentication_dropped(self.current, config, document.data)
             if refusal is not None:

@@ -533,20 +533,18 @@ class WebConfigDocument:
 
     data: dict[str, Any]
     info: os.stat_result
-    warnings: tuple[str, ...]  # about the file itself (its mode, its emptiness)
-    empty: bool  # no document at all: an empty file, only comments, a lone ``null``
+    warnings: tuple[str, ...]  # about the file itself (its mode)
 
 
 def read_web_config(path: str) -> WebConfigDocument:
     """Read the file at ``path`` once and parse its YAML (not validated yet).
 
-    A document with no settings (an empty file, only comments, a lone ``null``) means no
-    settings, as in Go exporters, with a warning; ``empty`` says so, for the reload, which
-    refuses it (a file caught half-written, or truncated by an editor, must never read as
-    "no authentication"; ``{}`` is the explicit config with no settings).
+    A document with no settings (an empty file, only comments, a lone ``null``) is refused:
+    a file caught half-written, or truncated by an editor, must never read as "no
+    authentication". ``{}`` is the explicit config with no settings.
 
     Raises:
-        WebConfigError: unreadable or not YAML.
+        WebConfigError: unreadable, not YAML, or empty.
     """
     try:
         raw, info = read_file_stat(path, MAX_CONFIG_BYTES)
@@ -562,25 +560,22 @@ def read_web_config(path: str) -> WebConfigDocument:
         raise WebConfigError(f"{path}: not UTF-8 text") from None
     except YamlLimitError as exc:
         raise WebConfigError(f"{path}: {exc}") from None
+    if data is None:
+        raise WebConfigError(f"{path} has no settings (empty, or only comments); write {{}} "
+                             "for a web config with none")
     duplicate = _duplicate_key(text)  # within the bounds just checked
     if duplicate is not None:
         raise WebConfigError(f"{path}: {duplicate}")
-    warnings: tuple[str, ...] = ()
-    if _writable_by_others(info):
-        warnings += (f"{path} is writable by every user, who can then turn authentication off "
-                     "(chmod o-w it)",)
-    if data is None:
-        warnings += (f"{path} has no settings (empty, or only comments): plain HTTP without "
-                     "authentication; write {} to say so",)
-    return WebConfigDocument(_mapping(data, "web config", None), info, warnings,
-                             empty=data is None)
+    warnings = ((f"{path} is writable by every user, who can then turn authentication off "
+                 "(chmod o-w it)",) if _writable_by_others(info) else ())
+    return WebConfigDocument(_mapping(data, "web config", None), info, warnings)
 
 
 def load_web_config(path: str) -> WebConfig:
     """Read and validate the file at ``path``.
 
     Raises:
-        WebConfigError: unreadable, not YAML, or invalid (one line naming the key).
+        WebConfigError: unreadable, not YAML, empty, or invalid (one line naming the key).
     """
     document = read_web_config(path)
     return parse_web_config(document.data, path, document.warnings)

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 import pynvml  # noqa: E402
 
-from exporter import metrics  # noqa: E402
+from exporter.catalogue import metrics  # noqa: E402
 from exporter.sources.nvml.gpm import plan  # noqa: E402
 from scripts.gpu.probes import scrape, stop, wait_ready  # noqa: E402
 from scripts.gpu.results import check, save  # noqa: E402

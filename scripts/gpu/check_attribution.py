@@ -44,8 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from exporter.attribution.cgroup import CgroupIdentity  # noqa: E402
-from exporter.attribution.workloads import identify  # noqa: E402
+from exporter.catalogue.workloads import CgroupIdentity, identify  # noqa: E402
 from scripts.gpu.results import RESULTS, check  # noqa: E402
 
 POD_UID = "3f1e2d4c-5b6a-4798-8a9b-0c1d2e3f4a5b"

@@ -33,8 +33,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from exporter import metrics  # noqa: E402
-from exporter.metrics import accounting  # noqa: E402
+from exporter.catalogue import metrics  # noqa: E402
+from exporter.catalogue.metrics import accounting  # noqa: E402
 from scripts.gpu.probes import ensure_user, get, scrape, sh, smi_apps, stop, wait_ready  # noqa: E402
 from scripts.gpu.results import check, save  # noqa: E402
 

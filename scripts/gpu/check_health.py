@@ -145,7 +145,7 @@ def _timed_block(nvml: ModuleType, watch_events: bool, groups: frozenset[Any], c
 
 
 def check_scrape_cost(nvml: ModuleType, iterations: int, wait_ms: int) -> dict[str, Any]:
-    from exporter.metrics import Group, default_groups  # noqa: PLC0415
+    from exporter.catalogue.metrics import Group, default_groups  # noqa: PLC0415
 
     groups = default_groups()
     blocks = 10
@@ -233,8 +233,8 @@ def check_sigterm(wait_ms: int, fake: bool) -> dict[str, Any]:
 
 # --- 4. memory health, 5. MIG -----------------------------------------------------------------
 def check_memory_and_mig(nvml: ModuleType) -> dict[str, Any]:
-    from exporter import metrics  # noqa: PLC0415
-    from exporter.metrics import Group  # noqa: PLC0415
+    from exporter.catalogue import metrics  # noqa: PLC0415
+    from exporter.catalogue.metrics import Group  # noqa: PLC0415
     from exporter.sources.nvml.source import NvmlSource  # noqa: PLC0415
 
     source = NvmlSource(hostname="check", nvml=nvml, watch_events=False)

@@ -46,8 +46,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from exporter.metrics import allocator as rows  # noqa: E402
-from exporter.metrics.process import PROCESS_MEMORY  # noqa: E402
+from exporter.catalogue.metrics import allocator as rows  # noqa: E402
+from exporter.catalogue.metrics.process import PROCESS_MEMORY  # noqa: E402
 from scripts.gpu.probes import ensure_user, scrape, smi_apps, stop, wait_ready  # noqa: E402
 from scripts.gpu.results import check, save  # noqa: E402
 
@@ -265,12 +265,12 @@ def run_checks(args: argparse.Namespace, workdir: Path, result: dict[str, Any],
     result["nvidia_smi_apps"] = apps
     result["metrics"] = {k: [(s.labels, s.value) for s in v] for k, v in series.items()
                          if k.startswith("gpu_process")}
-    for name in [PROCESS_MEMORY.name, *(row.name for row in rows.ROWS)]:
+    for name in [PROCESS_MEMORY.name, *(row.name for row in rows.TORCH_ROWS)]:
         for sample in series.get(name, []):
             print(f"  {name}{sample.labels} {sample.value}", flush=True)
     for w in (a, b):
         compare_worker(series, w, w.ask("report"), apps)
-    torch_series_of_c = [row.name for row in rows.ROWS if value(series, row.name, c.pid)
+    torch_series_of_c = [row.name for row in rows.TORCH_ROWS if value(series, row.name, c.pid)
                          is not None]
     check("C (no publisher): process series as before, no allocator series",
           value(series, PROCESS_MEMORY.name, c.pid) is not None and not torch_series_of_c,
@@ -298,7 +298,7 @@ def run_checks(args: argparse.Namespace, workdir: Path, result: dict[str, Any],
     b.proc.wait(timeout=60)
     check("B's series vanish after it exits", wait_for(
         lambda: all(value(scrape(base), row.name, b.pid) is None for row in
-                    (*rows.ROWS, PROCESS_MEMORY)), 30))
+                    (*rows.TORCH_ROWS, PROCESS_MEMORY)), 30))
     check(f"B's OOM stays in {user_oom}{{user={user_b}}} after B exits",
           user_total(scrape(base), user_oom, user_b) == 1,
           f"{user_total(scrape(base), user_oom, user_b)}")

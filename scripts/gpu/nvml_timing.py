@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import pynvml
 
-from exporter.metrics import SWITCHABLE_GROUPS, Group, default_groups
+from exporter.catalogue.metrics import SWITCHABLE_GROUPS, Group, default_groups
 from exporter.sources.nvml.gpm import plan
 from exporter.sources.nvml.source import NvmlSource
 

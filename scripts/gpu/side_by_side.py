@@ -193,7 +193,7 @@ def raw_collector() -> Callable[[], object]:
 
 def gpu_exporter_collector() -> Callable[[], object]:
     """gpu-exporter's NVML source reading its default fields."""
-    from exporter.metrics import default_groups  # noqa: PLC0415
+    from exporter.catalogue.metrics import default_groups  # noqa: PLC0415
     from exporter.sources.nvml.source import NvmlSource  # noqa: PLC0415
 
     source = NvmlSource(hostname="side-by-side")

@@ -7,22 +7,22 @@ from dataclasses import replace
 
 import pytest
 
-from exporter import metrics, thresholds
 from exporter.attribution.accounting import (
     FORGET_AFTER_SECONDS,
     MAX_GAP_SECONDS,
     IdleAccounting,
 )
 from exporter.attribution.workloads import select
+from exporter.catalogue import metrics, thresholds
+from exporter.catalogue.metrics import accounting as counters
 from exporter.exposition import snapshot_families
-from exporter.metrics import accounting as counters
 from exporter.snapshot import AccountingRow, GpuProcess, GpuReading, Snapshot, Workload
 from exporter.state import ExpositionOptions
 from tests.exposition import factory
 
 HELD, HELD_GPUS = counters.HELD_MEMORY_SECONDS.name, counters.HELD_GPU_SECONDS.name
 IDLE, IDLE_GPUS = counters.IDLE_MEMORY_SECONDS.name, counters.IDLE_GPU_SECONDS.name
-USED, ENERGY = counters.USED_GPU_SECONDS.name, counters.ENERGY.name
+USED, ENERGY = counters.USED_GPU_SECONDS.name, counters.ATTRIBUTED_ENERGY.name
 
 
 def process(pid: int, user: str, memory: int | None, utilization: float | None, *,
@@ -143,7 +143,7 @@ def test_exposed_as_counters_with_the_labels_switched_on() -> None:
     plain = {f.metric.name: f for f in snapshot_families(base, ExpositionOptions())}
     assert plain[HELD].labels == ("user",)
     assert plain[HELD].rows == [(("alice",), 5.0)]
-    assert counters.ENERGY.name not in plain  # no total, no family
+    assert counters.ATTRIBUTED_ENERGY.name not in plain  # no total, no family
     labelled = {f.metric.name: f for f in snapshot_families(
         base, ExpositionOptions(workload_labels=select("kubernetes", "slurm")))}
     assert labelled[IDLE].rows == [(("alice", "ml", "nb-0", "77"), 1.0)]

@@ -1,12 +1,11 @@
-"""Tests for exporter.attribution.cgroup: one parser for Kubernetes, Slurm and container layouts,
-through the workload kinds' matchers (``exporter.attribution.workloads.identify``)."""
+"""The workload kinds' cgroup-path parsers (``exporter.catalogue.workloads``): Kubernetes, Slurm
+and container layouts, through ``identify``."""
 
 from __future__ import annotations
 
 import pytest
 
-from exporter.attribution.cgroup import CgroupIdentity
-from exporter.attribution.workloads import identify
+from exporter.catalogue.workloads import CONTAINERS, KINDS, KUBERNETES, CgroupIdentity, identify
 from tests.fixtures.cgroup_layouts import CASES, pod, slurm
 from tests.fixtures.cgroups import CID_A, UID_A, UID_B
 
@@ -16,11 +15,14 @@ def test_parse_cgroup(text: str, expected: CgroupIdentity | None) -> None:
     assert identify(text) == expected
 
 
-def test_every_layout_in_the_docs_has_a_fixture() -> None:
-    kinds = {(o.kind, o.ids.get("runtime")) for _, _, o in CASES if o is not None}
-    assert {("slurm", None), ("containers", "docker"), ("containers", "podman"),
-            ("containers", "containerd"), ("containers", "cri-o"), ("kubernetes", "containerd"),
-            ("kubernetes", "cri-o"), ("kubernetes", "docker"), ("kubernetes", None)} <= kinds
+def test_every_kind_and_runtime_has_a_fixture() -> None:
+    found = {(o.kind, o.ids.get("runtime")) for _, _, o in CASES if o is not None}
+    assert {kind.name for kind in KINDS} <= {kind for kind, _ in found}
+    # The runtimes each kind of container names (Kubernetes: also a bare cgroupfs ID).
+    assert {(CONTAINERS.name, runtime) for runtime in ("docker", "podman", "containerd",
+                                                        "cri-o")} <= found
+    assert {(KUBERNETES.name, runtime) for runtime in ("docker", "containerd", "cri-o",
+                                                        None)} <= found
 
 
 def test_kubernetes_wins_over_an_inner_runtime_scope_and_other_pods_are_not_mixed() -> None:

@@ -13,7 +13,7 @@ from exporter.attribution import owners
 from exporter.attribution.enrich import ProcessEnricher, merge_errors
 from exporter.attribution.kubernetes import PodResolver
 from exporter.attribution.owners import OwnerResolver
-from exporter.attribution.workloads import CONTAINERS, KUBERNETES, SLURM
+from exporter.catalogue.workloads import CONTAINERS, KUBERNETES, SLURM
 from exporter.health import MigDevice
 from exporter.snapshot import (
     GpuIdentity,
@@ -281,7 +281,7 @@ class FakePoller:
 
 
 def test_allocations_are_joined_with_the_snapshot_gpus(node: Path) -> None:
-    from exporter.attribution.podresources.allocations import (  # noqa: PLC0415
+    from exporter.allocations import (  # noqa: PLC0415
         Allocation,
         AllocationTable,
         parse_device_id,

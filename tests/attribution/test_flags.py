@@ -7,12 +7,16 @@ from dataclasses import replace
 
 import pytest
 
-from exporter.attribution.workloads import CONTAINERS, KUBERNETES, SLURM
+from exporter.attribution.workloads import RESOLVERS
+from exporter.catalogue.workloads import CONTAINERS, KINDS, KUBERNETES, SLURM, WorkloadKind
 from exporter.cli import build_enricher, build_poller, parse_config
 from exporter.config import ConfigError
 from exporter.exposition.self_metrics import collection_success
 from exporter.snapshot import Snapshot
 from exporter.sources.simulated.scenario import ScenarioError, parse_scenario
+
+#: A name no workload kind can have (a kind's name is a flag: no upper case, no space).
+NO_KIND = "No Such Kind"
 
 
 def config(*flags: str):  # type: ignore[no-untyped-def]
@@ -61,16 +65,18 @@ def test_poller_only_for_kubernetes_on_nvml_with_a_socket() -> None:
     assert build_enricher(simulated, poller) is None
 
 
-def test_cgroups_are_read_for_any_attribution_flag() -> None:
-    for flags in (("--kubernetes",), ("--slurm",), ("--containers",)):
-        enricher = build_enricher(config(*flags))
-        assert getattr(enricher, "owners", None) is not None
-        assert enricher.owners._cgroups  # type: ignore[union-attr]
+@pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.name)
+def test_cgroups_are_read_for_any_attribution_flag(kind: WorkloadKind) -> None:
+    enricher = build_enricher(config(f"--{kind.name}"))
+    assert getattr(enricher, "owners", None) is not None
+    assert enricher.owners._cgroups  # type: ignore[union-attr]
+    resolvers = enricher.resolvers  # type: ignore[union-attr]
+    assert set(resolvers) == ({kind.name} & set(RESOLVERS))
+
+
+def test_no_cgroups_without_an_attribution_flag() -> None:
     plain = build_enricher(config())
     assert not plain.owners._cgroups  # type: ignore[union-attr]
-    resolvers = build_enricher(config("--containers")).resolvers  # type: ignore[union-attr]
-    assert set(resolvers) == {"containers"}
-    assert set(build_enricher(config("--slurm")).resolvers) == set()  # type: ignore[union-attr]
 
 
 def test_kubelet_failures_never_fail_the_collection() -> None:
@@ -86,8 +92,8 @@ def test_kubelet_failures_never_fail_the_collection() -> None:
     ({"processes": [{"gpu": 0, "user": "x", "slurm_job": 913377}]}, "slurm_job"),
     ({"processes": [{"gpu": 0, "user": "x", "slurm_job": "1",
                      "pod": {"namespace": "a", "pod": "b", "container": "c"}}]}, "one workload"),
-    ({"processes": [{"gpu": 0, "user": "x", "workload": {"kind": "lsf", "job": "1"}}]},
-     "unknown workload kind 'lsf'"),
+    ({"processes": [{"gpu": 0, "user": "x", "workload": {"kind": NO_KIND, "job": "1"}}]},
+     f"unknown workload kind '{NO_KIND}'"),
     ({"processes": [{"gpu": 0, "user": "x", "workload": {"kind": "slurm", "pod": "p"}}]},
      "workload.pod: unknown key"),
     ({"processes": [{"gpu": 0, "user": "x", "workload": {"kind": "slurm"}}]}, "names none"),

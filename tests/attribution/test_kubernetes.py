@@ -1,4 +1,5 @@
-"""Tests for attribution.cgroup and attribution.kubernetes: cgroup parsing, the log tree."""
+"""Tests for the pods' cgroup parsing (``exporter.catalogue.workloads``) and
+``exporter.attribution.kubernetes``: the log tree."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ from typing import NamedTuple
 
 import pytest
 
-from exporter.attribution.cgroup import read_cgroup
 from exporter.attribution.kubernetes import (
     PodResolver,
     parse_container_log_name,
     parse_pod_log_dir_name,
 )
-from exporter.attribution.workloads import KUBERNETES, identify
+from exporter.attribution.owners import read_cgroup
+from exporter.attribution.workloads import workload
+from exporter.catalogue.workloads import KUBERNETES, identify
 from tests.fixtures.cgroups import CID_A, CID_B, CID_C, UID_A, UID_B, UID_C, V1_HOST
 from tests.fixtures.fakeproc import write_boot, write_kubelet_logs, write_process
 from tests.scheduler_fakes import FakeClock
@@ -83,8 +85,8 @@ class Resolver:
         identity = identify(read_cgroup(self.procfs, pid))
         if identity is None or identity.kind != KUBERNETES.name:
             return None
-        workload = KUBERNETES.workload(identity, self.pods)
-        ids, labels = workload.ids, workload.labels
+        found = workload(KUBERNETES, identity, self.pods)
+        ids, labels = found.ids, found.labels
         return PodRef(ids["pod_uid"], ids.get("container_id"), labels["namespace"] or None,
                       labels["pod"] or None, labels["container"] or None)
 

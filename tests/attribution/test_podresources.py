@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from exporter.attribution.defaults import MAX_MESSAGE_BYTES_LIMIT
-from exporter.attribution.podresources.allocations import (
+from exporter.allocations import (
     Allocation,
+    AllocationRow,
     AllocationTable,
     DeviceId,
     allocations_from_pods,
+    join_allocations,
     parse_device_id,
 )
 from exporter.attribution.podresources.client import (
@@ -29,7 +30,7 @@ from exporter.attribution.podresources.client import (
     PodResourcesPoller,
     PollStatus,
 )
-from exporter.attribution.podresources.join import AllocationRow, join_allocations
+from exporter.catalogue.defaults import MAX_MESSAGE_BYTES_LIMIT
 from exporter.health import MigDevice
 from tests.exposition import factory
 from tests.fixtures.kubelet import GPU, FakeKubelet, filler, pod

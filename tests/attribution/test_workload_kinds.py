@@ -1,7 +1,7 @@
 """Every workload kind row reaches every output it should, and a new kind is one row and one
 parser (``docs/adding-a-workload-kind.md``).
 
-For each row of ``exporter.attribution.workloads.KINDS``: its flag, its labels on process,
+For each row of ``exporter.catalogue.workloads.KINDS``: its flag, its labels on process,
 per-workload and accounting series (through the simulated source and the exporter's own
 accounting), its cgroup layouts, its recording rule and dashboard variables. Then a toy kind
 (PBS jobs, ``tests.attribution.toy_kind``), added by one row and one parser and nothing else,
@@ -21,14 +21,15 @@ from typing import Any
 import httpx
 import pytest
 
-from exporter import metrics
 from exporter.attribution.accounting import IdleAccounting
-from exporter.attribution.workloads import KINDS, WorkloadKind, WorkloadLabels, identify
+from exporter.attribution.workloads import WorkloadLabels
+from exporter.catalogue import metrics
+from exporter.catalogue.metrics.core import PROCESS_LABELS
+from exporter.catalogue.workloads import KINDS, WorkloadKind, identify
 from exporter.cli import parse_config
 from exporter.config import FLAGS
 from exporter.exposition import snapshot_families
 from exporter.exposition.encode import Encoder
-from exporter.metrics.core import PROCESS_LABELS
 from exporter.snapshot import Workload
 from exporter.sources.simulated.scenario import parse_scenario
 from exporter.sources.simulated.source import SimulatedSource
@@ -75,7 +76,7 @@ def _workload_scenario(kind: WorkloadKind) -> dict[str, Any]:
 def test_the_flag_follows_the_row(kind: WorkloadKind) -> None:
     (flag,) = [f for f in FLAGS if f.name == kind.name]
     assert (flag.is_bool, flag.default, flag.help) == (True, False, kind.help)
-    assert f"| `--[no-]{kind.name}` |" in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"| `--[no-]{kind.name}` |" in (ROOT / "docs" / "flags.md").read_text(encoding="utf-8")
     assert parse_config([f"--{kind.name}"], {}).workload_labels.kinds == (kind,)
     environment = {flag.env: "true"}
     assert parse_config([], environment).workload_labels.kinds == (kind,)

@@ -2,9 +2,10 @@
 
 The kind is PBS Professional / OpenPBS jobs: PBS's cgroup hook puts a job's processes under
 ``pbs_jobs.service/jobid/<job id>`` (cgroup v1) or ``pbs_jobs.service/jobs/<job id>`` (v2).
-``install()`` appends the row to ``exporter.attribution.workloads.KINDS``, as writing it into
+``install()`` appends the row to ``exporter.catalogue.workloads.KINDS``, as writing it into
 that table would; it must run before anything else of the exporter is imported (the flags,
-the catalogue and the dashboards read the table when they are built).
+the metric rows and the dashboards read the table when they are built).
+``tests/test_recipes.py`` adds the same kind by editing a copy of the repository instead.
 
 ``python -m tests.attribution.toy_kind ARGS``: the real CLI with the row installed and
 ``pynvml`` replaced by the fake (one H200 whose one process is ``PID``; give ``--procfs`` a
@@ -18,8 +19,8 @@ import json
 import sys
 from collections.abc import Sequence
 
-from exporter.attribution import workloads
-from exporter.attribution.workloads import WorkloadKind
+from exporter.catalogue import workloads
+from exporter.catalogue.workloads import WorkloadKind
 
 #: The fake GPU's process (the test writes its /proc entry).
 PID = 4242
@@ -55,8 +56,8 @@ def outputs(scenario: str) -> dict[str, object]:
     """What follows from the row: flags, catalogue labels, rules, dashboard variables, and the
     simulated ``scenario``'s /metrics text with ``--pbs``."""
     from dashboards import accounting, recording, variables  # noqa: PLC0415 (after install)
-    from exporter import metrics  # noqa: PLC0415
     from exporter.attribution.accounting import IdleAccounting  # noqa: PLC0415
+    from exporter.catalogue import metrics  # noqa: PLC0415
     from exporter.cli import parse_config  # noqa: PLC0415
     from exporter.config import flags_markdown_table  # noqa: PLC0415
     from exporter.exposition import snapshot_families  # noqa: PLC0415

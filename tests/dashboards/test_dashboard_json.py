@@ -15,8 +15,8 @@ from grafana_foundation_sdk.models import dashboard as dashboard_model
 
 from dashboards import accounting, alerts, generate, recording
 from dashboards.panels import UNITS
-from exporter import metrics as catalogue
-from exporter import thresholds
+from exporter.catalogue import metrics as catalogue
+from exporter.catalogue import thresholds
 from tests.dashboards.grafana import (
     BUILTIN_VARIABLES,
     DASHBOARD_FILES,
@@ -194,12 +194,12 @@ def test_committed_files_equal_generated() -> None:
 
 def _scratch_tree(tmp_path: Path) -> Path:
     """A copy of what the generator reads and writes."""
-    shutil.copy(generate.REPO / "README.md", tmp_path / "README.md")
-    (tmp_path / "docs").mkdir()
-    shutil.copy(generate.REPO / generate.ACTIVITY_DOC, tmp_path / generate.ACTIVITY_DOC)
-    for part in ("dashboards/grafana", "dashboards/rules", "dashboards/runbooks",
-                 "helm/gpu-exporter/files", "tests/golden"):
+    for part in ("dashboards/grafana", "dashboards/rules", "helm/gpu-exporter/files",
+                 "tests/golden"):
         shutil.copytree(generate.REPO / part, tmp_path / part)
+    for template in generate.TEMPLATES:
+        (tmp_path / template).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(generate.REPO / template, tmp_path / template)
     return tmp_path
 
 
@@ -231,4 +231,4 @@ def test_readme_without_markers_is_a_clear_error(tmp_path: Path,
     root = _scratch_tree(tmp_path)
     (root / "README.md").write_text("# nothing here\n")
     assert generate.main(["--check", "--root", str(root)]) == 2
-    assert "BEGIN METRICS TABLE" in capsys.readouterr().err
+    assert "BEGIN HEADLINE TABLE" in capsys.readouterr().err

@@ -59,51 +59,10 @@ SPEEDS = {
 #: Seconds of real time after an exporter came up at which its alerts are evaluated.
 EVAL_AFTER = 40.0
 
-#: Alert -> (scenario, GPU index or None) that must appear in its expression's result.
-#: Each preset's header comment documents what it is designed to trigger.
-TRIGGERS: dict[str, list[tuple[str, str | None]]] = {
-    "GpuMemoryAlmostFull": [("memory-leak", "0")],
-    "GpuMemoryExhaustionForecast": [("memory-leak", "0")],
-    # input-starved's GPU 2 spins one kernel: utilisation 100 %, SM activity < 1 % (GPM).
-    "GpuMemoryHeldIdle": [("shared-workstation", "2"), ("kubernetes-node", "2"),
-                          ("input-starved", "2")],
-    "GpuProcessIdle": [("shared-workstation", None), ("kubernetes-node", None),
-                       ("slurm-node", None)],
-    # notebook-alice-0's GPU idles; sweep-trial-3 holds a replica of GPU 3 with no process.
-    "GpuAllocatedIdle": [("kubernetes-node", "2"), ("kubernetes-node", "3")],
-    "GpuUserMemoryIdle": [("shared-workstation", None), ("kubernetes-node", None)],
-    "GpuStarved": [("input-starved", "0"), ("shared-workstation", "1")],
-    "GpuTemperatureHigh": [("overheating", "2")],
-    "GpuTemperatureCritical": [("overheating", "2")],
-    "GpuThermalThrottling": [("overheating", "2")],
-    "GpuHardwareSlowdown": [("overheating", "2")],
-    # bob's training job keeps the RTX 4090 at its power limit (an info alert after 30m).
-    "GpuPowerCapped": [("shared-workstation", "0")],
-    "GpuDown": [("gpu-failure", "3")],
-    "GpuEccUncorrectedErrors": [("gpu-failure", "1")],
-    "GpuProcessTorchOutOfMemory": [("torch-memory-pressure", None)],
-    "GpuProcessTorchAllocRetries": [("torch-memory-pressure", None)],
-    "GpuExporterDown": [("down", None)],
-    "GpuExporterCollectionFailing": [("gpu-failure", None)],
-    "GpuExporterErrors": [("gpu-failure", None)],
-    "GpuXidHardwareError": [("xid-storm", "1"), ("remap-pending", "1")],
-    "GpuXidApplicationError": [("xid-storm", "0"), ("mig-node", "0")],
-    "GpuXidStorm": [("xid-storm", "0")],
-    "GpuXidEventsNotWatched": [("xid-storm", "3")],
-    "GpuRowRemapPending": [("remap-pending", "0"), ("remap-pending", "1")],
-    "GpuRowRemapFailed": [("remap-pending", "1")],
-    "GpuRetiredPagesPending": [("remap-pending", "3")],
-}
-#: Alerts no simulated scenario can trigger (a vanished GPU, a broken NVML, hung collections);
-#: promtool's unit tests cover them. Live, they must still be valid and silent under calm.
-NOT_LIVE = {"GpuMissing", "GpuExporterSourceDown", "GpuExporterDataStale",
-            "GpuExporterPodResourcesFailing"}
-#: Alerts that fire on one GPU must not spill over to its healthy neighbours.
-ONLY_THAT_GPU = {"GpuMemoryAlmostFull", "GpuMemoryExhaustionForecast", "GpuTemperatureHigh",
-                 "GpuTemperatureCritical", "GpuThermalThrottling", "GpuHardwareSlowdown",
-                 "GpuDown", "GpuEccUncorrectedErrors", "GpuPowerCapped", "GpuXidHardwareError",
-                 "GpuXidApplicationError", "GpuXidStorm", "GpuXidEventsNotWatched",
-                 "GpuRowRemapFailed", "GpuRetiredPagesPending"}
+#: The scenarios (and GPUs) designed to fire each alert, and the alerts no scenario can fire,
+#: are declared with the alert (``AlertRule.live``); each preset's header comment documents what
+#: it is designed to trigger. "down" is the target nobody listens on.
+LIVE = {rule.alert: rule.live for rule in alerts.all_alerts()}
 
 
 @pytest.fixture(scope="module")
@@ -162,19 +121,20 @@ def test_alert_expression_fires_where_designed_and_never_under_calm(
     stack: Stack, alert: str
 ) -> None:
     expr = _loaded_alerts(stack)[alert]
-    assert alert in TRIGGERS or alert in NOT_LIVE, f"{alert}: add it to TRIGGERS or NOT_LIVE"
+    live = LIVE[alert]
+    assert live.fires or live.reason, f"{alert}: declare live=fires_under(...) or not_live(...)"
     # calm: silent at every evaluation time (and at the end).
     for at in {_eval_time(stack, s) for s in SPEEDS}:
         answer = stack.query(expr, at)
         assert answer["status"] == "success", answer
         assert "calm" not in series_by_scenario(answer), f"{alert} fires under calm"
         assert "training-node" not in series_by_scenario(answer), f"{alert}: healthy node"
-    for scenario, gpu in TRIGGERS.get(alert, []):
+    for scenario, gpu in live.fires:
         found = series_by_scenario(stack.query(expr, _eval_time(stack, scenario)))
         assert scenario in found, f"{alert} silent under {scenario}: {found}"
         if gpu is not None:
             assert gpu in found[scenario], f"{alert} not on GPU {gpu}: {found[scenario]}"
-            if alert in ONLY_THAT_GPU:
+            if live.only_that_gpu:
                 assert found[scenario] == {gpu}, f"{alert} spills over: {found[scenario]}"
 
 

@@ -11,7 +11,8 @@ import yaml
 
 from dashboards import alerts, recording, rules
 from dashboards.promql import num
-from exporter import thresholds
+from exporter.catalogue import thresholds
+from exporter.sources.simulated import list_presets
 from tests.dashboards import promtool
 from tests.dashboards.promtool import RULES_DIR, TESTS_DIR
 
@@ -138,6 +139,20 @@ def _check_alert(rule: dict[str, Any], runbook_anchors: set[str]) -> None:
     url = f"{rules.RUNBOOK_BASE_URL}{rules.RUNBOOK_FILE}#{name.lower()}"
     assert notes["runbook_url"] == url
     assert name.lower() in runbook_anchors, f"no '## {name}' section in {RUNBOOK}"
+
+
+@pytest.mark.parametrize("alert", alerts.all_alerts(), ids=lambda rule: rule.alert)
+def test_every_alert_declares_its_docs_and_its_live_check(alert: rules.AlertRule) -> None:
+    """The runbook section, the README row and the live test's trigger follow from these."""
+    assert alert.when, alert.alert
+    assert "|" not in alert.when, alert.alert
+    assert alert.runbook.strip().startswith("**Meaning:**"), alert.alert
+    assert not re.search(r"(?m)^#", alert.runbook), f"{alert.alert}: headings in its runbook"
+    live = alert.live
+    assert bool(live.fires) != bool(live.reason), f"{alert.alert}: fires_under() or not_live()"
+    scenarios = {*list_presets(), "down"}  # "down": the live test's target nobody listens on
+    assert {scenario for scenario, _ in live.fires} <= scenarios, alert.alert
+    assert not live.only_that_gpu or all(gpu is not None for _, gpu in live.fires)
 
 
 def test_groups_are_unique_and_several_per_file() -> None:

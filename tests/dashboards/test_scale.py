@@ -13,8 +13,8 @@ import re
 import pytest
 
 from dashboards import accounting, alerts, recording, rules
-from exporter import metrics
-from exporter.report import records as accounting_records
+from exporter.catalogue import metrics
+from exporter.catalogue import records as accounting_records
 from tests.dashboards.grafana import GRAFANA_DIR, Json, load, targets, variables
 
 #: Series with one per process (a ``process`` label): the fleet's largest families.

@@ -33,4 +33,3 @@ def test_classes_drive_the_alert_regexes() -> None:
 def test_runbook_carries_the_generated_table() -> None:
     text = RUNBOOK.read_text()
     assert xids.markdown_table() in text, "stale XID table: run python -m dashboards.generate"
-    assert xids.render_runbook(text) == text

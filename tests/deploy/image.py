@@ -21,6 +21,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import tarfile
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -38,6 +39,11 @@ IGNORE_FILE = DOCKER / "Dockerfile.dockerignore"
 CHART_VALUES = REPO / "helm" / "gpu-exporter" / "values.yaml"
 IMAGE = "localhost/gpu-exporter:test"
 BASE_IMAGE = "localhost/debian-python:bookworm"
+#: Set by scripts/release: the base to build on (default BASE_IMAGE, made here), and where and
+#: under which name test_image_run.py exports the image it tested.
+BASE_ENV = "GPU_EXPORTER_IMAGE_BASE"
+EXPORT_ENV = "GPU_EXPORTER_IMAGE_EXPORT"
+NAME_ENV = "GPU_EXPORTER_IMAGE_NAME"
 TOOLS = ("buildah", "mmdebstrap", "runc")
 #: The trust store pip inside the build uses to reach PyPI: this machine's, whatever it trusts.
 TRUST_STORE = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -155,10 +161,14 @@ class Buildah:
         self("config", *_BASE_CONFIG, container)
         self("commit", "--quiet", "--rm", container, BASE_IMAGE)
 
-    def check_run(self) -> str | None:
-        """Why buildah cannot run a command in a container of the base here, or None. Only
-        Debian's files take part: a failure here is this machine's, never the Dockerfile's."""
-        container = self("from", "--quiet", BASE_IMAGE).strip()
+    def pull_base(self, reference: str) -> None:
+        """Pull ``reference`` (a registry's Python image) into the store, to build on it."""
+        self("pull", "--quiet", reference, timeout=600)
+
+    def check_run(self, base: str = BASE_IMAGE) -> str | None:
+        """Why buildah cannot run a command in a container of ``base`` here, or None. Only
+        the base's files take part: a failure here is this machine's, never the Dockerfile's."""
+        container = self("from", "--quiet", base).strip()
         try:
             self("run", "--isolation", "chroot", container, "--", "python3", "-c", "pass")
         except CommandFailed as err:
@@ -167,12 +177,18 @@ class Buildah:
             self("rm", container)
         return None
 
-    def build(self) -> Image:
+    def build(self, base: str = BASE_IMAGE) -> Image:
         """docker/Dockerfile as it is; only its PYTHON_IMAGE argument names the base."""
         self("bud", "--isolation", "chroot", "--format", "docker", "--pull=never",
-             "--build-arg", f"PYTHON_IMAGE={BASE_IMAGE}", "--ignorefile", str(IGNORE_FILE),
+             "--build-arg", f"PYTHON_IMAGE={base}", "--ignorefile", str(IGNORE_FILE),
              "--file", str(DOCKERFILE), "--tag", IMAGE, str(REPO), timeout=600)
         return self.inspect(IMAGE)
+
+    def export(self, image: str, archive: Path, name: str) -> None:
+        """``image`` as a ``docker load``-able archive whose image is called ``name`` only
+        (pushed by its id: pushed by name, the archive would carry that name too)."""
+        image_id = self("images", "--quiet", image).strip()
+        self("push", "--quiet", image_id, f"docker-archive:{archive}:{name}", timeout=600)
 
     def inspect(self, name: str) -> Image:
         data = json.loads(self("inspect", "--type", "image", name))
@@ -336,3 +352,16 @@ class Runc:
     def delete(self, name: str) -> None:
         subprocess.run(self.command("delete", "--force", name), capture_output=True,
                        timeout=30, check=False)
+
+
+def archive_manifest(archive: Path) -> tuple[list[str], dict[str, Any]]:
+    """The image names and the image config in a docker-archive (what ``docker load`` reads)."""
+    with tarfile.open(archive) as tar:
+        def member(name: str) -> Any:
+            handle = tar.extractfile(name)
+            if handle is None:
+                raise ValueError(f"{archive}: {name} is not a file")
+            return json.load(handle)
+        (entry,) = member("manifest.json")
+        config: dict[str, Any] = member(entry["Config"])
+        return list(entry.get("RepoTags") or []), config

@@ -14,13 +14,16 @@ import helm_python
 import jsonschema
 import kubernetes_validate
 import pytest
+import yaml
 
+from exporter.catalogue.metrics import BY_NAME
 from exporter.config import FLAGS, build_parser
-from exporter.metrics import BY_NAME
 from tests.deploy import operator_crds
 from tests.deploy.helm_render import CHART_DIR, KUBE_VERSIONS, Rendered, chart, render
 
 OPERATOR_KINDS = frozenset(operator_crds.SCHEMAS)
+#: What values.yaml says to set once podResources (the one root-only reader) is off.
+NOBODY = {"securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534}}
 
 #: id -> (values, cluster serves monitoring.coreos.com/v1)
 CASES: dict[str, tuple[dict[str, Any], bool]] = {
@@ -41,8 +44,8 @@ CASES: dict[str, tuple[dict[str, Any], bool]] = {
     "hostpid-and-passwd-off": ({"hostPID": False, "hostPasswd": {"enabled": False}}, True),
     "kubernetes-attribution": ({"kubernetes": {"enabled": True}}, True),
     "torch-allocator": ({"torch": {"enabled": True}}, True),
-    "kubernetes-off": ({"kubernetes": {"enabled": False}}, True),
-    "pod-resources-off": ({"kubernetes": {"podResources": {"enabled": False}}}, True),
+    "kubernetes-off": ({"kubernetes": {"enabled": False}, **NOBODY}, True),
+    "pod-resources-off": ({"kubernetes": {"podResources": {"enabled": False}}, **NOBODY}, True),
     "pod-resources-custom": (
         {"kubernetes": {"podResources": {"directory": "/data/kubelet/pod-resources",
                                          "interval": "10s", "maxBytes": 33554432}}},
@@ -229,6 +232,34 @@ def test_defaults_are_locked_down() -> None:
         assert security["runAsUser"] == 65534
 
 
+def test_rendered_security_context_is_what_values_say() -> None:
+    """values.yaml's securityContext is what the default deploys, key for key, and values.yaml
+    says why its uid is 0 (the PodResources socket, on by default, is root-only)."""
+    text = (CHART_DIR / "values.yaml").read_text(encoding="utf-8")
+    values = yaml.safe_load(text)
+    assert values["kubernetes"]["podResources"]["enabled"] is True
+    assert _container(_render("defaults"))["securityContext"] == values["securityContext"]
+    assert values["securityContext"]["runAsUser"] == 0
+    comment = text[:text.index("\nsecurityContext:")].rsplit("\n\n", 1)[-1]
+    assert "PodResources socket, which only root may open" in comment
+    # Whatever is set is rendered as set, never overridden by another value.
+    for override in ({"runAsUser": 65534, "runAsGroup": 65534, "runAsNonRoot": True},
+                     {"runAsUser": 1000, "runAsGroup": 1000}):
+        security = _container(render({"securityContext": override}))["securityContext"]
+        assert security == {**values["securityContext"], **override}
+
+
+def test_notes_warn_when_uid_and_pod_resources_disagree() -> None:
+    assert "WARNING: kubernetes.podResources" not in _render("defaults").notes
+    assert "Note: the exporter runs as uid 0" not in _render("pod-resources-off").notes
+    nobody_with_pod_resources = render(NOBODY).notes
+    assert "WARNING: kubernetes.podResources is on but the exporter does not run as uid 0" in (
+        " ".join(nobody_with_pod_resources.split()))
+    root_without = render({"kubernetes": {"podResources": {"enabled": False}}}).notes
+    assert "Note: the exporter runs as uid 0" in root_without
+    assert "securityContext.runAsUser=65534" in root_without
+
+
 def test_host_passwd_is_mounted_read_only_and_passed() -> None:
     rendered = _render("defaults")
     container = _container(rendered)
@@ -311,7 +342,12 @@ def test_torch_allocator_mounts_the_shared_directory_and_prepares_it() -> None:
     (init,) = pod["initContainers"]
     assert init["securityContext"]["runAsUser"] == 0
     assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
-    assert init["args"] == ["/run/gpu-exporter/torch", "65534", "65534"]
+    # Owned by whoever the exporter runs as (uid 0 included: without CAP_FOWNER root may only
+    # delete publishers' files in a sticky directory it owns).
+    assert init["args"] == ["/run/gpu-exporter/torch", "0", "0"]
+    (as_nobody,) = _daemonset(render({"torch": {"enabled": True}, **NOBODY}))["spec"][
+        "template"]["spec"]["initContainers"]
+    assert as_nobody["args"] == ["/run/gpu-exporter/torch", "65534", "65534"]
     assert init["volumeMounts"] == [{"name": mount["name"],
                                      "mountPath": "/run/gpu-exporter/torch"}]
     defaults = _daemonset(_render("defaults"))["spec"]["template"]["spec"]
@@ -524,3 +560,15 @@ def test_default_monitor_is_plain_http_without_web_config() -> None:
     assert endpoint["scheme"] == "http"
     assert "tlsConfig" not in endpoint
     assert "basicAuth" not in endpoint
+
+
+def test_default_image_says_it_is_not_published() -> None:
+    """Nobody publishes the default repository yet: values.yaml and the notes say so, and a
+    repository of one's own silences the warning."""
+    values = (CHART_DIR / "values.yaml").read_text(encoding="utf-8")
+    assert "No official image is published yet" in values[:values.index("\nimage:")]
+    default = render().notes
+    assert "WARNING: no official image is published yet" in default
+    assert f"ghcr.io/gpu-exporter/gpu-exporter:{chart().version}" in default
+    own = render({"image": {"repository": "registry.example.com/gpu-exporter"}}).notes
+    assert "no official image" not in own

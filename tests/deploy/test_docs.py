@@ -6,8 +6,8 @@ import re
 
 import yaml
 
+from exporter.catalogue.metrics import BY_NAME
 from exporter.config import FLAGS
-from exporter.metrics import BY_NAME
 from tests.deploy.helm_render import CHART_DIR
 from tests.deploy.stack import REPO
 

@@ -9,6 +9,7 @@ The build prints its time and the image's size, layer by layer.
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -19,14 +20,18 @@ from typing import NoReturn
 import pytest
 
 from exporter import __version__
-from exporter.metrics import GPU_UP
+from exporter.catalogue.metrics import GPU_UP
 from tests.deploy.declared import declared_files, declared_scripts
 from tests.deploy.image import (
+    BASE_ENV,
     BASE_IMAGE,
+    EXPORT_ENV,
     IMAGE,
+    NAME_ENV,
     Buildah,
     Image,
     Runc,
+    archive_manifest,
     base_rootfs,
     oci_spec,
     scratch,
@@ -75,6 +80,8 @@ class Built:
     buildah: Buildah
     base: Image
     image: Image
+    #: The image as a docker-archive, named GPU_EXPORTER_IMAGE_NAME (default: IMAGE).
+    archive: Path
 
 
 def _say(request: pytest.FixtureRequest, line: str) -> None:
@@ -98,28 +105,40 @@ def _mb(size: int) -> str:
 
 @pytest.fixture(scope="module")
 def built(request: pytest.FixtureRequest) -> Iterator[Built]:
+    """The image, built on the base ``GPU_EXPORTER_IMAGE_BASE`` names (a registry's Python
+    image, pulled; unset: one made from Debian's packages) and, for scripts/release, exported
+    to the archive ``GPU_EXPORTER_IMAGE_EXPORT`` as ``GPU_EXPORTER_IMAGE_NAME``."""
     started = time.monotonic()
+    base_name = os.environ.get(BASE_ENV) or BASE_IMAGE
     with scratch() as root:
         buildah = Buildah(root)
-        tarball, cached = base_rootfs()
-        base_made = time.monotonic()
-        buildah.import_base(tarball)
-        problem = buildah.check_run()
+        if base_name == BASE_IMAGE:
+            tarball, cached = base_rootfs()
+            origin = ("Debian bookworm minbase + python3, pip; rootfs "
+                      f"{'cached' if cached else f'made in {time.monotonic() - started:.1f} s'}")
+            buildah.import_base(tarball)
+        else:
+            buildah.pull_base(base_name)
+            origin = "pulled"
+        problem = buildah.check_run(base_name)
         if problem:
             _skip(request, f"buildah cannot run a container on this machine: {problem}")
         build_started = time.monotonic()
-        image = buildah.build()
+        image = buildah.build(base_name)
         build_seconds = time.monotonic() - build_started
-        base = buildah.inspect(BASE_IMAGE)
+        base = buildah.inspect(base_name)
         added = image.layers[len(base.layers):]
         _say(request, (
-            f"\nimage {IMAGE}: {_mb(image.size)} = base {_mb(base.size)} "
-            f"(Debian bookworm minbase + python3, pip) + {len(added)} layer(s) of the "
-            f"Dockerfile: {', '.join(_mb(size) for _, size in added)}; buildah bud "
-            f"{build_seconds:.1f} s; base rootfs "
-            f"{'cached' if cached else f'made in {base_made - started:.1f} s'}, "
-            f"imported and checked in {build_started - base_made:.1f} s"))
-        yield Built(root, buildah, base, image)
+            f"\nimage {IMAGE}: {_mb(image.size)} = base {base_name} {_mb(base.size)} "
+            f"({origin}) + {len(added)} layer(s) of the Dockerfile: "
+            f"{', '.join(_mb(size) for _, size in added)}; buildah bud {build_seconds:.1f} s, "
+            f"{build_started - started:.1f} s before it"))
+        # What scripts/release ships: the image as a docker-archive (docker load, skopeo copy).
+        archive = Path(os.environ.get(EXPORT_ENV) or root / "image.tar")
+        export_started = time.monotonic()
+        buildah.export(IMAGE, archive, os.environ.get(NAME_ENV) or IMAGE)
+        _say(request, f"exported to {archive} in {time.monotonic() - export_started:.1f} s")
+        yield Built(root, buildah, base, image, archive)
     _say(request, f"\nimage tests: {time.monotonic() - started:.1f} s in all")
 
 
@@ -134,7 +153,7 @@ class Runner:
 def runner(request: pytest.FixtureRequest, built: Built) -> Iterator[Runner]:
     runc = Runc(built.root / "runc")
     # The base's own python, nothing of the Dockerfile's: a failure is this machine's.
-    with built.buildah.rootfs(BASE_IMAGE) as base_rootfs_dir:
+    with built.buildah.rootfs(built.base.name) as base_rootfs_dir:
         probe = runc.run(oci_spec(base_rootfs_dir, built.base, ["-c", "pass"],
                                   entrypoint=["python3"]))
     if probe.returncode != 0:
@@ -169,7 +188,7 @@ def test_image_config_labels_and_layers(built: Built) -> None:
     assert user_ids(config["User"]) == NOBODY
     labels = config["Labels"]
     assert labels["org.opencontainers.image.version"] == __version__
-    assert labels["org.opencontainers.image.base.name"] == BASE_IMAGE
+    assert labels["org.opencontainers.image.base.name"] == base.name
     assert image.healthcheck["Test"][:2] == ["CMD", "python"]
     # One layer on top of the base's (the pins and the wheel, as docs/deploy.md lists them);
     # the builder stage leaves nothing behind.
@@ -177,6 +196,15 @@ def test_image_config_labels_and_layers(built: Built) -> None:
     added = image.layers[len(base.layers):]
     assert len(added) == 1
     assert added[0][1] <= ADDED_BUDGET, f"the Dockerfile adds {_mb(added[0][1])} to its base"
+
+
+def test_exported_archive_holds_the_image_under_its_name(built: Built) -> None:
+    names, config = archive_manifest(built.archive)
+    assert names == [os.environ.get(NAME_ENV) or IMAGE]
+    assert config["config"]["Labels"]["org.opencontainers.image.version"] == __version__
+    assert config["config"]["Entrypoint"] == built.image.config["Entrypoint"]
+    assert config["config"]["Healthcheck"]["Test"] == built.image.healthcheck["Test"]
+    assert len(config["rootfs"]["diff_ids"]) == len(built.image.layers)
 
 
 def test_image_holds_every_declared_package_and_script(runner: Runner) -> None:

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import metrics
+from exporter.catalogue import metrics
 from tests.e2e.server import ExporterProcess
 
 pytestmark = pytest.mark.slow

@@ -10,8 +10,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import metrics
-from exporter.attribution.workloads import KUBERNETES
+from exporter.catalogue import metrics
+from exporter.catalogue.workloads import KUBERNETES
 from tests.e2e.server import ExporterProcess
 
 pytestmark = pytest.mark.slow

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from exporter import metrics
+from exporter.catalogue import metrics
 from tests.e2e.server import ROOT, ExporterProcess, exporter_command, run_exporter
 from tests.processes import LoggedServer
 from tests.web.tlsfiles import Authority, write_web_config

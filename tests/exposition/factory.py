@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from exporter import metrics
 from exporter.attribution.accounting import IdleAccounting
 from exporter.attribution.torchtotals import TorchUserTotals
-from exporter.attribution.workloads import KUBERNETES, WorkloadLabels
+from exporter.attribution.workloads import WorkloadLabels
+from exporter.catalogue import metrics
+from exporter.catalogue.metrics import Value, allocator
+from exporter.catalogue.metrics.activity import PER_INSTANCE
+from exporter.catalogue.workloads import KUBERNETES
 from exporter.health import MigDevice, MigProcess, XidKey, XidStat
-from exporter.metrics import allocator
-from exporter.metrics.activity import PER_INSTANCE
 from exporter.snapshot import (
     AllocationRow,
     GpuIdentity,
@@ -20,7 +21,6 @@ from exporter.snapshot import (
     ProcessOwner,
     ProcessType,
     Snapshot,
-    Value,
     Workload,
 )
 from exporter.state import ExporterState

@@ -5,10 +5,11 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
-from exporter import metrics
-from exporter.attribution.workloads import KUBERNETES, select
+from exporter.attribution.workloads import select
+from exporter.catalogue import metrics
+from exporter.catalogue.metrics import Group, Kind
+from exporter.catalogue.workloads import KUBERNETES
 from exporter.exposition import ExporterCollector, build_registry
-from exporter.metrics import Group, Kind
 from exporter.state import ExporterState, ExpositionOptions
 from tests.exposition import factory
 from tests.exposition.parse import families, openmetrics_families

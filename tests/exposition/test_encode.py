@@ -15,13 +15,13 @@ from dataclasses import replace
 import pytest
 from prometheus_client.utils import floatToGoString
 
-from exporter import metrics
 from exporter.attribution.workloads import select
+from exporter.catalogue import metrics
+from exporter.catalogue.metrics import Group
 from exporter.exposition import snapshot_families
 from exporter.exposition.encode import EOF, Encoder, encode, escaping_of, format_value
 from exporter.exposition.families import FamilyData, family
 from exporter.exposition.render import negotiate
-from exporter.metrics import Group
 from exporter.state import ExpositionOptions
 from tests.exposition import factory
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dashboards.golden import GOLDEN_DIR, golden_body
-from exporter import metrics
+from exporter.catalogue import metrics
 from exporter.sources.simulated.scenario import list_presets
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from exporter import metrics
-from exporter.metrics import Group
+from exporter.catalogue import metrics
+from exporter.catalogue.metrics import Group
 from exporter.state import ExpositionOptions, default_groups
 from tests.exposition import factory
 from tests.exposition.parse import collect_text, samples, series, value

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 from fastapi import FastAPI
 
+from exporter.catalogue.metrics import Group
 from exporter.exposition.json_model import SnapshotResponse
-from exporter.metrics import Group
 from exporter.snapshot import ProcessOwner
 from exporter.state import ExpositionOptions, default_groups
 from tests.exposition import factory

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from exporter import metrics as cat
-from exporter.attribution.workloads import KUBERNETES, select
+from exporter.attribution.workloads import select
+from exporter.catalogue import metrics as cat
+from exporter.catalogue.metrics import Group
+from exporter.catalogue.workloads import KUBERNETES
 from exporter.exposition.processes import process_families, process_label_names, process_series
-from exporter.metrics import Group
 from exporter.snapshot import Workload
 from exporter.state import ExpositionOptions
 from tests.exposition import factory as f

@@ -8,8 +8,8 @@ import subprocess
 import pytest
 
 from exporter.attribution.workloads import select
+from exporter.catalogue.metrics import Group
 from exporter.exposition import MetricsRenderer
-from exporter.metrics import Group
 from exporter.state import ExpositionOptions
 from tests.exposition import factory
 

@@ -12,8 +12,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST
 
-from exporter import metrics
 from exporter.attribution.workloads import select
+from exporter.catalogue import metrics
 from exporter.exposition import ExporterCollector, MetricsRenderer
 from exporter.exposition.render import MAX_CACHED_FORMATS, stored_blocks
 from exporter.state import ExporterState, ExpositionOptions

@@ -7,7 +7,7 @@ from dataclasses import replace
 from importlib import metadata
 
 import exporter
-from exporter import metrics
+from exporter.catalogue import metrics
 from exporter.exposition import collection_success
 from exporter.exposition.self_metrics import nvml_binding_version
 from exporter.state import ExpositionOptions

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from exporter import metrics
-from exporter.metrics import Group
+from exporter.catalogue import metrics
+from exporter.catalogue.metrics import Group
 from exporter.sources.nvml.events import EventWaiter
 from exporter.sources.nvml.mig import MigReader
 from exporter.sources.nvml.source import NvmlSource

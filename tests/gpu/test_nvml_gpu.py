@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from exporter.metrics import SWITCHABLE_GROUPS, THROTTLE_REASONS, Group, default_groups
+from exporter.catalogue.metrics import SWITCHABLE_GROUPS, THROTTLE_REASONS, Group, default_groups
 from exporter.snapshot import ProcessType, Snapshot
 from exporter.sources.base import SourceUnavailable
 from exporter.sources.nvml.source import NvmlSource

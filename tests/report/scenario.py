@@ -25,13 +25,14 @@ from dataclasses import dataclass, field
 
 from exporter import snapshot
 from exporter.attribution.accounting import IdleAccounting
-from exporter.attribution.workloads import KINDS, select
-from exporter.metrics import ACCOUNTING_ROWS, POWER_USAGE, UTILIZATION
+from exporter.attribution.workloads import select
+from exporter.catalogue.metrics import ACCOUNTING_ROWS, POWER_USAGE, UTILIZATION
+from exporter.catalogue.workloads import KINDS
 
 GIB = 1024**3
 DAY = 86400
 SCRAPE = 60
-IDLE_RATIO = 0.05  # exporter.thresholds.IDLE_UTILIZATION_RATIO (asserted by the test)
+IDLE_RATIO = 0.05  # exporter.catalogue.thresholds.IDLE_UTILIZATION_RATIO (asserted by the test)
 GPU_TOTAL = 80 * GIB
 BUSY_WATTS, IDLE_WATTS = 300.0, 70.0
 RESTART = (3 * DAY + 7200, 3 * DAY + 7200 + 600)  # h2 gives no samples in [a, b)

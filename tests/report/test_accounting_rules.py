@@ -10,9 +10,8 @@ import pytest
 import yaml
 
 from dashboards import accounting, rules
-from exporter import metrics
-from exporter.attribution.workloads import SLURM
-from exporter.report import records
+from exporter.catalogue import metrics, records
+from exporter.catalogue.workloads import SLURM
 from tests.dashboards import promtool
 from tests.dashboards.promtool import RULES_DIR, TESTS_DIR
 

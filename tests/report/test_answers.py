@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from exporter.report import records
+from exporter.catalogue import records
 from exporter.report.main import main
 
 GOOD_RULES = {"groups": [{"name": records.GROUP, "interval": 60}]}

@@ -25,8 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter import thresholds
-from exporter.report import records
+from exporter.catalogue import records, thresholds
 from exporter.report.client import Connection, PrometheusClient
 from exporter.report.collect import build_report, forgotten_step
 from exporter.report.formats import csv_text, markdown, text

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from exporter.metrics import (
+from exporter.catalogue.metrics import (
     SWITCHABLE_GROUPS,
     THROTTLE_REASONS,
     UNKNOWN_VALUE,

@@ -234,7 +234,7 @@ def test_xid_storm_is_counted_exactly(fake: FakeHealthNvml, waiter: EventWaiter)
 
 
 def test_event_labels_are_the_rows_label_values() -> None:
-    from exporter import metrics  # noqa: PLC0415
+    from exporter.catalogue import metrics  # noqa: PLC0415
     from exporter.sources.nvml.events import HEALTH_EVENTS  # noqa: PLC0415
 
     assert tuple(HEALTH_EVENTS.values()) == metrics.HEALTH_EVENTS

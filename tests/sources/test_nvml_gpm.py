@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from exporter.metrics import SWITCHABLE_GROUPS, Group, default_groups
+from exporter.catalogue.metrics import SWITCHABLE_GROUPS, Group, default_groups
 from exporter.snapshot import GpuReading, Snapshot
 from exporter.sources.nvml.gpm import MAX_WINDOW_SECONDS, RETRY_SECONDS
 from exporter.sources.nvml.source import NvmlSource

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from exporter import metrics
-from exporter.metrics import Group
+from exporter.catalogue import metrics
+from exporter.catalogue.metrics import Group
 from exporter.snapshot import GpuReading
 from exporter.sources.nvml import health
 from exporter.sources.nvml.source import NvmlSource

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from exporter.metrics import ENERGY, MEMORY_USED, Group, default_groups
+from exporter.catalogue.metrics import ENERGY, MEMORY_USED, Group, default_groups
 from exporter.sources.nvml.source import NvmlSource
 from tests.sources.fake_nvml import FakeNvml, FakeProcess, FakeSample, h200
 from tests.sources.slow_nvml import SlowNvml

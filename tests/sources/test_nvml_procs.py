@@ -9,8 +9,8 @@ import types
 
 import pytest
 
-from exporter.metrics import Group, default_groups
-from exporter.metrics.process import LAST_ACTIVE
+from exporter.catalogue.metrics import Group, default_groups
+from exporter.catalogue.metrics.process import LAST_ACTIVE
 from exporter.snapshot import GpuProcess, ProcessType
 from exporter.sources.nvml.processes import PID_MAX_LIMIT, clean_entries, newest_samples
 from exporter.sources.nvml.source import NvmlSource

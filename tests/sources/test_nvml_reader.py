@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from exporter.snapshot import Value
+from exporter.catalogue.metrics import Value
+from exporter.sources.nvml.device import GpuState, placeholder_identity
 from exporter.sources.nvml.plain_reads import PlainRead, compile_plain_reads
-from exporter.sources.nvml.reader import GpuState, placeholder_identity
 
 
 class _Answers:

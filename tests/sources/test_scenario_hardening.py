@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.metrics import default_groups
+from exporter.catalogue.metrics import default_groups
 from exporter.sources.simulated.scenario import ScenarioError, load_scenario, parse_scenario
 from exporter.sources.simulated.source import SimulatedSource
 

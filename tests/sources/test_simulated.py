@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from exporter.metrics import SWITCHABLE_GROUPS, Group, default_groups
-from exporter.metrics.process import LAST_ACTIVE
+from exporter.catalogue.metrics import SWITCHABLE_GROUPS, Group, default_groups
+from exporter.catalogue.metrics.process import LAST_ACTIVE
 from exporter.snapshot import GpuProcess, GpuReading, Snapshot
 from exporter.sources.base import Source
 from exporter.sources.simulated.scenario import (
@@ -23,8 +23,6 @@ from tests.scheduler_fakes import FakeClock
 
 T0 = 1_750_000_000.0  # wall-clock origin of the fake clock
 ALL = frozenset(SWITCHABLE_GROUPS)
-GROUPS = ("memory", "utilization", "temperature", "power", "clocks", "throttle", "ecc", "fan",
-          "processes", "process_utilization")
 
 
 def make_source(name: str | Scenario, seed: int = 0, speed: float = 1.0) -> tuple[SimulatedSource,

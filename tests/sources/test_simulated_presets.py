@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from exporter.metrics import gpu_activity
+from exporter.snapshot import gpu_activity
 from exporter.sources.simulated.scenario import list_presets, load_scenario
 from tests.sources.test_simulated import (
     ALL,

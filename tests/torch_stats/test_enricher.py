@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from exporter.attribution.torchstats import TorchEnricher, TorchStatsReader
+from exporter.catalogue.metrics import PROCESS_MEMORY, Group, default_groups
+from exporter.catalogue.metrics import allocator as a
 from exporter.exposition.json_model import process_model
-from exporter.metrics import PROCESS_MEMORY, Group, default_groups
-from exporter.metrics import allocator as a
 from exporter.snapshot import Snapshot
 from exporter.state import ExpositionOptions
 from tests.exposition import factory
@@ -87,10 +87,10 @@ def test_rows_read_the_values_and_derive_the_driver_overhead(
     assert value(text, a.TORCH_DRIVER_OVERHEAD.name, gpu="1", pid="77") is None
     # pid 88 has no publisher: its process series as before, no allocator series.
     assert value(text, PROCESS_MEMORY.name, pid="88") == 3 * GIB
-    assert not [s for row in a.ROWS for s in series(text, row.name) if s["pid"] == "88"]
+    assert not [s for row in a.TORCH_ROWS for s in series(text, row.name) if s["pid"] == "88"]
     # Without the group: no allocator series at all.
     plain = collect_text(factory.state(snap), ExpositionOptions(groups=default_groups()))
-    assert not [row.name for row in a.ROWS if series(plain, row.name)]
+    assert not [row.name for row in a.TORCH_ROWS if series(plain, row.name)]
     # The JSON model carries the figures on the process.
     process = process_model(snap.gpus[0].processes[0], groups)
     assert process.torch_allocated_bytes == 8 * GIB

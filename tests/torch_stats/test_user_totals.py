@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from exporter.attribution.torchtotals import TorchUserTotals
-from exporter.metrics import Group, allocator
+from exporter.catalogue.metrics import Group, allocator
 from exporter.snapshot import GpuProcess, GpuReading, Snapshot
 from exporter.state import ExpositionOptions
 from tests.exposition import factory

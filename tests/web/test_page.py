@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from exporter import thresholds
-from exporter.metrics import PROCESS_LAST_ACTIVE
+from exporter.catalogue import thresholds
+from exporter.catalogue.metrics import PROCESS_LAST_ACTIVE
 from exporter.snapshot import GpuProcess, ProcessOwner, ProcessType, Snapshot
 from exporter.state import ExporterState
 from exporter.web.page import TOP_PROCESSES, render_landing
@@ -118,3 +118,25 @@ def test_idle_hint_uses_the_alert_thresholds() -> None:
     busy = _gpu(make_snapshot(), memory_used_bytes=int(total * held),
                 utilization_ratio=thresholds.IDLE_UTILIZATION_RATIO)
     assert "memory held but GPU idle" not in _render(busy)
+
+
+def _process_header(page: str) -> list[str]:
+    table = page[page.index('<table id="processes">'):]
+    header = table[table.index("<thead>"):table.index("</thead>")]
+    return [cell.split("</th>")[0] for cell in header.split("<th>")[1:]]
+
+
+def test_pod_column_only_when_a_process_is_in_a_pod() -> None:
+    host = _proc(7, 2 * GIB)
+    workstation = _render(_gpu(make_snapshot(), processes=(host,)))
+    assert "Pod" not in _process_header(workstation)
+    row = workstation[workstation.index("<td>7</td>") - 12:]
+    assert row[:row.index("</tr>")].count("<td") == len(_process_header(workstation))
+    in_pod = replace(_proc(8, GIB), workload=pod("ml", "train-0"))
+    node = _render(_gpu(make_snapshot(), processes=(host, in_pod)))
+    header = _process_header(node)
+    assert header[4] == "Pod"
+    assert "<td>ml/train-0</td>" in node
+    assert "<td>alice</td><td>python3</td><td></td>" in node  # the host process: empty cell
+    nothing = _render(_gpu(make_snapshot(), processes=()))
+    assert f'<td colspan="{len(_process_header(nothing))}">No processes.</td>' in nothing

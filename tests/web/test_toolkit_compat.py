@@ -22,7 +22,7 @@ from tests.web.tlsfiles import Authority, Pair, write_web_config
 #: ``{tls}`` becomes cert_file and key_file lines of a server certificate, ``{ca}`` the test
 #: CA's file.
 ACCEPTED: list[tuple[str, str, object]] = [
-    ("", "tls", None),
+    ("{{}}\n", "tls", None),
     ("{tls}  client_auth_type: VerifyClientCertIfGiven\n", "client_auth",
      "VerifyClientCertIfGiven"),  # no client_ca_file: the system's roots verify
     ("{tls}  client_auth_type: RequireAndVerifyClientCert\n", "client_auth",
@@ -52,6 +52,10 @@ ACCEPTED: list[tuple[str, str, object]] = [
 ]
 
 REFUSED: list[tuple[str, str]] = [
+    # Go reads an empty file as no settings; here it is refused (docs/security.md): a file
+    # caught half-written must never read as "no authentication".
+    ("", "has no settings"),
+    ("# only a comment\n", "has no settings"),
     ("tls_server_config:\n  cert_filse: a\n", "unknown key 'cert_filse'"),
     ("tls_server_config:\n  cert_file: ''\n  key_file: x\n", "missing one of cert or cert_file"),
     ("tls_server_config:\n  cert_file: x\n  key: ''\n", "missing one of key or key_file"),

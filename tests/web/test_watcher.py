@@ -9,11 +9,7 @@ import bcrypt
 import pytest
 
 from exporter.web.watcher import WebConfigWatcher
-from exporter.web.webconfig import (
-    NO_CLIENT_CERT,
-    REQUIRE_AND_VERIFY,
-    load_web_config,
-)
+from exporter.web.webconfig import WebConfigError, load_web_config
 from tests.web.tlsfiles import Authority, write_web_config
 
 HASH = bcrypt.hashpw(b"secret", bcrypt.gensalt(4)).decode()
@@ -88,11 +84,9 @@ def test_authentication_goes_only_with_an_explicit_empty_mapping(tmp_path: Path)
     assert reloads.reload()  # nothing to remove any more: an ordinary file will do
 
 
-def test_an_empty_file_at_start_means_no_settings_with_a_warning(tmp_path: Path) -> None:
-    config = load_web_config(write_web_config(tmp_path, "# nothing yet\n"))  # as Go exporters
-    assert not config.users
-    assert config.tls is None
-    assert "has no settings (empty, or only comments): plain HTTP" in config.warnings[-1]
+def test_an_empty_file_at_start_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(WebConfigError, match="has no settings"):
+        load_web_config(write_web_config(tmp_path, "# nothing yet\n"))
 
 
 def test_no_prefix_of_a_protected_file_loads_without_its_users(tmp_path: Path) -> None:
@@ -114,7 +108,8 @@ def test_no_prefix_of_a_client_certificate_file_checks_less(
         tmp_path: Path, ca: Authority) -> None:
     server = ca.issue("server", "exporter")
     text = (f"tls_server_config:\n  cert_file: {server.cert}\n  key_file: {server.key}\n"
-            f"  client_ca_file: {ca.files.cert}\n  client_auth_type: RequireAndVerifyClientCert\n"
+            f"  client_ca_file: {ca.files.cert}\n"
+            "  client_auth_type: RequireAndVerifyClientCert\n"
             "  client_allowed_sans:\n  - prometheus\n  - vmagent\n")
     path = Path(write_web_config(tmp_path, text))
     reloads = _Reloads(str(path))
@@ -124,15 +119,17 @@ def test_no_prefix_of_a_client_certificate_file_checks_less(
         if reloads.reload():
             tls = reloads.watcher.current.tls
             assert tls is not None
-            assert tls.client_auth == REQUIRE_AND_VERIFY, data[:cut]
+            assert tls.client_auth == "RequireAndVerifyClientCert", data[:cut]
             assert tls.client_allowed_sans, data[:cut]
-    # Dropping the list stays refused (no value says "any certificate": a restart does).
-    without = text.replace("  client_allowed_sans:\n  - prometheus\n  - vmagent\n", "")
-    path.write_text(without, encoding="utf-8")
+    # Without the SAN list but still taking certificates: refused (any certificate would do).
+    path.write_text(text.replace("  client_allowed_sans:\n  - prometheus\n  - vmagent\n", ""),
+                    encoding="utf-8")
     assert not reloads.reload()
-    # Checking less, said explicitly, is accepted.
+    assert reloads.watcher.current.tls is not None
+    assert reloads.watcher.current.tls.client_allowed_sans
+    # Said explicitly, client certificates are dropped.
     path.write_text(f"tls_server_config:\n  cert_file: {server.cert}\n  key_file: {server.key}\n"
                     "  client_auth_type: NoClientCert\n", encoding="utf-8")
     assert reloads.reload()
     assert reloads.watcher.current.tls is not None
-    assert reloads.watcher.current.tls.client_auth == NO_CLIENT_CERT
+    assert reloads.watcher.current.tls.client_auth == "NoClientCert"

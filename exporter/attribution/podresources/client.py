@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from exporter.attribution.defaults import (
+from exporter.allocations import AllocationTable, allocations_from_pods
+from exporter.catalogue.defaults import (
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_SOCKET,
     MAX_MESSAGE_BYTES_LIMIT,
@@ -41,7 +42,6 @@ from exporter.attribution.defaults import (
     MIN_MESSAGE_BYTES,
     check_max_message_bytes,
 )
-from exporter.attribution.podresources.allocations import AllocationTable, allocations_from_pods
 
 log = logging.getLogger("exporter.attribution.podresources")
 

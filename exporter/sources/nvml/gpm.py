@@ -32,15 +32,11 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import MappingProxyType, ModuleType
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
-from exporter.metrics import GPM_ROWS, Group, Metric, NvmlGpm
-from exporter.metrics.activity import GPM_STATUS, GPM_STATUSES, PER_INSTANCE
-from exporter.snapshot import Value
+from exporter.catalogue.metrics import GPM_ROWS, Group, Metric, NvmlGpm, Value
+from exporter.catalogue.metrics.activity import GPM_STATUS, GPM_STATUSES, PER_INSTANCE
 from exporter.sources.nvml.errors import NO_PERMISSION, Reaction, describe, raise_if_down
-
-if TYPE_CHECKING:
-    from exporter.sources.nvml.reader import GpuReader, GpuState
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +56,16 @@ _STATUS_VALUES: Final = {status: MappingProxyType({status: 1.0}) for status in G
 
 #: GPM values per MIG GPU instance, by instance id.
 PerInstance = dict[int, dict[str, Value]]
+
+
+@dataclass(slots=True)
+class Gpu:
+    """What a GPM read needs of the GPU it reads: its index (for the log), its handle, and
+    where this collection counts a failure."""
+
+    index: int
+    handle: Any
+    count: Callable[[str], None]
 
 
 class GpmMetric(NamedTuple):
@@ -146,17 +152,16 @@ class GpmReader:
         self.available = all(hasattr(nvml, name) for name in FUNCTIONS)
         self._version = int(getattr(nvml, "NVML_GPM_METRICS_GET_VERSION", 1))
 
-    def read(self, reader: GpuReader, gpu: GpuState, wanted: GpmPlan,
+    def read(self, state: GpmState, gpu: Gpu, wanted: GpmPlan,
              instances: Iterable[int] | None) -> tuple[dict[str, Value], PerInstance]:
-        """Values of the window since the last collection: per GPU, and per MIG GPU instance
-        in ``instances`` (None: MIG is off; with MIG on there is no per-GPU read). The status
-        row is always filled.
+        """Values of the window since the last collection of the GPU whose GPM ``state`` this
+        is: per GPU, and per MIG GPU instance in ``instances`` (None: MIG is off; with MIG on
+        there is no per-GPU read). The status row is always filled.
 
         Raises:
             GpuDown: the GPU is lost / needs a reset.
             NvmlFatal: NVML itself stopped working.
         """
-        state: GpmState = gpu.gpm
         values: dict[str, Value] = {}
         per_instance: PerInstance = {}
         now = self._clock()
@@ -166,19 +171,19 @@ class GpmReader:
                     if instances is None:
                         values = self._device(gpu, state, wanted.device, now)
                     else:
-                        per_instance = self._instances(reader, gpu, wanted.instance,
+                        per_instance = self._instances(gpu, state, wanted.instance,
                                                        tuple(instances), now)
                     self._status(gpu, state, "ok")
-            except reader.calls.error as exc:
-                self._failed(reader, gpu, state, exc, now)
+            except self._nvml.NVMLError as exc:
+                self._failed(gpu, state, exc, now)
             except (ValueError, TypeError, AttributeError, OverflowError) as exc:  # odd answers
                 log.debug("GPU %d: odd GPM answer", gpu.index, exc_info=True)
-                self._failed(reader, gpu, state, exc, now)
+                self._failed(gpu, state, exc, now)
         values[_STATUS] = _STATUS_VALUES[state.status]
         return values, per_instance
 
     # --- one GPU -------------------------------------------------------------------------------
-    def _usable(self, gpu: GpuState, state: GpmState, wanted: GpmPlan) -> bool:
+    def _usable(self, gpu: Gpu, state: GpmState, wanted: GpmPlan) -> bool:
         """Support known and buffers ready; False (status set) where GPM cannot be read."""
         if state.supported is None:
             if not self.available:
@@ -195,7 +200,7 @@ class GpmReader:
             state.request = self._nvml.c_nvmlGpmMetricsGet_t()
         return True
 
-    def _has_nvlink(self, gpu: GpuState) -> bool:
+    def _has_nvlink(self, gpu: Gpu) -> bool:
         function = getattr(self._nvml, "nvmlDeviceGetNvLinkState", None)
         if function is None:
             return False
@@ -206,7 +211,7 @@ class GpmReader:
             return False
         return True
 
-    def _device(self, gpu: GpuState, state: GpmState, wanted: tuple[GpmMetric, ...],
+    def _device(self, gpu: Gpu, state: GpmState, wanted: tuple[GpmMetric, ...],
                 now: float) -> dict[str, Value]:
         if state.device is None:
             state.device = self._window()
@@ -216,9 +221,8 @@ class GpmReader:
             wanted = tuple(m for m in wanted if not m.nvlink)
         return self._close(state, window, wanted, now)
 
-    def _instances(self, reader: GpuReader, gpu: GpuState, wanted: tuple[GpmMetric, ...],
+    def _instances(self, gpu: Gpu, state: GpmState, wanted: tuple[GpmMetric, ...],
                    instances: tuple[int, ...], now: float) -> PerInstance:
-        state = gpu.gpm
         for gone in state.instances.keys() - set(instances):  # destroyed GPU instances
             self._free(state.instances.pop(gone))
         found: PerInstance = {}
@@ -228,12 +232,12 @@ class GpmReader:
                 window = state.instances[instance] = self._window()
             try:
                 self._nvml.nvmlGpmMigSampleGet(gpu.handle, instance, window.spare)
-            except reader.calls.error as exc:  # this instance only (destroyed meanwhile?)
+            except self._nvml.NVMLError as exc:  # this instance only (destroyed meanwhile?)
                 if raise_if_down(exc) is Reaction.UNSUPPORTED:
                     raise
                 log.debug("GPU %d: GPM sample of MIG GPU instance %d failed: %s", gpu.index,
                           instance, describe(exc))
-                reader.count("gpm")
+                gpu.count("gpm")
                 window.previous = None
                 continue
             found[instance] = self._close(state, window, wanted, now)
@@ -282,8 +286,7 @@ class GpmReader:
         return values
 
     # --- status --------------------------------------------------------------------------------
-    def _failed(self, reader: GpuReader, gpu: GpuState, state: GpmState, exc: BaseException,
-                now: float) -> None:
+    def _failed(self, gpu: Gpu, state: GpmState, exc: BaseException, now: float) -> None:
         """Sort a failed GPM call out: GPU down or NVML gone raise; unsupported stops asking;
         anything else is counted and asked again after the backoff."""
         if raise_if_down(exc) is Reaction.UNSUPPORTED:
@@ -292,7 +295,7 @@ class GpmReader:
         code = getattr(exc, "value", None)
         status = {NO_PERMISSION: "no_permission", IN_USE: "in_use"}.get(
             code if isinstance(code, int) else -1, "error")
-        reader.count("gpm")
+        gpu.count("gpm")
         state.backoff = min(MAX_RETRY_SECONDS, state.backoff * 2 or RETRY_SECONDS)
         state.retry_at = now + state.backoff
         for window in state.windows():
@@ -301,7 +304,7 @@ class GpmReader:
                                          f"{state.backoff:.0f} s")
 
     @staticmethod
-    def _status(gpu: GpuState, state: GpmState, status: str, why: str = "") -> None:
+    def _status(gpu: Gpu, state: GpmState, status: str, why: str = "") -> None:
         """Set the status; one log line when it changes."""
         if status == state.status:
             return

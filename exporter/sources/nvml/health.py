@@ -24,9 +24,8 @@ abandons the reading, other failures leave the value out.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
-from exporter.metrics import (
+from exporter.catalogue.metrics import (
     ECC_AGGREGATE,
     ECC_ERRORS,
     REMAP_FAILURE,
@@ -35,11 +34,9 @@ from exporter.metrics import (
     RETIRED_PAGES,
     RETIRED_PENDING,
     Constant,
+    Value,
 )
-from exporter.snapshot import Value
-
-if TYPE_CHECKING:
-    from exporter.sources.nvml.reader import GpuReader, GpuState
+from exporter.sources.nvml.device import EccRead, FieldCalls, GpuState
 
 RETIRED_SINGLE_BIT = Constant("NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS", 0)
 RETIRED_DOUBLE_BIT = Constant("NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR", 1)
@@ -52,9 +49,9 @@ ECC_ARGUMENTS = (Constant("NVML_MEMORY_ERROR_TYPE_CORRECTED", 0),
 LIFETIME_ECC_REUSE_SECONDS = 60.0
 
 
-def read_remapped_rows(reader: GpuReader, gpu: GpuState) -> dict[str, Value]:
+def read_remapped_rows(reader: FieldCalls, gpu: GpuState) -> dict[str, Value]:
     """Remapped rows by type, and the pending / failure flags."""
-    rows = reader.call(gpu, "remapped_rows", reader.calls.function("nvmlDeviceGetRemappedRows"))
+    rows = reader.call(gpu, "remapped_rows", reader.binding.function("nvmlDeviceGetRemappedRows"))
     if rows is None:
         return {}
     corrected, uncorrected, pending, failure = (int(v) for v in rows)
@@ -62,27 +59,27 @@ def read_remapped_rows(reader: GpuReader, gpu: GpuState) -> dict[str, Value]:
             REMAP_PENDING.name: float(bool(pending)), REMAP_FAILURE.name: float(bool(failure))}
 
 
-def read_retired_pages(reader: GpuReader, gpu: GpuState) -> dict[str, Value]:
+def read_retired_pages(reader: FieldCalls, gpu: GpuState) -> dict[str, Value]:
     """Retired pages by cause, and whether more wait for a reset."""
-    calls = reader.calls
-    pages = calls.function("nvmlDeviceGetRetiredPages")
-    single = reader.call(gpu, "retired_pages", pages, calls.argument(RETIRED_SINGLE_BIT))
+    binding = reader.binding
+    pages = binding.function("nvmlDeviceGetRetiredPages")
+    single = reader.call(gpu, "retired_pages", pages, binding.argument(RETIRED_SINGLE_BIT))
     if single is None:
         return {}
-    double = reader.call(gpu, "retired_pages", pages, calls.argument(RETIRED_DOUBLE_BIT))
+    double = reader.call(gpu, "retired_pages", pages, binding.argument(RETIRED_DOUBLE_BIT))
     if double is None:
         return {}
     values: dict[str, Value] = {RETIRED_PAGES.name: {"single_bit": len(single),
                                                      "double_bit": len(double)}}
     pending = reader.call(gpu, "retired_pages_pending",
-                          calls.function("nvmlDeviceGetRetiredPagesPendingStatus"))
+                          binding.function("nvmlDeviceGetRetiredPagesPendingStatus"))
     if pending is not None:
         values[RETIRED_PENDING.name] = float(bool(pending))
     return values
 
 
 
-def read_ecc(reader: GpuReader, gpu: GpuState) -> dict[str, Value]:
+def read_ecc(reader: FieldCalls, gpu: GpuState) -> dict[str, Value]:
     """ECC errors by type since the driver loaded (volatile) and over the GPU's life (aggregate).
 
     Every error the lifetime counters count, the volatile ones count too: while the volatile
@@ -91,15 +88,16 @@ def read_ecc(reader: GpuReader, gpu: GpuState) -> dict[str, Value]:
     persists them late; otherwise the last values are reused. An idle GPU's collection makes
     two of the four calls.
     """
-    calls = reader.calls
-    function = calls.function(ECC_FUNCTION)
-    corrected, uncorrected, volatile, aggregate = calls.arguments("ecc", ECC_ARGUMENTS)
+    binding = reader.binding
+    function = binding.function(ECC_FUNCTION)
+    corrected, uncorrected, volatile, aggregate = binding.arguments("ecc", ECC_ARGUMENTS)
     since_load = (reader.call(gpu, ECC_FUNCTION, function, corrected, volatile),
                   reader.call(gpu, ECC_FUNCTION, function, uncorrected, volatile))
     now = time.monotonic()
     seen = gpu.ecc_read
-    if seen is not None and seen[0] == since_load and now - seen[1] < LIFETIME_ECC_REUSE_SECONDS:
-        return seen[2]
+    if (seen is not None and seen.volatile == since_load
+            and now - seen.at < LIFETIME_ECC_REUSE_SECONDS):
+        return seen.values
     lifetime = (reader.call(gpu, ECC_FUNCTION, function, corrected, aggregate),
                 reader.call(gpu, ECC_FUNCTION, function, uncorrected, aggregate))
     values: dict[str, Value] = {}
@@ -112,5 +110,6 @@ def read_ecc(reader: GpuReader, gpu: GpuState) -> dict[str, Value]:
             by_type["uncorrected"] = uncorrected_count
         if by_type:
             values[name] = by_type
-    gpu.ecc_read = (since_load, now, values) if None not in since_load + lifetime else None
+    gpu.ecc_read = (EccRead(since_load, now, values) if None not in since_load + lifetime
+                    else None)
     return values

@@ -8,12 +8,10 @@ reads of a GPU out as Python once per set of groups instead of deciding them per
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
-from exporter.snapshot import Value
-
-if TYPE_CHECKING:
-    from exporter.sources.nvml.reader import GpuReader, GpuState
+from exporter.catalogue.metrics import Value
+from exporter.sources.nvml.device import FieldCalls, GpuState
 
 
 class PlainRead(NamedTuple):
@@ -32,7 +30,7 @@ class PlainRead(NamedTuple):
 
 
 #: ``values[row]`` (or ``values[row][label]``) of every plain read of one GPU.
-PlainReads = Callable[["GpuReader", "GpuState", dict[str, Value]], None]
+PlainReads = Callable[[FieldCalls, GpuState, dict[str, Value]], None]
 
 
 def compile_plain_reads(reads: tuple[PlainRead, ...]) -> PlainReads:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Final
 
-from exporter.metrics.process import LAST_ACTIVE
+from exporter.catalogue.metrics.process import LAST_ACTIVE
 from exporter.snapshot import GpuProcess, ProcessType
 from exporter.sources.nvml.errors import (
     FUNCTION_NOT_FOUND,

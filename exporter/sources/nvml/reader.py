@@ -1,29 +1,31 @@
 """Reading one GPU through NVML: static identity once, then the rows of the enabled groups.
 
-Each per-GPU row (``exporter.metrics``) says how it is read: the ``NvmlRead`` rows of a set
-of groups are compiled once into one function (``exporter.sources.nvml.plain_reads``: one call
-per (function, args) per GPU read, shared by rows reading different attributes of one struct);
-``NvmlSpecial`` rows go through the readers in ``exporter.sources.nvml.special``. Functions
-and constants are looked up once per ``start``.
+Each per-GPU row (``exporter.catalogue.metrics``) says how it is read: the ``NvmlRead`` rows of
+a set of groups are compiled once into one function (``exporter.sources.nvml.plain_reads``: one
+call per (function, args) per GPU read, shared by rows reading different attributes of one
+struct);
+``NvmlSpecial`` rows go through the readers in ``exporter.sources.nvml.special``, GPM rows
+through ``exporter.sources.nvml.gpm``. Functions and constants are looked up once per
+``start``. The helpers get the collection's guarded calls and the GPU's state
+(``exporter.sources.nvml.device``) as arguments.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any
 
+from exporter.catalogue.metrics import GPU_ROWS, Group, NvmlRead, NvmlSpecial, Value
 from exporter.health import EventCounts, MigDevice, XidKey, XidStat
-from exporter.metrics import GPU_ROWS, UNKNOWN_VALUE, Constant, Group, NvmlRead, NvmlSpecial
-from exporter.snapshot import GpuIdentity, GpuProcess, GpuReading, ProcessType, Value
-from exporter.sources.nvml.errors import Reaction, describe, raise_if_down
-from exporter.sources.nvml.gpm import GpmPlan, GpmReader, GpmState
+from exporter.snapshot import GpuIdentity, GpuProcess, GpuReading, ProcessType
+from exporter.sources.nvml.device import Binding, FieldCalls, GpuState
+from exporter.sources.nvml.errors import describe
+from exporter.sources.nvml.gpm import GpmPlan, GpmReader, Gpu
 from exporter.sources.nvml.gpm import plan as gpm_plan
-from exporter.sources.nvml.last_active import LastActive
 from exporter.sources.nvml.mig import MigReader
 from exporter.sources.nvml.plain_reads import PlainRead, PlainReads, compile_plain_reads
 from exporter.sources.nvml.processes import (
@@ -36,30 +38,6 @@ from exporter.sources.nvml.processes import (
 from exporter.sources.nvml.special import SPECIAL_READERS
 
 log = logging.getLogger(__name__)
-
-@dataclass(eq=False, slots=True)
-class GpuState:
-    """What the source keeps per GPU index between collections."""
-
-    index: int
-    identity: GpuIdentity
-    handle: Any = None  # None: not acquired yet, or dropped after the GPU was lost
-    identity_known: bool = False
-    error: str | None = None  # why the GPU is not answering (handle refused, lost, ...)
-    unsupported: set[str] = field(default_factory=set)  # fields never to ask for again
-    last_seen_timestamp: int = 0  # newest process-utilisation sample seen (microseconds)
-    last_active: LastActive = field(default_factory=LastActive)  # per pid, across collections
-    garbled_seen: bool = False  # garbled process entries were already reported in the log
-    # ``exporter.sources.nvml.health.read_ecc``'s last complete read: the volatile counts, when
-    # (monotonic seconds), the values it returned (lifetime counts included).
-    ecc_read: tuple[tuple[int, int], float, dict[str, Value]] | None = None
-    gpm: GpmState = field(default_factory=GpmState)  # GPM samples and status
-
-
-def placeholder_identity(index: int) -> GpuIdentity:
-    """Identity for a GPU whose handle could not be opened (so nothing is known about it)."""
-    return GpuIdentity(index=index, uuid=UNKNOWN_VALUE, name=UNKNOWN_VALUE,
-                       pci_bus_id=UNKNOWN_VALUE, memory_total_bytes=0)
 
 
 def _optional(nvml: ModuleType, name: str, handle: Any) -> Any:
@@ -94,50 +72,17 @@ def read_identity(nvml: ModuleType, index: int, handle: Any) -> GpuIdentity:
     )
 
 
-class NvmlCalls:
-    """The binding's functions and constants, resolved once per ``start``.
-
-    A function the binding lacks is ``None``; the reader then treats the field as unsupported.
-    """
+class NvmlCalls(Binding):
+    """The binding resolved once per ``start`` (``Binding``), with the process listers, the
+    GPM reader and the read plans of each set of groups."""
 
     def __init__(self, nvml: ModuleType) -> None:
-        self.nvml = nvml
-        self.error: type[BaseException] = nvml.NVMLError
-        nvml.nvmlDeviceGetMemoryInfo  # noqa: B018 - AttributeError: not nvidia-ml-py
-        self.mismatch: type[BaseException] | tuple[()] = (
-            getattr(nvml, "NVMLLibraryMismatchError", None) or ())
-        self._functions: dict[str, Callable[..., Any] | None] = {}
-        self._arguments: dict[str, tuple[int, ...]] = {}
+        super().__init__(nvml)
         self._plans: dict[frozenset[Group], _Plan] = {}
         self.compute = ProcessLister(nvml, "Compute")
         self.graphics = ProcessLister(nvml, "Graphics")
         self.process_utilization = process_utilization_call(nvml)
         self.gpm = GpmReader(nvml)
-        version = getattr(nvml, "nvmlMemory_v2", None)
-        memory = self.function("nvmlDeviceGetMemoryInfo")
-        # Memory info asking for the v2 struct (None: the binding cannot).
-        self.memory_v2: Callable[..., Any] | None = (
-            None if version is None or memory is None
-            else functools.partial(memory, version=version))
-
-    def function(self, name: str) -> Callable[..., Any] | None:
-        """pynvml's ``name``, or None when the binding lacks it."""
-        if name not in self._functions:
-            self._functions[name] = getattr(self.nvml, name, None)
-        return self._functions[name]
-
-    def argument(self, argument: int | Constant) -> int:
-        """An argument's value (a constant the binding lacks takes its nvml.h value)."""
-        if isinstance(argument, Constant):
-            return int(getattr(self.nvml, argument.name, argument.value))
-        return argument
-
-    def arguments(self, key: str, arguments: tuple[int | Constant, ...]) -> tuple[int, ...]:
-        """The values of a special reader's ``arguments``, worked out once under ``key``."""
-        found = self._arguments.get(key)
-        if found is None:
-            found = self._arguments[key] = tuple(self.argument(a) for a in arguments)
-        return found
 
     def plan(self, groups: frozenset[Group]) -> _Plan:
         """The reads of ``groups`` a GPU read goes through, worked out once per set of groups:
@@ -176,68 +121,14 @@ class _Plan:
     gpm: GpmPlan | None  # None: no GPM row is on
 
 
-class GpuReader:
+class GpuReader(FieldCalls):
     """Reads GPUs for one collection, counting problems into ``errors``."""
 
     def __init__(self, calls: NvmlCalls, errors: dict[str, int],
                  throttle_cache: dict[int, dict[str, float]], *,
                  events: EventCounts | None = None, mig: MigReader | None = None) -> None:
+        super().__init__(calls, errors, throttle_cache, events=events, mig=mig)
         self.calls = calls
-        self._error = calls.error
-        self._mismatch = calls.mismatch
-        self.errors = errors
-        self.throttle_cache = throttle_cache
-        self.events = events  # the XID waiter's counts at this collection (None: not running)
-        self.mig = mig
-
-    def count(self, kind: str, n: int = 1) -> None:
-        """Add ``n`` to the ``kind`` error counter of this collection."""
-        self.errors[kind] = self.errors.get(kind, 0) + n
-
-    def call(self, gpu: GpuState, name: str, function: Callable[..., Any] | None,
-             *args: Any) -> Any:
-        """One NVML call for one field; None when unsupported or failed.
-
-        ``name`` identifies the field in ``gpu.unsupported`` (asked once, then never again).
-
-        Raises:
-            GpuDown: the GPU is lost, needs a reset, or answered "unknown error".
-            NvmlFatal: NVML itself stopped working.
-        """
-        if name in gpu.unsupported:
-            return None
-        if function is None:
-            gpu.unsupported.add(name)
-            return None
-        try:
-            return function(gpu.handle, *args)
-        except Exception as exc:  # sorted out by ``failed``
-            self.failed(gpu, name, exc)
-            return None
-
-    def failed(self, gpu: GpuState, name: str, exc: Exception) -> None:
-        """React to ``exc`` from the call for ``name``: mark the field unsupported, count a
-        transient failure, or raise ``GpuDown``/``NvmlFatal``; anything else is re-raised."""
-        if isinstance(exc, self._mismatch):
-            gpu.unsupported.add(name)
-            return
-        if not isinstance(exc, self._error):
-            raise exc
-        if raise_if_down(exc) is Reaction.UNSUPPORTED:
-            log.info("GPU %d: %s not supported (%s); not asking again",
-                     gpu.index, name, describe(exc))
-            gpu.unsupported.add(name)
-            return
-        log.debug("GPU %d: %s failed: %s", gpu.index, name, describe(exc))
-        self.count("nvml_call")
-
-    def call_newest(self, gpu: GpuState, names: tuple[str, ...], *args: Any) -> Any:
-        """``call`` on the first of ``names`` this GPU has not found unsupported."""
-        for name in names:
-            result = self.call(gpu, name, self.calls.function(name), *args)
-            if result is not None or name not in gpu.unsupported:
-                return result
-        return None
 
     def read(self, gpu: GpuState, groups: frozenset[Group]) -> GpuReading:
         """Every row of the enabled ``groups`` of one GPU.
@@ -260,7 +151,8 @@ class GpuReader:
             mig = self.mig.read(gpu.index, gpu.handle, self.errors, lister)
         if plan.gpm is not None:
             instances = None if mig is None else sorted({d.gpu_instance for d in mig})
-            activity, per_instance = self.calls.gpm.read(self, gpu, plan.gpm, instances)
+            activity, per_instance = self.calls.gpm.read(
+                gpu.gpm, Gpu(gpu.index, gpu.handle, self.count), plan.gpm, instances)
             values.update((name, value) for name, value in activity.items() if name in rows)
             if per_instance and mig is not None:
                 mig = tuple(replace(d, activity=per_instance.get(d.gpu_instance, {}))

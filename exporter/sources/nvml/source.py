@@ -24,10 +24,11 @@ import time
 from types import ModuleType
 from typing import Any
 
+from exporter.catalogue.metrics import Group
 from exporter.health import EventCounts
-from exporter.metrics import Group
 from exporter.snapshot import GpuReading, Snapshot
 from exporter.sources.base import SourceUnavailable
+from exporter.sources.nvml.device import GpuState, placeholder_identity
 from exporter.sources.nvml.errors import (
     FATAL_CODES,
     GPU_DOWN_KINDS,
@@ -38,13 +39,7 @@ from exporter.sources.nvml.errors import (
 )
 from exporter.sources.nvml.events import DEFAULT_WAIT_MS, EVENT_FUNCTIONS, EventWaiter
 from exporter.sources.nvml.mig import MigReader
-from exporter.sources.nvml.reader import (
-    GpuReader,
-    GpuState,
-    NvmlCalls,
-    placeholder_identity,
-    read_identity,
-)
+from exporter.sources.nvml.reader import GpuReader, NvmlCalls, read_identity
 from exporter.sources.nvml.workers import Failed, GpuWorkers, Hung
 
 log = logging.getLogger(__name__)

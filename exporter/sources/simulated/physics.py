@@ -1,4 +1,5 @@
-"""The simulated state of one GPU at one moment: what the metric rows' ``simulate`` read."""
+"""The simulated state of one GPU at one moment: what the simulator's functions of the metric
+rows read (``exporter.sources.simulated.rows``)."""
 
 from __future__ import annotations
 

@@ -88,9 +88,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from exporter.attribution import workloads
-from exporter.attribution.container_names import container_labels
 from exporter.boundedyaml import MAX_BYTES, YamlLimitError, load_bounded
+from exporter.catalogue import workloads
+from exporter.catalogue.workloads import container_labels
 from exporter.files import describe, read_file
 from exporter.snapshot import ProcessType, Workload
 from exporter.sources.simulated import list_presets

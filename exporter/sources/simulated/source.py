@@ -32,19 +32,20 @@ import random
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import replace
 
-from exporter.attribution.podresources.allocations import (
-    Allocation,
-    AllocationTable,
-    DeviceId,
+from exporter.allocations import Allocation, AllocationTable, DeviceId, join_allocations
+from exporter.catalogue.metrics import (
+    GPU_ROWS,
+    LAST_ACTIVE,
+    MEMORY_UTILIZATION,
+    PER_INSTANCE,
+    UTILIZATION,
+    Group,
+    Value,
 )
-from exporter.attribution.podresources.join import join_allocations
 from exporter.health import MigProcess
-from exporter.metrics import GPU_ROWS, MEMORY_UTILIZATION, UTILIZATION, Group, Metric
-from exporter.metrics.activity import PER_INSTANCE
-from exporter.metrics.process import LAST_ACTIVE
 from exporter.snapshot import (
     AllocationRow,
     GpuIdentity,
@@ -53,7 +54,6 @@ from exporter.snapshot import (
     PodResourcesHealth,
     ProcessOwner,
     Snapshot,
-    Value,
 )
 from exporter.sources.simulated.health import (
     RemapSpec,
@@ -64,6 +64,7 @@ from exporter.sources.simulated.health import (
     xid_counts,
 )
 from exporter.sources.simulated.physics import SimulatedGpu
+from exporter.sources.simulated.rows import Plan, plan, simulated_values
 from exporter.sources.simulated.scenario import GpuSpec, Scenario
 from exporter.sources.simulated.timeline import (
     BUCKET,
@@ -72,6 +73,7 @@ from exporter.sources.simulated.timeline import (
     ActivitySum,
     GpuTimeline,
     ProcessTimeline,
+    RestartOwner,
     oom_life,
     torch_values,
 )
@@ -105,6 +107,8 @@ class SimulatedSource:
         self._allocations = self._build_allocations()
         # What the simulated kubelet answers: healthy when the scenario has allocations.
         self._pod_resources = PodResourcesHealth(True, "ok") if scenario.allocations else None
+        # The rows simulated with a set of groups on, per GPU and per MIG GPU instance.
+        self._plans: dict[frozenset[Group], tuple[Plan, Plan]] = {}
 
     def _build_allocations(self) -> tuple[AllocationRow, ...]:
         """The scenario's allocations as the PodResources join would give them."""
@@ -226,24 +230,28 @@ class SimulatedSource:
             if want_procs:
                 published = torch_values(p.torch, memory - p.context, age, t) \
                     if want_torch and p.torch is not None else NO_VALUES
-                last = p.last
+                built = p.built
                 # Last active: now (to the noise bucket, so a process is rebuilt no more often
                 # than its utilisation changes) for a computing process; a process configured
                 # idle last ran a kernel LOADED_AFTER seconds after it started (its model load).
                 active = (t - t % BUCKET if p.util > 0.0 else t - age + min(age, LOADED_AFTER)) \
                     if want_putil else None
-                if last is None or last[0] != k or last[1] != memory or last[2] != u \
-                        or last[4] != active or last[5] != published:
+                process = built.process
+                if process is None or built.restart != k or built.memory != memory \
+                        or built.utilization != u or built.last_active != active \
+                        or built.published != published:
                     process_values = published if active is None else {
                         **published, LAST_ACTIVE: start + active / self.speed}
-                    last = p.last = (k, memory, u, GpuProcess(
+                    process = built.process = GpuProcess(
                         pid=p.spec.pid + _RESTART_PID_STEP * k, type=p.spec.type,
                         used_memory_bytes=memory, sm_utilization_ratio=u if want_putil else None,
                         owner=self._owner(p, k, start), workload=p.spec.workload,
                         values=process_values,
                         gpu_instance=p.spec.gpu_instance,
-                        compute_instance=p.spec.compute_instance), active, published)
-                procs.append(last[3])
+                        compute_instance=p.spec.compute_instance)
+                    built.restart, built.memory, built.utilization = k, memory, u
+                    built.last_active, built.published = active, published
+                procs.append(process)
         util, mem_util = round(min(1.0, util), 2), round(min(1.0, mem_util), 2)  # whole %
         work = min(1.0, work)
         busy = used > DRIVER_BYTES
@@ -296,7 +304,8 @@ class SimulatedSource:
             # Under MIG, GPM is read per GPU instance only.
             activity=activity.result(model) if activity is not None and not mig_on else None,
         )
-        values = _simulated(GPU_ROWS, state, groups)
+        gpu_rows, instance_rows = self._plan(groups)
+        values = simulated_values(gpu_rows, state)
         if mig_on:
             values.pop(UTILIZATION.name, None)
             values.pop(MEMORY_UTILIZATION.name, None)
@@ -313,35 +322,33 @@ class SimulatedSource:
             mig = mig_devices(health.mig, spec.index, by_instance)
             if activity is not None:
                 mig = tuple(replace(device, activity=_instance_activity(
-                    state, instances.get(device.gpu_instance, ActivitySum()), groups))
+                    state, instances.get(device.gpu_instance, ActivitySum()), instance_rows))
                     for device in mig)
         return GpuReading(identity=gpu.identity, values=values, processes=tuple(procs),
                           xids=xids, mig=mig)
 
     def _owner(self, p: ProcessTimeline, k: int, start: float) -> ProcessOwner:
         """The owner of restart ``k`` of ``p`` (cached: it only changes on a restart)."""
-        if p.owner is None or p.owner[0] != k:
+        if p.owner is None or p.owner.restart != k:
             begin = p.t0 + (p.period or 0.0) * k
-            p.owner = (k, ProcessOwner(uid=p.spec.uid, user=p.spec.user, name=p.spec.name,
-                                       start_time_seconds=start + begin / self.speed))
-        return p.owner[1]
+            p.owner = RestartOwner(k, ProcessOwner(
+                uid=p.spec.uid, user=p.spec.user, name=p.spec.name,
+                start_time_seconds=start + begin / self.speed))
+        return p.owner.owner
+
+    def _plan(self, groups: frozenset[Group]) -> tuple[Plan, Plan]:
+        """The rows simulated per GPU and per MIG GPU instance with ``groups`` on (worked out
+        once per set of groups)."""
+        found = self._plans.get(groups)
+        if found is None:
+            found = self._plans[groups] = (plan(GPU_ROWS, groups),
+                                           plan((row for row, _ in PER_INSTANCE), groups))
+        return found
 
 
-def _instance_activity(state: SimulatedGpu, summed: ActivitySum, groups: frozenset[Group]
+def _instance_activity(state: SimulatedGpu, summed: ActivitySum, rows: Plan
                        ) -> dict[str, Value]:
-    """GPM's figures of one MIG GPU instance, by the per-GPU row's name (the rows' own
-    ``simulate`` applied to the instance's activity)."""
+    """GPM's figures of one MIG GPU instance, by the per-GPU row's name (the simulator's own
+    functions of those rows, applied to the instance's activity)."""
     instance = replace(state, activity=summed.result(state.model))
-    return _simulated((row for row, _ in PER_INSTANCE), instance, groups)
-
-
-def _simulated(rows: Iterable[Metric], state: SimulatedGpu, groups: frozenset[Group]
-               ) -> dict[str, Value]:
-    """The values the rows of ``groups`` simulate for ``state``, by row name (None: left out)."""
-    values: dict[str, Value] = {}
-    for row in rows:
-        if row.simulate is not None and row.group in groups:
-            value = row.simulate(state)
-            if value is not None:
-                values[row.name] = value
-    return values
+    return simulated_values(rows, instance)

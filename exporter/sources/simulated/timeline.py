@@ -11,9 +11,10 @@ process starts and exits). ``ActivitySum`` adds the processes' kernels up into G
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
-from exporter.metrics import allocator
-from exporter.metrics.activity import PIPES, TENSOR_PIPES
+from exporter.catalogue.metrics import allocator
+from exporter.catalogue.metrics.activity import PIPES, TENSOR_PIPES
 from exporter.snapshot import GpuIdentity, GpuProcess, ProcessOwner
 from exporter.sources.simulated.gpu_models import GpuModel
 from exporter.sources.simulated.physics import SimulatedActivity
@@ -111,10 +112,33 @@ class ActivitySum:
         )
 
 
+class BuiltProcess:
+    """The last ``GpuProcess`` built for a process timeline and what it was built from: it is
+    immutable, so it is reused while none of these change. Updated in place (one per timeline:
+    the simulator rebuilds hundreds of processes a collection)."""
+
+    __slots__ = ("last_active", "memory", "process", "published", "restart", "utilization")
+
+    def __init__(self) -> None:
+        self.process: GpuProcess | None = None  # None: none built yet
+        self.restart = 0
+        self.memory = 0
+        self.utilization = 0.0
+        self.last_active: float | None = None
+        self.published: dict[str, float] = {}  # the PyTorch figures it publishes
+
+
+class RestartOwner(NamedTuple):
+    """The owner of one restart of a process (its start time moves with each restart)."""
+
+    restart: int
+    owner: ProcessOwner
+
+
 class ProcessTimeline:
     """Precomputed timeline of one scenario process."""
 
-    __slots__ = ("context", "grow", "jitter", "kernels", "last", "leak", "life", "mem_util",
+    __slots__ = ("built", "context", "grow", "jitter", "kernels", "leak", "life", "mem_util",
                  "noise", "owner", "period", "ramp", "sm", "spec", "steady", "t0", "torch",
                  "util")
 
@@ -130,11 +154,8 @@ class ProcessTimeline:
         self.kernels, self.sm = spec.kernels, spec.kernels.sm
         self.noise = _Noise(key)
         self.steady = spec.memory_bytes
-        self.owner: tuple[int, ProcessOwner] | None = None
-        # the last GpuProcess built, reused while nothing in it changed (it is immutable)
-        # (restart, memory, utilisation, process, last active, published torch figures)
-        self.last: tuple[int, int, float, GpuProcess, float | None, dict[str, float]] | None \
-            = None
+        self.owner: RestartOwner | None = None
+        self.built = BuiltProcess()
         self.torch = spec.torch
 
     def cycle(self, t: float) -> tuple[int, float] | None:

@@ -105,3 +105,20 @@ basicAuth:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
+
+{{/*
+The exporter's uid or gid (key runAsUser or runAsGroup of the securityContext in "context"),
+0 included (sprig's default would take 0 for unset); unset: the image's USER, 65534.
+*/}}
+{{- define "gpu-exporter.runAs" -}}
+{{- if and .context (hasKey .context .key) (not (kindIs "invalid" (get .context .key))) -}}
+{{- get .context .key | int64 -}}
+{{- else -}}
+65534
+{{- end -}}
+{{- end }}
+
+{{/* Whether the exporter runs as root: runAsUser 0 in the securityContext. */}}
+{{- define "gpu-exporter.runsAsRoot" -}}
+{{- if eq (include "gpu-exporter.runAs" (dict "context" .Values.securityContext "key" "runAsUser")) "0" }}true{{ end }}
+{{- end }}

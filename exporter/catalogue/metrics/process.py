@@ -10,14 +10,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from exporter.metrics.core import GPU_LABELS, PROCESS_LABELS, Fold, Group, Kind, Metric, Scope
-from exporter.snapshot import GpuProcess
+from exporter.catalogue.metrics.core import (
+    GPU_LABELS,
+    PROCESS_LABELS,
+    Fold,
+    Group,
+    Kind,
+    Metric,
+    ProcessView,
+    Scope,
+)
 
 #: ``GpuProcess.values`` key of the last-active time (filled by the sources).
 LAST_ACTIVE = "gpu_process_last_active_timestamp_seconds"
 
 
-def last_active_seconds(process: GpuProcess) -> float | None:
+def last_active_seconds(process: ProcessView) -> float | None:
     """The process's last-active time, unless it predates the process (a sample of an earlier
     process with the same pid, still in NVML's buffer after an exporter restart)."""
     value = process.values.get(LAST_ACTIVE)
@@ -28,7 +36,7 @@ def last_active_seconds(process: GpuProcess) -> float | None:
 
 
 def _per_process(name: str, group: Group, help_text: str, *,
-                 process_value: Callable[[GpuProcess], float | None], fold: Fold,
+                 process_value: Callable[[ProcessView], float | None], fold: Fold,
                  json_field: str, json_type: type[float] | type[int] = float) -> Metric:
     """A ``Scope.PROCESS`` gauge: one series per process, read by ``process_value``."""
     return Metric(name, Kind.GAUGE, group, help_text, labels=PROCESS_LABELS, scope=Scope.PROCESS,

@@ -1,14 +1,14 @@
 """Rows of who was *given* a GPU: the kubelet's allocations (PodResources API).
 
-Process series carry who *uses* a GPU (``exporter.metrics.process``, labels from the
+Process series carry who *uses* a GPU (``exporter.catalogue.metrics.process``, labels from the
 process's cgroup); these rows carry the allocation, one series per (device, container), and
 the health of the PodResources poller. docs/attribution.md §4 explains the labels.
 """
 
 from __future__ import annotations
 
-from exporter.attribution.workloads import every_kind
-from exporter.metrics.core import GPU_LABELS, Group, Kind, Metric, Scope
+from exporter.catalogue.metrics.core import GPU_LABELS, Group, Kind, Metric, Scope
+from exporter.catalogue.workloads import KINDS, label_names
 
 #: Labels of ``gpu_allocation_info``.
 ALLOCATION_LABELS: tuple[str, ...] = (*GPU_LABELS, "device_id", "gpu_instance", "resource",
@@ -23,7 +23,7 @@ ALLOCATION_INFO = Metric(
     labels=ALLOCATION_LABELS, scope=Scope.ALLOCATION,
 )
 #: The per-workload families carry the labels of every workload kind (those switched on).
-_WORKLOAD_LABELS = (*GPU_LABELS, *every_kind().names)
+_WORKLOAD_LABELS = (*GPU_LABELS, *label_names(KINDS))
 
 WORKLOAD_MEMORY = Metric(
     "gpu_workload_memory_used_bytes", Kind.GAUGE, Group.PROCESSES,

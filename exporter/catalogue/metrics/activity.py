@@ -10,15 +10,13 @@ docs/gpu-activity.md maps them all.
 Group ``gpm`` is on by default (~0.25 ms per GPU and collection on an H200);
 ``gpm_engine`` holds the graphics-engine metric, which costs ~1.5 ms per GPU on its own.
 GPUs without GPM (before Hopper) have none of these series; ``gpu_exporter_gpm_status`` says
-why. ``exporter.metrics.gpu_activity`` is what accounting and the landing page read as "is the
+why. ``exporter.snapshot.gpu_activity`` is what accounting and the landing page read as "is the
 GPU working": SM activity where GPM reports it, utilisation elsewhere.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from exporter.metrics.core import (
+from exporter.catalogue.metrics.core import (
     GPU_LABELS,
     Constant,
     GpmField,
@@ -28,13 +26,7 @@ from exporter.metrics.core import (
     NvmlGpm,
     Scope,
 )
-from exporter.metrics.health import MIG_INSTANCE_LABELS
-
-if TYPE_CHECKING:  # only for annotations, as in core
-    from collections.abc import Callable
-
-    from exporter.snapshot import Value
-    from exporter.sources.simulated.physics import SimulatedActivity, SimulatedGpu
+from exporter.catalogue.metrics.health import MIG_INSTANCE_LABELS
 
 #: Why a GPU has (or lacks) GPM series: ``status`` label values of ``gpu_exporter_gpm_status``.
 GPM_STATUSES: tuple[str, ...] = (
@@ -62,22 +54,15 @@ def _dcgm_note(fields: tuple[GpmField, ...]) -> str:
     return " dcgm-exporter: " + ", ".join(named) + "."
 
 
-def _simulated(read: Callable[[SimulatedActivity], Value | None]
-               ) -> Callable[[SimulatedGpu], Value | None]:
-    """A row's ``simulate``: ``read`` of the simulated GPU's activity (None without GPM)."""
-    return lambda gpu: None if gpu.activity is None else read(gpu.activity)
-
-
 def _activity(stem: str, help_text: str, fields: tuple[GpmField, ...], *,
-              read: Callable[[SimulatedActivity], Value | None], label: str | None = None,
-              group: Group = Group.GPM, scale: float = 0.01, nvlink: bool = False,
-              json_field: str | None = None, charted: bool = True) -> Metric:
+              label: str | None = None, group: Group = Group.GPM, scale: float = 0.01,
+              nvlink: bool = False, json_field: str | None = None, charted: bool = True) -> Metric:
     """``gpu_<stem>``: one GPM figure per GPU (per value of ``label``, when it has one)."""
     values = tuple(f.label for f in fields if f.label is not None)
     return Metric(
         f"gpu_{stem}", Kind.GAUGE, group, help_text + _dcgm_note(fields),
         labels=(*GPU_LABELS, label) if label else GPU_LABELS, label_values=values,
-        nvml=NvmlGpm(fields, scale, nvlink), simulate=_simulated(read),
+        nvml=NvmlGpm(fields, scale, nvlink),
         json_field=json_field if json_field is not None else stem,
         charted=charted,
     )
@@ -101,7 +86,7 @@ GRAPHICS_ACTIVE = _activity(
     "(0-1), from GPM; close to gpu_utilization_ratio, and available per MIG instance (opt-in: "
     "~1.5 ms per GPU per collection).",
     (GpmField(_gpm("GRAPHICS_UTIL", 1), "DCGM_FI_PROF_GR_ENGINE_ACTIVE"),),
-    read=lambda a: a.graphics, group=Group.GPM_ENGINE, charted=False,
+    group=Group.GPM_ENGINE, charted=False,
 )
 SM_ACTIVE = _activity(
     "sm_active_ratio",
@@ -109,7 +94,6 @@ SM_ACTIVE = _activity(
     "GPM: 1 means every SM had work all the time. Unlike gpu_utilization_ratio (any kernel "
     "running), a kernel that keeps one SM busy reads near 0 here.",
     (GpmField(_gpm("SM_UTIL", 2), "DCGM_FI_PROF_SM_ACTIVE"),),
-    read=lambda a: a.sm,
 )
 SM_OCCUPANCY = _activity(
     "sm_occupancy_ratio",
@@ -117,7 +101,6 @@ SM_OCCUPANCY = _activity(
     "collection interval (0-1), from GPM. Large matrix products run at 0.1-0.2; memory-bound "
     "kernels higher.",
     (GpmField(_gpm("SM_OCCUPANCY", 3), "DCGM_FI_PROF_SM_OCCUPANCY"),),
-    read=lambda a: a.occupancy,
 )
 TENSOR_ACTIVE = _activity(
     "tensor_active_ratio",
@@ -125,7 +108,6 @@ TENSOR_ACTIVE = _activity(
     "from GPM. Near 0 in a training job means its matrix products run without tensor cores "
     "(FP32 without TF32 or mixed precision).",
     (GpmField(_gpm("ANY_TENSOR_UTIL", 5), "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"),),
-    read=lambda a: a.tensor,
 )
 TENSOR_PIPE_ACTIVE = _activity(
     "tensor_pipe_active_ratio",
@@ -135,14 +117,13 @@ TENSOR_PIPE_ACTIVE = _activity(
      GpmField(_gpm("IMMA_TENSOR_UTIL", 9), "DCGM_FI_PROF_PIPE_TENSOR_IMMA_ACTIVE", "imma"),
      GpmField(_gpm("DFMA_TENSOR_UTIL", 6), "DCGM_FI_PROF_PIPE_TENSOR_DFMA_ACTIVE", "dfma"),
      GpmField(_gpm("DMMA_TENSOR_UTIL", 8), None, "dmma")),
-    read=lambda a: a.tensor_pipes, label="pipe", json_field="tensor_{}_active_ratio",
+    label="pipe", json_field="tensor_{}_active_ratio",
 )
 DRAM_ACTIVE = _activity(
     "dram_active_ratio",
     "Device-memory bandwidth used over the collection interval as a fraction of the GPU's peak "
     "(0-1), from GPM. High DRAM with low SM activity: the job is memory-bound.",
     (GpmField(_gpm("DRAM_BW_UTIL", 10), "DCGM_FI_PROF_DRAM_ACTIVE"),),
-    read=lambda a: a.dram,
 )
 PIPE_ACTIVE = _activity(
     "pipe_active_ratio",
@@ -152,7 +133,7 @@ PIPE_ACTIVE = _activity(
      GpmField(_gpm("FP32_UTIL", 12), "DCGM_FI_PROF_PIPE_FP32_ACTIVE", "fp32"),
      GpmField(_gpm("FP16_UTIL", 13), "DCGM_FI_PROF_PIPE_FP16_ACTIVE", "fp16"),
      GpmField(_gpm("INTEGER_UTIL", 4), "DCGM_FI_PROF_PIPE_INT_ACTIVE", "integer")),
-    read=lambda a: a.pipes, label="pipe", json_field="{}_pipe_active_ratio",
+    label="pipe", json_field="{}_pipe_active_ratio",
 )
 PCIE_TRAFFIC = _activity(
     "pcie_traffic_bytes_per_second",
@@ -161,7 +142,7 @@ PCIE_TRAFFIC = _activity(
     "gpu_pcie_throughput_bytes_per_second (a 20 ms window).",
     (GpmField(_gpm("PCIE_RX_PER_SEC", 21), "DCGM_FI_PROF_PCIE_RX_BYTES", "rx"),
      GpmField(_gpm("PCIE_TX_PER_SEC", 20), "DCGM_FI_PROF_PCIE_TX_BYTES", "tx")),
-    read=lambda a: a.pcie, label="direction", scale=_MIB,
+    label="direction", scale=_MIB,
     json_field="pcie_{}_traffic_bytes_per_second",
 )
 NVLINK_TRAFFIC = _activity(
@@ -170,7 +151,7 @@ NVLINK_TRAFFIC = _activity(
     "from GPM; direction is rx or tx. Absent on GPUs without NVLink.",
     (GpmField(_gpm("NVLINK_TOTAL_RX_PER_SEC", 60), "DCGM_FI_PROF_NVLINK_RX_BYTES", "rx"),
      GpmField(_gpm("NVLINK_TOTAL_TX_PER_SEC", 61), "DCGM_FI_PROF_NVLINK_TX_BYTES", "tx")),
-    read=lambda a: a.nvlink, label="direction", scale=_MIB, nvlink=True,
+    label="direction", scale=_MIB, nvlink=True,
     json_field="nvlink_{}_traffic_bytes_per_second",
 )
 GPM_STATUS = Metric(
@@ -181,7 +162,6 @@ GPM_STATUS = Metric(
     "where GPM is missing.",
     labels=(*GPU_LABELS, "status"), label_values=GPM_STATUSES,
     nvml=NvmlGpm(()),
-    simulate=lambda gpu: {"ok" if gpu.model.gpm else "not_supported": 1.0},
     json_field="gpm_status", charted=False,
 )
 
@@ -192,7 +172,8 @@ MIG_TENSOR_ACTIVE = per_instance(TENSOR_ACTIVE)
 MIG_TENSOR_PIPE_ACTIVE = per_instance(TENSOR_PIPE_ACTIVE)
 MIG_DRAM_ACTIVE = per_instance(DRAM_ACTIVE)
 MIG_PIPE_ACTIVE = per_instance(PIPE_ACTIVE)
-#: The per-GPU activity rows, in documentation order (the status row aside).
+#: The per-GPU activity rows, in documentation order (the status row aside; docs/gpu-activity.md
+#: maps them to dcgm-exporter's fields).
 GPU_ACTIVITY_ROWS: tuple[Metric, ...] = (
     GRAPHICS_ACTIVE, SM_ACTIVE, SM_OCCUPANCY, TENSOR_ACTIVE, TENSOR_PIPE_ACTIVE, DRAM_ACTIVE,
     PIPE_ACTIVE, PCIE_TRAFFIC, NVLINK_TRAFFIC)
@@ -204,21 +185,3 @@ PER_INSTANCE: tuple[tuple[Metric, Metric], ...] = (
     (PIPE_ACTIVE, MIG_PIPE_ACTIVE),
 )
 
-
-def dcgm_markdown_table() -> str:
-    """docs/gpu-activity.md's map: every GPM row, the GPM metric behind it, dcgm-exporter's
-    field for the same figure, and the unit change between the two."""
-    lines = ["| gpu-exporter series | GPM metric (id) | dcgm-exporter field | unit |",
-             "|---|---|---|---|"]
-    for row in GPU_ACTIVITY_ROWS:
-        spec = row.nvml
-        assert isinstance(spec, NvmlGpm)
-        unit = ("ratio 0-1 (GPM: percent; dcgm: ratio)" if row.unit == "ratio"
-                else "bytes/s (GPM: MiB/s; dcgm: bytes/s)")
-        for gpm_field in spec.fields:
-            label = row.labels[-1] if gpm_field.label else ""
-            series = f"`{row.name}{{{label}=\"{gpm_field.label}\"}}`" if label else f"`{row.name}`"
-            dcgm = f"`{gpm_field.dcgm}`" if gpm_field.dcgm else "(none)"
-            lines.append(f"| {series} | {gpm_field.metric.name.removeprefix('NVML_GPM_METRIC_')} "
-                         f"({gpm_field.metric.value}) | {dcgm} | {unit} |")
-    return "\n".join(lines)

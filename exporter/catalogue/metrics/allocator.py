@@ -9,8 +9,16 @@ these series. The derived driver overhead is NVML's per-process memory minus ``r
 
 from __future__ import annotations
 
-from exporter.metrics.core import GPU_LABELS, PROCESS_LABELS, Fold, Group, Kind, Metric, Scope
-from exporter.snapshot import GpuProcess
+from exporter.catalogue.metrics.core import (
+    GPU_LABELS,
+    PROCESS_LABELS,
+    Fold,
+    Group,
+    Kind,
+    Metric,
+    ProcessView,
+    Scope,
+)
 
 
 def _row(name: str, kind: Kind, help_text: str, json_field: str) -> Metric:
@@ -65,7 +73,7 @@ TORCH_OOMS = _row(
 )
 
 
-def _driver_overhead(process: GpuProcess) -> float | None:
+def _driver_overhead(process: ProcessView) -> float | None:
     reserved = process.values.get(TORCH_RESERVED.name)
     if reserved is None or process.used_memory_bytes is None:
         return None
@@ -119,7 +127,7 @@ PUBLISHED_FIELDS: dict[str, str] = {
     TORCH_ALLOC_RETRIES.name: "alloc_retries",
     TORCH_OOMS.name: "ooms",
 }
-ROWS: tuple[Metric, ...] = (
+TORCH_ROWS: tuple[Metric, ...] = (
     TORCH_ALLOCATED, TORCH_RESERVED, TORCH_ACTIVE, TORCH_INACTIVE_SPLIT, TORCH_PEAK_ALLOCATED,
     TORCH_ALLOC_RETRIES, TORCH_OOMS, TORCH_DRIVER_OVERHEAD, USER_TORCH_OOMS,
     USER_TORCH_ALLOC_RETRIES,

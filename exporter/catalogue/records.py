@@ -1,7 +1,7 @@
 """The idle-accounting recording rules' names: shared by the rule generator and the report.
 
 The rules (``dashboards/accounting.py``) run in one group every ``INTERVAL_SECONDS`` and take
-the rate of the exporter's accounting counters (``exporter.metrics.accounting``) over
+the rate of the exporter's accounting counters (``exporter.catalogue.metrics.accounting``) over
 ``RATE_WINDOW``. Each recorded sample is a rate (bytes, GPUs, watts), so a range's total is
 ``sum_over_time(record[range]) * INTERVAL_SECONDS`` (byte-seconds, GPU-seconds, joules): one
 cheap query per record, whatever the number of raw samples behind it.
@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from exporter import metrics
-from exporter.attribution.workloads import KUBERNETES, SLURM
+from exporter.catalogue import metrics
+from exporter.catalogue.workloads import KUBERNETES, SLURM
 
 #: How often the accounting group runs; every total multiplies by it.
 INTERVAL: Final = "1m"

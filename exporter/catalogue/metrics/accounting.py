@@ -11,13 +11,13 @@ processes. Counters start at 0 when the exporter starts.
 
 from __future__ import annotations
 
-from exporter.attribution.workloads import every_kind
-from exporter.metrics.core import Group, Kind, Metric, Scope
+from exporter.catalogue.metrics.core import Group, Kind, Metric, Scope
+from exporter.catalogue.workloads import KINDS, group_by_names
 
 #: Labels of the accounting counters: ``user``, then the ``group_by`` labels of every workload
 #: kind (``namespace``/``pod`` with --kubernetes, ``slurm_job`` with --slurm; the exposition
 #: drops those switched off).
-_LABELS = ("user", *every_kind().group_by)
+_LABELS = ("user", *group_by_names(KINDS))
 
 
 def _counter(name: str, group: Group, help_text: str) -> Metric:
@@ -53,7 +53,7 @@ USED_GPU_SECONDS = _counter(
     "GPU time in which one user's processes' kernels ran on the SMs, in GPU-seconds (the "
     "processes' SM utilisation integrated over time).",
 )
-ENERGY = _counter(
+ATTRIBUTED_ENERGY = _counter(
     "gpu_accounting_energy_joules_total", Group.PROCESS_UTILIZATION,
     "Energy of the GPUs attributed to one user's processes on this host, in joules: each "
     "GPU's power split by the processes' shares of its SM utilisation (of its memory when no "

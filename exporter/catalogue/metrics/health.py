@@ -8,13 +8,8 @@ compute instance ID and ``mig_uuid`` the MIG device's UUID.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from exporter.metrics.core import GPU_LABELS, Group, Kind, Metric, NvmlSpecial, Scope
-from exporter.metrics.gpu import ecc_row
-
-if TYPE_CHECKING:  # only for annotations, as in core
-    from exporter.sources.simulated.physics import SimulatedGpu
+from exporter.catalogue.metrics.core import GPU_LABELS, Group, Kind, Metric, NvmlSpecial, Scope
+from exporter.catalogue.metrics.gpu import ecc_row
 
 #: NVML health event types counted besides XIDs (``event`` label values), in exposition order.
 HEALTH_EVENTS: tuple[str, ...] = (
@@ -48,23 +43,17 @@ def _remap_flag(flag: str, help_text: str) -> Metric:
     return Metric(
         f"gpu_remapped_rows_{flag}", Kind.GAUGE, Group.REMAPPING, help_text,
         nvml=NvmlSpecial("remapped_rows"),
-        simulate=lambda gpu: (None if gpu.remapped_rows is None
-                              else float(getattr(gpu.remapped_rows, flag))),
         json_field=f"remapped_rows_{flag}", json_type=bool,
     )
 
 
 def _repair_counts(special: str, label: str, values: tuple[str, str], help_text: str) -> Metric:
     """``gpu_<special>_total`` by ``label``: the lifetime counts of one memory-repair mechanism,
-    one NVML answer (and one simulated record, its fields named as the label values)."""
-    def simulate(gpu: SimulatedGpu) -> dict[str, float] | None:
-        record = getattr(gpu, special)
-        return None if record is None else {value: getattr(record, value) for value in values}
-
+    one NVML answer."""
     return Metric(
         f"gpu_{special}_total", Kind.COUNTER, Group.REMAPPING, help_text,
         labels=(*GPU_LABELS, label), label_values=values,
-        nvml=NvmlSpecial(special), simulate=simulate,
+        nvml=NvmlSpecial(special),
         json_field=f"{special}_{{}}", json_type=int,
     )
 
@@ -96,8 +85,6 @@ RETIRED_PENDING = Metric(
     "1 while retired pages wait for a GPU reset or reboot to be retired, else 0 (GPUs before "
     "Ampere).",
     nvml=NvmlSpecial("retired_pages"),
-    simulate=lambda gpu: (None if gpu.retired_pages is None or gpu.retired_pages.pending is None
-                          else float(gpu.retired_pages.pending)),
     json_field="retired_pages_pending", json_type=bool,
 )
 ECC_AGGREGATE = ecc_row(
@@ -125,7 +112,6 @@ XID_EVENTS_REGISTERED = Metric(
     "1 if the exporter receives XID events for this GPU, 0 if NVML refused them (old GPU, some "
     "virtualised or containerised setups): then XIDs of this GPU cannot be counted.",
     nvml=NvmlSpecial("events"),
-    simulate=lambda gpu: float(gpu.xid_events),
     json_field="xid_events_registered", json_type=bool,
 )
 HEALTH_EVENT_COUNT = Metric(
@@ -135,7 +121,6 @@ HEALTH_EVENT_COUNT = Metric(
     "types the GPU lets the exporter watch are present.",
     labels=(*GPU_LABELS, "event"), label_values=HEALTH_EVENTS,
     nvml=NvmlSpecial("events"),
-    simulate=lambda gpu: dict.fromkeys(HEALTH_EVENTS, 0.0) if gpu.xid_events else None,
     json_field="health_events", json_type=int,
 )
 
@@ -145,7 +130,6 @@ MIG_ENABLED = Metric(
     "1 if MIG (Multi-Instance GPU) mode is on for this GPU, 0 if off; absent on GPUs without "
     "MIG. With MIG on, utilisation is not available per GPU or per instance.",
     nvml=NvmlSpecial("mig"),
-    simulate=lambda gpu: None if not gpu.model.mig else float(gpu.mig_enabled),
     json_field="mig_enabled", json_type=bool,
 )
 MIG_INFO = _mig_row(

@@ -5,12 +5,12 @@ A row (``Metric``) is the one declaration of a metric. Everything else follows f
 - the NVML source reads per-GPU rows through their ``nvml`` spec (``NvmlRead`` for a plain
   call, ``NvmlGpm`` for GPU Performance Monitoring figures, ``NvmlSpecial`` for the few reads
   that are genuinely special);
-- the simulated source fills per-GPU rows with their ``simulate`` function of the simulated
-  GPU's physical state;
+- the simulated source fills the per-GPU rows it models with its own function of the
+  simulated GPU's physical state, by row name (``exporter.sources.simulated.rows``);
 - exposition builds one family per row (per-GPU rows generically from ``GpuReading.values``,
   per-process rows from ``process_value`` with ``fold`` for merged series);
 - the JSON model of ``/api/v1/snapshot`` gets a field per row with a ``json_field``;
-- the README's metric table and the dashboards' metric names come from the rows.
+- docs/metrics.md's table and the dashboards' metric names come from the rows.
 """
 
 from __future__ import annotations
@@ -18,13 +18,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, TypeAlias
+from typing import Protocol, TypeAlias
 
-from exporter.snapshot import GpuProcess, Value
-
-if TYPE_CHECKING:  # only for annotations: metrics never import sources at run time
-    from exporter.sources.simulated.physics import SimulatedGpu
-
+#: A per-GPU metric's value: a number, or a number per value of the metric's extra label.
+Value: TypeAlias = "float | Mapping[str, float]"
 
 
 class Kind(str, Enum):
@@ -103,7 +100,7 @@ SELF_PREFIX = "gpu_exporter_"
 #: Labels on every per-GPU series.
 GPU_LABELS: tuple[str, ...] = ("gpu", "uuid")
 #: Labels of per-process series (``pid`` can be switched off; the labels of the workload kinds
-#: switched on follow: ``exporter.attribution.workloads``).
+#: switched on follow: ``exporter.catalogue.workloads``).
 PROCESS_LABELS: tuple[str, ...] = (*GPU_LABELS, "pid", "process", "user", "uid")
 #: Label value used for processes folded into the overflow series when the per-GPU cap is hit,
 #: and for processes whose owner could not be resolved.
@@ -113,6 +110,26 @@ UNKNOWN_VALUE = "unknown"
 #: Base units a metric name may end in (longest first, so bytes_per_second wins over seconds).
 UNITS: tuple[str, ...] = ("bytes_per_second", "bytes", "celsius", "watts", "joules", "ratio",
                           "hertz", "seconds")
+
+
+class OwnerView(Protocol):
+    """What per-process rows read of a process's owner (``exporter.snapshot.ProcessOwner``)."""
+
+    @property
+    def start_time_seconds(self) -> float: ...
+
+
+class ProcessView(Protocol):
+    """What per-process rows read of a process (``exporter.snapshot.GpuProcess`` has it)."""
+
+    @property
+    def used_memory_bytes(self) -> int | None: ...
+    @property
+    def sm_utilization_ratio(self) -> float | None: ...
+    @property
+    def owner(self) -> OwnerView | None: ...
+    @property
+    def values(self) -> Mapping[str, float]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,14 +218,13 @@ class Metric:
     ``label_values`` lists, for a per-GPU metric with one extra label, that label's values in
     exposition order (other values a source reports are left out).
 
-    Per-GPU rows (``Scope.GPU``): ``nvml`` says how the NVML source reads it, ``simulate``
-    how the simulator derives it from a simulated GPU (None from either: not provided by that
-    source), ``json_field``/``json_type`` name its field in ``/api/v1/snapshot`` (for a
-    labelled metric ``json_field`` may contain ``{}``: one field per label value; without it
-    the field is an object keyed by label value).
+    Per-GPU rows (``Scope.GPU``): ``nvml`` says how the NVML source reads it (None: not read
+    from NVML; the simulator keeps its own functions, by row name), ``json_field``/``json_type``
+    name its field in ``/api/v1/snapshot`` (for a labelled metric ``json_field`` may contain
+    ``{}``: one field per label value; without it the field is an object keyed by label value).
 
-    Per-process rows (``Scope.PROCESS``): ``process_value`` reads it from a ``GpuProcess``;
-    ``fold`` merges processes that share a series.
+    Per-process rows (``Scope.PROCESS``): ``process_value`` reads it from a process
+    (``ProcessView``: a ``GpuProcess``); ``fold`` merges processes that share a series.
 
     ``charted`` False: no shipped dashboard shows it (otherwise a test requires one to).
     """
@@ -221,11 +237,10 @@ class Metric:
     scope: Scope = Scope.GPU
     label_values: tuple[str, ...] = ()
     nvml: NvmlRead | NvmlGpm | NvmlSpecial | None = None
-    simulate: Callable[[SimulatedGpu], Value | None] | None = field(default=None, compare=False)
     json_field: str | None = None
     json_type: type[float] | type[int] | type[bool] = float
-    process_value: Callable[[GpuProcess], float | None] | None = field(default=None,
-                                                                       compare=False)
+    process_value: Callable[[ProcessView], float | None] | None = field(default=None,
+                                                                        compare=False)
     fold: Fold = Fold.SUM
     charted: bool = True  # a shipped dashboard shows it (tests check that one does)
 

@@ -5,7 +5,7 @@ To add a per-GPU metric whose NVML call exists: add a row here (see docs/adding-
 
 from __future__ import annotations
 
-from exporter.metrics.core import (
+from exporter.catalogue.metrics.core import (
     GPU_LABELS,
     Constant,
     Group,
@@ -40,7 +40,6 @@ def _memory_row(field: str, help_text: str, *, charted: bool = True) -> Metric:
     return Metric(
         f"gpu_{field}", Kind.GAUGE, Group.MEMORY, help_text,
         nvml=NvmlSpecial("memory"),
-        simulate=lambda gpu: getattr(gpu, field),
         json_field=field, json_type=int,
         charted=charted,
     )
@@ -84,8 +83,6 @@ BAR1_TOTAL = Metric(
     "Size of the BAR1 aperture in bytes: the window of GPU memory the CPU and peers (RDMA, "
     "GPUDirect) can map.",
     nvml=nvml("nvmlDeviceGetBAR1MemoryInfo", attribute="bar1Total"),
-    # BAR1 spans the memory rounded up to a power of two (H200: 256 GiB, as measured).
-    simulate=lambda gpu: 1 << (gpu.memory_total_bytes - 1).bit_length(),
     json_field="memory_bar1_total_bytes", json_type=int,
     charted=False,
 )
@@ -94,8 +91,6 @@ BAR1_USED = Metric(
     "BAR1 memory in use, in bytes: GPU memory currently mapped for CPU and peer (RDMA, "
     "GPUDirect) access (opt-in: ~0.4 ms per GPU per collection).",
     nvml=nvml("nvmlDeviceGetBAR1MemoryInfo", attribute="bar1Used"),
-    # The driver's own mappings (1.6 MiB measured on an idle H200) plus 2 MiB a context.
-    simulate=lambda gpu: 1_703_936 + (gpu.processes << 21),
     json_field="memory_bar1_used_bytes", json_type=int,
     charted=False,
 )
@@ -104,7 +99,6 @@ UTILIZATION = Metric(
     "Fraction of the last sample period (1/6 s to 1 s) in which one or more kernels ran on the "
     "GPU (0-1). Not a measure of how many SMs were busy.",
     nvml=nvml("nvmlDeviceGetUtilizationRates", attribute="gpu", divisor=100.0),
-    simulate=lambda gpu: gpu.utilization_ratio,
     json_field="utilization_ratio",
 )
 MEMORY_UTILIZATION = Metric(
@@ -112,7 +106,6 @@ MEMORY_UTILIZATION = Metric(
     "Fraction of the last sample period in which device memory was being read or written (0-1): "
     "memory bandwidth busy, not memory capacity used.",
     nvml=nvml("nvmlDeviceGetUtilizationRates", attribute="memory", divisor=100.0),
-    simulate=lambda gpu: gpu.memory_utilization_ratio,
     json_field="memory_utilization_ratio",
 )
 TEMPERATURE = Metric(
@@ -120,7 +113,6 @@ TEMPERATURE = Metric(
     "GPU core temperature in degrees Celsius. Above 80 degrees, check cooling.",
     nvml=nvml("nvmlDeviceGetTemperatureV", _TEMPERATURE_GPU,
               fallback=("nvmlDeviceGetTemperature",)),
-    simulate=lambda gpu: gpu.temperature_celsius,
     json_field="temperature_celsius",
 )
 POWER_USAGE = Metric(
@@ -128,14 +120,12 @@ POWER_USAGE = Metric(
     "Power drawn by the GPU board in watts. Power that never rises while processes hold the GPU "
     "hints at a CPU or input-pipeline bottleneck.",
     nvml=nvml("nvmlDeviceGetPowerUsage", divisor=1000.0),
-    simulate=lambda gpu: gpu.power_usage_watts,
     json_field="power_usage_watts",
 )
 POWER_LIMIT = Metric(
     "gpu_power_limit_watts", Kind.GAUGE, Group.POWER,
     "Power limit the driver currently enforces, in watts.",
     nvml=nvml("nvmlDeviceGetEnforcedPowerLimit", divisor=1000.0),
-    simulate=lambda gpu: gpu.power_limit_watts,
     json_field="power_limit_watts",
 )
 ENERGY = Metric(
@@ -143,7 +133,6 @@ ENERGY = Metric(
     "Energy the GPU consumed since the driver loaded, in joules (opt-in: ~3 ms per GPU per "
     "collection).",
     nvml=nvml("nvmlDeviceGetTotalEnergyConsumption", divisor=1000.0),
-    simulate=lambda gpu: gpu.energy_joules,
     json_field="energy_joules",
     charted=False,
 )
@@ -157,8 +146,6 @@ PCIE_THROUGHPUT = Metric(
         "rx": (Constant("NVML_PCIE_UTIL_RX_BYTES", 1),),
         "tx": (Constant("NVML_PCIE_UTIL_TX_BYTES", 0),),
     }),
-    simulate=lambda gpu: {"rx": round(0.06 * gpu.pcie_bytes_per_second, 0),
-                          "tx": round(0.015 * gpu.pcie_bytes_per_second, 0)},
     json_field="pcie_{}_bytes_per_second",
     charted=False,
 )
@@ -166,7 +153,6 @@ FAN_SPEED = Metric(
     "gpu_fan_speed_ratio", Kind.GAUGE, Group.FAN,
     "Fan speed as a fraction of its maximum (0-1); absent on passively cooled GPUs.",
     nvml=nvml("nvmlDeviceGetFanSpeed", divisor=100.0),
-    simulate=lambda gpu: gpu.fan_speed_ratio,
     json_field="fan_speed_ratio",
     charted=False,
 )
@@ -174,28 +160,24 @@ SM_CLOCK = Metric(
     "gpu_sm_clock_hertz", Kind.GAUGE, Group.CLOCKS,
     "Current streaming-multiprocessor clock in hertz.",
     nvml=nvml("nvmlDeviceGetClockInfo", Constant("NVML_CLOCK_SM", 1), scale=1e6),
-    simulate=lambda gpu: gpu.sm_clock_hertz,
     json_field="sm_clock_hertz",
 )
 MEMORY_CLOCK = Metric(
     "gpu_memory_clock_hertz", Kind.GAUGE, Group.CLOCKS,
     "Current memory clock in hertz.",
     nvml=nvml("nvmlDeviceGetClockInfo", Constant("NVML_CLOCK_MEM", 2), scale=1e6),
-    simulate=lambda gpu: gpu.memory_clock_hertz,
     json_field="memory_clock_hertz",
 )
 GRAPHICS_CLOCK = Metric(
     "gpu_graphics_clock_hertz", Kind.GAUGE, Group.CLOCKS,
     "Current graphics clock in hertz.",
     nvml=nvml("nvmlDeviceGetClockInfo", Constant("NVML_CLOCK_GRAPHICS", 0), scale=1e6),
-    simulate=lambda gpu: gpu.sm_clock_hertz,
     json_field="graphics_clock_hertz",
 )
 PERFORMANCE_STATE = Metric(
     "gpu_performance_state", Kind.GAUGE, Group.CLOCKS,
     "Performance state: 0 is maximum performance, 15 minimum. An idle GPU sits at P8 or below.",
     nvml=nvml("nvmlDeviceGetPerformanceState", valid=(0, 15)),  # 32 means "unknown"
-    simulate=lambda gpu: gpu.performance_state,
     json_field="performance_state", json_type=int,
 )
 THROTTLE_ACTIVE = Metric(
@@ -204,21 +186,17 @@ THROTTLE_ACTIVE = Metric(
     "power reasons mean the GPU runs slower than it could.",
     labels=(*GPU_LABELS, "reason"), label_values=THROTTLE_REASONS,
     nvml=NvmlSpecial("throttle"),
-    simulate=lambda gpu: gpu.throttle_reasons,
     json_field="throttle_reasons", json_type=bool,
 )
 
 
 def ecc_row(name: str, help_text: str, json_field: str) -> Metric:
     """ECC errors by type from ``nvmlDeviceGetTotalEccErrors`` (volatile: since the driver
-    loaded; aggregate: the GPU's lifetime), both rows read by the special reader ``ecc``. A
-    simulated GPU's whole life is the scenario, so both counters simulate the same counts."""
+    loaded; aggregate: the GPU's lifetime), both rows read by the special reader ``ecc``."""
     return Metric(
         name, Kind.COUNTER, Group.ECC, help_text,
         labels=(*GPU_LABELS, "type"), label_values=("corrected", "uncorrected"),
         nvml=NvmlSpecial("ecc"),
-        simulate=lambda gpu: ({"corrected": gpu.ecc_corrected,
-                               "uncorrected": gpu.ecc_uncorrected} if gpu.model.ecc else None),
         json_field=json_field, json_type=int,
     )
 

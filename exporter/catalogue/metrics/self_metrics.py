@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from exporter.metrics.core import GPU_LABELS, Group, Kind, Metric, Scope
+from exporter.catalogue.metrics.core import GPU_LABELS, Group, Kind, Metric, Scope
 
 
 def _own(name: str, kind: Kind, labels: tuple[str, ...], help_text: str,

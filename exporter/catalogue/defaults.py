@@ -1,8 +1,9 @@
 """Defaults and bounds of the Kubernetes and container attribution flags.
 
-Apart from the code that uses them (``podresources.client``, ``container_names``), so that the
-configuration, imported at every start, imports none of that code: without ``--kubernetes``
-and ``--containers`` it is never loaded (~0.3 MB resident, ``bench/bench_memory.py``).
+Declared here, apart from the code that uses them (``exporter.attribution.podresources.client``,
+``exporter.attribution.container_names``), so that the configuration and the flag values,
+imported at every start, import none of that code: without ``--kubernetes`` and
+``--containers`` it is never loaded (~0.3 MB resident, ``bench/bench_memory.py``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Every metric row reaches every output it should: a new row cannot be half wired.
 
 Outputs: the NVML source (rows with ``nvml``, against the fake NVML), the simulated source
-(rows with ``simulate``), the exposition, the JSON model, the README table and the shipped
-dashboards (rows with ``charted``).
+(rows in its table, ``exporter.sources.simulated.rows``), the exposition, the JSON model, the
+docs' metric table and the shipped dashboards (rows with ``charted``).
 """
 
 from __future__ import annotations
@@ -11,14 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from exporter import metrics
 from exporter.attribution.accounting import IdleAccounting
 from exporter.attribution.torchtotals import TorchUserTotals
 from exporter.attribution.workloads import every_kind
+from exporter.catalogue import metrics
+from exporter.catalogue.metrics import SWITCHABLE_GROUPS, Group, Metric, Scope
 from exporter.exposition.json_model import GpuModel, ProcessModel
-from exporter.metrics import SWITCHABLE_GROUPS, Group, Metric, Scope
 from exporter.snapshot import GpuReading
 from exporter.sources.nvml.source import NvmlSource
+from exporter.sources.simulated.rows import SIMULATE
 from exporter.sources.simulated.scenario import list_presets, load_scenario
 from exporter.sources.simulated.source import SimulatedSource
 from exporter.state import ExpositionOptions
@@ -64,7 +65,11 @@ def test_nvml_rows_are_read(row: Metric) -> None:
         source.close()  # stops the XID event waiter's threads
 
 
-@pytest.mark.parametrize("row", [r for r in metrics.GPU_ROWS if r.simulate is not None], ids=_name)
+def test_the_simulator_fills_per_gpu_rows_only() -> None:
+    assert set(SIMULATE) <= {row.name for row in metrics.GPU_ROWS}
+
+
+@pytest.mark.parametrize("row", [metrics.BY_NAME[name] for name in SIMULATE], ids=_name)
 def test_simulated_rows_appear_in_some_preset(row: Metric) -> None:
     readings = []
     for preset in list_presets():
@@ -119,8 +124,8 @@ def test_per_gpu_and_per_process_rows_have_json_fields() -> None:
 
 
 @pytest.mark.parametrize("row", metrics.CATALOGUE, ids=_name)
-def test_every_row_is_in_the_readme_table(row: Metric) -> None:
-    assert f"| `{row.name}` |" in README
+def test_every_row_is_in_the_docs_metric_table(row: Metric) -> None:
+    assert f"| `{row.name}` |" in METRICS_DOC
 
 
 @pytest.mark.parametrize("row", [r for r in metrics.CATALOGUE if r.charted], ids=_name)
@@ -130,6 +135,6 @@ def test_charted_rows_are_on_a_dashboard(row: Metric) -> None:
 
 
 EXPOSED = _exposed_names()
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+METRICS_DOC = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
 DASHBOARDS = "".join(p.read_text(encoding="utf-8")
                      for p in sorted((ROOT / "dashboards" / "grafana").glob("*.json")))
