@@ -14,6 +14,7 @@ from dashboards.promql import (
     GPU_LABELS,
     activity_average,
     allocated_idle,
+    gib,
     num,
     reason_in,
     sel,
@@ -421,7 +422,7 @@ no single host idled that long. That is the intended nudge.
         summary="A user holds GPU memory on hosts where none of their processes compute.",
         description=(
             "User {{ $labels.user }} holds {{ $value | humanize1024 }}B of GPU memory on hosts "
-            f"where they hold over {num(thresholds.IDLE_USER_MEMORY_BYTES / thresholds.GIB)} GiB "
+            f"where they hold over {gib(thresholds.IDLE_USER_MEMORY_BYTES)} GiB "
             f"and none of their GPU processes exceeded {thresholds.IDLE_UTILIZATION_RATIO:.0%} "
             f"utilisation for {thresholds.IDLE_FOR}. The users dashboard (user {{{{ $labels.user "
             "}}) lists the hosts."
