@@ -78,16 +78,12 @@ def owner_alert_names(groups: Sequence[RuleGroup]) -> list[str]:
 def _unresolved(rules: Sequence[AlertRule]) -> str:
     """Owner alerts firing for OWNER_ESCALATE_AFTER: active (``ALERTS_FOR_STATE``, its value
     the time the alert became pending) for their own ``for`` plus that time; the value is how
-    long each has been active. One comparison per distinct ``for`` (as written, in file order:
-    the chart's copy writes a settable ``for`` as a placeholder, ``dashboards.settings``)."""
+    long each has been active. One comparison per alert, in file order (the same text whether
+    a ``for`` is a site's value or, in the chart's copy, a placeholder: ``dashboards.settings``)."""
     after = seconds_text(thresholds.OWNER_ESCALATE_AFTER)
-    by_for: dict[str, list[str]] = {}
-    for rule in rules:
-        by_for.setdefault(rule.for_ if rule.for_ not in ("", "0s") else "", []).append(
-            rule.alert)
-    parts = [f'time() - ALERTS_FOR_STATE{{audience="owner", alertname=~"{"|".join(names)}"}} '
-             f"> {seconds_text(hold) + ' + ' if hold else ''}{after}"
-             for hold, names in by_for.items()]
+    parts = [f'time() - ALERTS_FOR_STATE{{audience="owner", alertname="{rule.alert}"}} '
+             f"> {seconds_text(rule.for_) + ' + ' if rule.for_ not in ('', '0s') else ''}{after}"
+             for rule in rules]
     return "\n    or ".join(parts)
 
 
