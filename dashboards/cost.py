@@ -41,8 +41,6 @@ HOUR_SECONDS = 3600
 KWH_JOULES = 3_600_000
 NAMESPACE = KUBERNETES.group_by[0]
 CURRENCY = records.CURRENCY_LABEL
-#: The team records' quantities (all of them whenever a mapping is set).
-TEAM_QUANTITIES = (records.HELD_GPUS, records.USED_GPUS, records.IDLE_GPUS, records.POWER)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +115,7 @@ def rules(priced: Priced) -> tuple[RecordingRule, ...]:
     levels = list(records.LEVELS)
     if priced.teams:
         out += [RecordingRule(records.TEAM.record(q), _team_rate(COUNTERS[q]))
-                for q in TEAM_QUANTITIES]
+                for q in records.TEAM_QUANTITIES]
         levels.append(records.TEAM)
     for level in levels:
         if priced.chain is not None:

@@ -99,6 +99,8 @@ UNASSIGNED_TEAM: Final = "unassigned"
 #: (a pod's namespace decides first, then the user).
 TEAM: Final = Level("instance_team", (TEAM_LABEL,))
 COST_LEVELS: Final = (*LEVELS, TEAM)
+#: What the team records hold (all of it whenever a mapping is set).
+TEAM_QUANTITIES: Final = (HELD_GPUS, USED_GPUS, IDLE_GPUS, POWER)
 #: Cost quantities, each a cost per second in the currency (a range's total: sum_over_time
 #: times INTERVAL_SECONDS, as for the other records): GPU time held, used and held idle at
 #: the host's price per GPU-hour, and the attributed energy at the price per kWh.
@@ -109,3 +111,9 @@ ENERGY_COST = "energy_cost_per_second"
 #: The GPU-time record each GPU-time cost is priced from.
 GPU_COSTS: Final = {HELD_COST: HELD_GPUS, USED_COST: USED_GPUS, IDLE_COST: IDLE_GPUS}
 COST_QUANTITIES: Final = (HELD_COST, USED_COST, IDLE_COST, ENERGY_COST)
+
+
+def report_quantities(level: Level) -> tuple[str, ...]:
+    """What the report reads at ``level``: its accounting records, then its costs."""
+    recorded = TEAM_QUANTITIES if level is TEAM else level_quantities(level)
+    return (*recorded, *COST_QUANTITIES)

@@ -25,10 +25,12 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.catalogue import records, thresholds
+from dashboards import cost, rules
+from exporter.catalogue import holders, records, thresholds
+from exporter.catalogue.settings import parse
 from exporter.report.client import Connection, PrometheusClient
 from exporter.report.collect import build_report, forgotten_step
-from exporter.report.formats import csv_text, markdown, text
+from exporter.report.formats import TITLES, csv_text, markdown, text
 from exporter.report.html import COLOURS, TOP_USERS, render_html
 from exporter.report.model import GIB, HOUR, Report
 from exporter.report.timerange import TimeRange
@@ -46,6 +48,15 @@ pytestmark = [
 ROOT = Path(__file__).resolve().parents[2]
 QUANTITIES = ("idle_gpu_seconds", "idle_byte_seconds", "held_gpu_seconds",
               "held_byte_seconds", "used_gpu_seconds", "energy_joules")
+#: The site's prices (per GPU-hour by model, per kWh) and teams the cost rules are built from.
+GPU_HOUR = {"h1": 2.5, "h2": 1.5}
+KWH_PRICE = 0.3
+SITE = parse({"cost": {
+    "currency": "EUR", "kwhPrice": KWH_PRICE,
+    "gpuHourPrices": [{"model": scenario.MODELS[h], "price": p} for h, p in GPU_HOUR.items()],
+    "teams": {"users": {"alice": "vision"}, "namespaces": {"ml": "platform"}}}})
+HOSTS = {p.user: p.host for p in scenario.PROCESSES}
+TEAMS = {"alice": "vision", "carol": "platform"}  # carol's pod runs in namespace ml
 
 
 @dataclass
@@ -94,10 +105,15 @@ def week(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Week]:
         missing = report_cli(prom.url, "--start", str(t0), "--end", str(t0 + scenario.WEEK))
         mark = time.monotonic()
         rule_file = tmp / records.RULE_FILE
-        shutil.copy(ROOT / "dashboards" / "rules" / records.RULE_FILE, rule_file)
-        rules = yaml.safe_load(rule_file.read_text())["groups"][0]["rules"]
-        # Evaluations half an interval after each scrape, as a live group would run.
-        prom.evaluate_rules(rules, t0 + 30, t0 + scenario.WEEK, records.INTERVAL_SECONDS, tmp)
+        accounting = yaml.safe_load((ROOT / "dashboards" / "rules" / records.RULE_FILE)
+                                    .read_text())["groups"]
+        priced = yaml.safe_load(rules.render(cost.groups(SITE), "cost.py"))["groups"]
+        rule_file.write_text(yaml.safe_dump({"groups": accounting + priced}))
+        # Evaluations half an interval after each scrape, as a live group would run; the cost
+        # group reads the accounting records, so it runs once they are in.
+        for group in (accounting[0], priced[0]):
+            prom.evaluate_rules(group["rules"], t0 + 30, t0 + scenario.WEEK,
+                                records.INTERVAL_SECONDS, tmp)
         prom.rule_file = rule_file
         prom.start()
         timings["evaluate and backfill rules"] = time.monotonic() - mark
@@ -126,7 +142,7 @@ def _close(got: float, want: float, per_interval: float, changes: int) -> bool:
 RATES = {"idle_gpu_seconds": 1.0, "held_gpu_seconds": 1.0, "used_gpu_seconds": 1.0,
          "idle_byte_seconds": 60 * GIB, "held_byte_seconds": 60 * GIB,
          "energy_joules": scenario.BUSY_WATTS}
-CHANGES = {"alice": 2, "bob": 2, "carol": 8, "dave": 20, "erin": 20}
+CHANGES = {"alice": 2, "bob": 2, "carol": 8, "dave": 20, "erin": 20, "root": 2}
 
 
 def test_missing_rules_is_one_clear_line(week: Week) -> None:
@@ -166,6 +182,16 @@ def test_report_matches_the_scenario(week: Week) -> None:
     for quantity in QUANTITIES:
         want = sum(u[quantity] for u in week.truth.users.values())
         assert _close(totals[quantity], want, RATES[quantity], sum(CHANGES.values())), quantity
+    # The cost columns: the truth's GPU-seconds at each host's price, its joules per kWh.
+    assert doc["currency"] == "EUR"
+    for user, want in week.truth.users.items():
+        for quantity in ("held", "used", "idle"):
+            got, truth = users[user][f"{quantity}_cost"], want[f"{quantity}_gpu_seconds"]
+            price = GPU_HOUR[HOSTS[user]] / 3600
+            assert _close(got, truth * price, price, CHANGES[user]), (user, quantity, got)
+        assert _close(users[user]["energy_cost"], want["energy_joules"] * KWH_PRICE / 3.6e6,
+                      scenario.BUSY_WATTS * KWH_PRICE / 3.6e6, CHANGES[user]), user
+    assert totals["total_cost"] == pytest.approx(totals["held_cost"] + totals["energy_cost"])
 
 
 def test_pods_and_jobs_match_the_scenario(week: Week) -> None:
@@ -186,7 +212,10 @@ def test_pods_and_jobs_match_the_scenario(week: Week) -> None:
 def test_forgotten_processes_are_ranked_by_their_longest_idle_stretch(week: Week) -> None:
     report = _report(week, week.t0, week.end)
     truth = scenario.forgotten(0, scenario.WEEK, thresholds.FORGOTTEN_MIN_IDLE_SECONDS)
-    want = sorted(truth, key=lambda pid: -truth[pid]["idle_byte_seconds"])
+    listed = {p.pid for p in scenario.PROCESSES if p.name not in holders.DISPLAY_PROCESSES
+              and p.memory(0) >= holders.MIN_FORGOTTEN_BYTES}
+    want = sorted(set(truth) & listed, key=lambda pid: -truth[pid]["idle_byte_seconds"])
+    assert "601" in truth  # root's Xorg idled all week, and is not listed
     assert [p.labels["pid"] for p in report.processes] == want[:5]
     # The report samples each stretch every forgotten_step seconds, the exporter every scrape.
     slack = forgotten_step(TimeRange(week.t0, week.end)) + scenario.SCRAPE
@@ -243,7 +272,13 @@ def test_text_markdown_and_csv_carry_the_same_numbers(week: Week) -> None:
     row = next(r for r in rows if r["section"] == "user" and r["user"] == "alice")
     assert float(row["idle_gib_hours"]) == pytest.approx(alice.idle_byte_seconds / GIB / HOUR,
                                                          rel=1e-6)
-    assert {r["section"] for r in rows} == {"total", "user", "pod", "job", "process"}
+    assert {r["section"] for r in rows} == {"total", "user", "pod", "job", "team", "process",
+                                            "note"}
+    assert float(row["held_cost"]) == pytest.approx(alice.held_cost, rel=1e-6)
+    assert row["currency"] == "EUR"
+    assert f"{alice.held_cost:,.2f}" in alice_line
+    assert "held EUR" in table
+    assert "total EUR" in table
 
 
 def test_progress_lines_when_asked(week: Week) -> None:
@@ -251,7 +286,7 @@ def test_progress_lines_when_asked(week: Week) -> None:
                         "--progress", "--format", "csv")
     assert result.returncode == 0, result.stderr
     progress = [line for line in result.stderr.splitlines() if line.startswith("querying")]
-    assert progress[-1] == "querying Prometheus: 10/10"  # 3 days x 3 levels + processes
+    assert progress[-1] == "querying Prometheus: 13/13"  # 3 days x 4 levels + processes
     quiet = report_cli(week.prometheus.url, "--since", "1d", "--end", str(week.end))
     assert quiet.returncode == 0
     assert quiet.stderr == ""
@@ -314,3 +349,55 @@ def test_html_report_renders_its_charts_in_chromium(week: Week, tmp_path: Path) 
     # The user chart's bars share one scale and one height: idle/used pixel areas follow the
     # data (legend swatches and anti-aliased edges allow some slack).
     assert px["idle"] / px["used"] == pytest.approx(idle / used, rel=0.15), (px, idle / used)
+
+
+def test_teams_cost_what_their_members_and_namespaces_cost(week: Week) -> None:
+    report = _report(week, week.t0, week.end)
+    teams = {row.labels["team"]: row.usage for row in report.teams}
+    users = {row.labels["user"]: row.usage for row in report.users}
+    assert set(teams) == {"vision", "platform", records.UNASSIGNED_TEAM}
+    members: dict[str, list[str]] = {}
+    for user in users:
+        members.setdefault(TEAMS.get(user, records.UNASSIGNED_TEAM), []).append(user)
+    for team, names in members.items():
+        for field in ("held_cost", "idle_cost", "energy_cost"):
+            want = sum(getattr(users[name], field) or 0.0 for name in names)
+            # Both are sums of the same per-minute records, priced the same way.
+            assert getattr(teams[team], field) == pytest.approx(want, rel=1e-6, abs=1e-9), (
+                team, field)
+
+
+def test_a_short_history_says_how_much_data_there_is(week: Week) -> None:
+    """Eleven minutes of data in a two-day range: the header says so, and why no process is
+    listed (none could idle 15 minutes)."""
+    end = week.t0 + 11 * 60
+    result = report_cli(week.prometheus.url, "--start", str(week.t0 - 2 * scenario.DAY),
+                        "--end", str(end))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].endswith("(2d11m requested)")
+    assert lines[1].startswith("Data: 11m of the 2d11m range (0%), from ")
+    empty = lines.index(TITLES["processes"])
+    assert lines[empty + 1] == ("  none: the range holds 11m of data, less than the 15m a "
+                                "process must idle to be listed")
+    doc = json.loads(report_cli(week.prometheus.url, "--start", str(week.t0 - 2 * scenario.DAY),
+                                "--end", str(end), "--format", "json").stdout)
+    assert doc["coverage"]["seconds"] == 11 * 60
+    assert doc["coverage"]["first"] == week.t0
+    assert "processes" in doc["why_empty"]
+
+
+def test_idle_stretches_start_where_the_data_does(week: Week) -> None:
+    """erin's process started three days before the exporter saw it: in a range starting a
+    day before the data, its stretch counts from the data's start, as her per-user figure
+    does, not from its start."""
+    report = _report(week, week.t0 - scenario.DAY, week.t0 + 6 * 3600)
+    erin = next(p for p in report.processes if p.labels["user"] == "erin")
+    assert erin.idle_seconds <= 6 * 3600 + forgotten_step(
+        TimeRange(week.t0, week.t0 + 6 * 3600)), erin
+    per_user = next(r.usage for r in report.users if r.labels["user"] == "erin")
+    # Memory x stretch from the data's start; the user's integral from the process's arrival
+    # (half an hour later): within 10 %.
+    assert erin.idle_byte_seconds == pytest.approx(per_user.idle_byte_seconds, rel=0.1)
+    assert "Xorg" not in {p.labels["process"] for p in report.processes}
+    assert "root" in {r.labels["user"] for r in report.users}  # its memory still counts
