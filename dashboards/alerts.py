@@ -9,7 +9,7 @@ user and host) and cheap at fleet scale. Thresholds come from ``exporter.catalog
 
 from __future__ import annotations
 
-from dashboards import escalation, health_alerts, owners
+from dashboards import cost, escalation, health_alerts, owners
 from dashboards.promql import (
     GPU_LABELS,
     activity_average,
@@ -28,7 +28,7 @@ from dashboards.rules import (
     fires_under,
     not_live,
 )
-from exporter.catalogue import metrics, thresholds
+from exporter.catalogue import metrics, records, thresholds
 from exporter.catalogue.metrics import allocator
 
 UNCORRECTED = 'type="uncorrected"'
@@ -218,7 +218,8 @@ def idle_group() -> RuleGroup:
             "tiny kernel shows high utilisation but no SM activity), is blocking it for everyone "
             "else.{{ with $labels.user }} User {{ . }} holds memory on it.{{ end }}"
         ),
-        details=owners.details(owners.all_processes(), idle=True, end_commands=True),
+        details=(*owners.details(owners.all_processes(), idle=True, end_commands=True),
+                 ("cost", cost.idle_cost_note("GpuMemoryHeldIdle", records.USER))),
         when=(
             "> 10 % of a GPU's memory used, activity (15m average; SM activity where the GPU "
             "reports it, else utilisation: `docs/gpu-activity.md`) < 5 %, for 1h"
@@ -318,6 +319,7 @@ the data loader, storage or the network, or feeds the GPU batches too small to f
             ("processes", owners.process_list(owners.all_processes(), idle=True)),
             ("commands", owners.pod_command()),
             ("escalation", owners.escalation_note()),
+            ("cost", cost.idle_cost_note("GpuAllocatedIdle", records.POD)),
         ),
         when=(
             "a GPU the kubelet allocated to a pod had no process of that pod, or (allocated to one "
@@ -376,7 +378,8 @@ def idle_users_group() -> RuleGroup:
             "gpu-exporter report) the processes. If they are no longer needed, stop them or free "
             "the memory."
         ),
-        details=owners.details(owners.idle_processes(), idle=True, end_commands=True),
+        details=(*owners.details(owners.idle_processes(), idle=True, end_commands=True),
+                 ("cost", cost.idle_cost_note("GpuProcessIdle", records.USER))),
         when=(
             "one alert per user across the fleet: their processes holding > 1 GiB each stayed "
             "under 5 % utilisation for 15m, on one or more hosts, for 1h (value: the memory they "
@@ -427,7 +430,8 @@ no single host idled that long. That is the intended nudge.
             f"utilisation for {thresholds.IDLE_FOR}. The users dashboard (user {{{{ $labels.user "
             "}}) lists the hosts."
         ),
-        details=owners.details(owners.all_processes(), idle=True, end_commands=True),
+        details=(*owners.details(owners.all_processes(), idle=True, end_commands=True),
+                 ("cost", cost.idle_cost_note("GpuUserMemoryIdle", records.USER))),
         when=(
             "one alert per user across the fleet: on some host the user holds > 4 GiB and none of "
             "their processes there exceeded 5 % in 15m, for 1h"

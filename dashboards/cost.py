@@ -151,3 +151,30 @@ PRICED = Priced(token("currency"), token("gpuHourPrices"), token("kwhPrice"), te
 def chart_group() -> RuleGroup:
     """The cost group as the Helm chart ships it (``PRICED``)."""
     return RuleGroup(records.COST_GROUP, rules(PRICED), interval=records.INTERVAL)
+
+
+#: Alert labels the cost records do not carry (a GPU's, a container's, the alert's own).
+NOT_OWNER_LABELS = ("gpu", "uuid", "name", "hostname", "device_id", "gpu_instance", "resource",
+                    "sharing", "reason", "container", "pid", "process", "uid", "owner_alert",
+                    "alertname", "audience", "severity", "__name__")
+
+
+def idle_cost_note(alert: str, level: records.Level) -> str:
+    """The ``cost`` annotation of an owner alert about an idle hold: what the owner's idle
+    GPU time at ``level`` has cost since the alert first became pending
+    (``ALERTS_FOR_STATE``), in the cost records' currency; empty without prices (no cost
+    records) or in its first minute. Two queries per active alert and evaluation."""
+    skip = "|".join(NOT_OWNER_LABELS)
+    matchers = (
+        '{{ $m := "" }}{{ range $k, $v := $labels }}'
+        f'{{{{ if not (match "^({skip})$" $k) }}}}'
+        '{{ $m = printf "%s%s=%q," $m $k $v }}{{ end }}{{ end }}'
+    )
+    since = (f'{{{{ with printf "max(time() - ALERTS_FOR_STATE{{alertname=\\"{alert}\\",%s}})" '
+             "$m | query }}{{ $since := . | first | value }}{{ if ge $since 60.0 }}")
+    amount = (f'{{{{ with printf "sum by ({CURRENCY}) (sum_over_time('
+              f'{level.record(records.IDLE_COST)}{{%s}}[%.0fs])) * {records.INTERVAL_SECONDS}" '
+              "$m $since | query }}{{ with . | first }}")
+    text = ("The idle hold has cost {{ printf \"%.2f\" .Value }} {{ .Labels.currency }} so far "
+            "({{ $since | humanizeDuration }}, at this site's prices).")
+    return matchers + since + amount + text + "{{ end }}{{ end }}{{ end }}{{ end }}"
