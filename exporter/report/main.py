@@ -34,8 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Idle GPU-hours and GiB-hours per user, namespace/pod and job over a time "
-        "range, and the top forgotten processes, from a Prometheus that runs gpu-exporter's "
-        "idle-accounting recording rules.",
+        "range, what they cost (where the site set prices), and the top forgotten processes, "
+        "from a Prometheus that runs gpu-exporter's idle-accounting recording rules.",
     )
     conn = parser.add_argument_group("Prometheus")
     conn.add_argument("--prometheus.url", dest="url", default="http://localhost:9090",
