@@ -24,6 +24,8 @@ import time
 from types import ModuleType
 from typing import Any
 
+import psutil
+
 from exporter.catalogue.metrics import Group
 from exporter.health import EventCounts
 from exporter.snapshot import GpuReading, Snapshot
@@ -41,6 +43,17 @@ from exporter.sources.nvml.events import DEFAULT_WAIT_MS, EVENT_FUNCTIONS, Event
 from exporter.sources.nvml.mig import MigReader
 from exporter.sources.nvml.reader import GpuReader, NvmlCalls, read_identity
 from exporter.sources.nvml.workers import Failed, GpuWorkers, Hung
+
+
+def boot_time() -> float | None:
+    """The host's boot time in Unix seconds (None: unknown): NVML's counters that count since
+    the driver loaded start about then (the driver loads at boot; a later reload resets
+    them, which Prometheus reads as a counter reset)."""
+    try:
+        return float(psutil.boot_time())
+    except (OSError, RuntimeError):
+        return None
+
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +109,8 @@ class NvmlSource:
         self._gpus: list[GpuState] = []
         self._throttle_cache: dict[int, dict[str, float]] = {}
         self._started = False
+        self._started_at: float | None = None  # Unix seconds of the last start
+        self._booted_at: float | None = None  # the host's boot (NVML's counters' zero)
         self._workers: GpuWorkers[_GpuResult] = GpuWorkers(gpu_timeout)
         self._lock = threading.Lock()  # start/close may come from another thread than collect
         self.driver_version: str | None = None
@@ -164,6 +179,7 @@ class NvmlSource:
                 self._acquire(gpu)
                 self._gpus.append(gpu)
             self._started = True
+            self._started_at, self._booted_at = time.time(), boot_time()
             if self._watch_events:
                 self._events = self._start_events(nvml)
             if shuffles_process_structs(self.driver_version):
@@ -233,6 +249,8 @@ class NvmlSource:
             nvml_version=self.nvml_version,
             gpus=tuple(readings),
             errors=errors,
+            booted_at=self._booted_at,
+            started_at=self._started_at,
         )
 
     def _read_gpu(self, calls: NvmlCalls, gpu: GpuState, groups: frozenset[Group],
