@@ -15,6 +15,8 @@ Derived files, all from the metric rows (``exporter.catalogue.metrics``), the fl
   ``dashboards/rules/tests/rules/``: the alerts without annotations, for the behaviour tests);
 - ``helm/gpu-exporter/files/{dashboards,rules}/``: the chart's byte-identical copies (Helm
   cannot read files outside the chart); a copy without an original is stale and removed;
+- ``dashboards/rules/pod-labels/``: the opt-in pod-label join, a template (``dashboards/
+  pod_labels.py``), and its chart copy;
 - ``tests/golden/*.prom``: the golden exposition of every scenario preset
   (``dashboards/golden.py``; review their diff: it is every change users will scrape).
 
@@ -40,6 +42,7 @@ from dashboards import (
     exporter_health,
     fleet,
     node,
+    pod_labels,
     recording,
     rules,
     users,
@@ -105,6 +108,7 @@ def outputs(root: Path) -> dict[str, str]:
             if rel.startswith(source + "/") and "/" not in rel.removeprefix(source + "/"):
                 files[copy + rel.removeprefix(source)] = text
     files[BEHAVIOUR_RULES] = rules.render(alerts.groups(), "alerts.py", annotations=False)
+    files[pod_labels.TEMPLATE] = files[pod_labels.CHART_TEMPLATE] = pod_labels.template()
     files.update(golden_files())
     for doc in DOCS:
         files[doc] = render(doc, (root / doc).read_text(encoding="utf-8"))

@@ -4,10 +4,11 @@ One file per preset under ``tests/golden/`` (node_exporter's ``e2e-output.txt`` 
 per-GPU and per-process part of the body at a fixed simulated moment with every group on, in
 text format 0.0.4; for the presets whose counters start at different times (``OPENMETRICS``:
 accounting per pod, DRA claims, XIDs, PyTorch counters) the OpenMetrics body as well
-(``<preset>.om``: HELP/TYPE/UNIT as OpenMetrics writes them, and each counter's ``_created``). Written by ``python -m dashboards.generate``; ``tests/exposition/
-test_golden.py`` compares, so any change to names, labels, values, order or escaping shows up
-as one reviewable diff. (The exporter's own ``gpu_exporter_*`` families are left out: they
-hold the Python and library versions of the machine that renders them.)
+(``<preset>.om``: HELP/TYPE/UNIT as OpenMetrics writes them, and each counter's ``_created``).
+Written by ``python -m dashboards.generate``; ``tests/exposition/test_golden.py`` compares, so
+any change to names, labels, values, order or escaping shows up as one reviewable diff. (The
+exporter's own ``gpu_exporter_*`` families are left out: they hold the Python and library
+versions of the machine that renders them.)
 """
 
 from __future__ import annotations
