@@ -131,6 +131,7 @@ class FakeNvml(FakeGpm, FakeFields, types.ModuleType):
         self._hangs: dict[tuple[str, int | None], threading.Event] = {}
         self._release = threading.Event()
         self.samples_allocated = []
+        self.field_requests = []
 
     def __getattribute__(self, name: str) -> Any:
         if name.startswith("nvml") and name in object.__getattribute__(self, "_absent"):

@@ -72,8 +72,14 @@ class FakeFields:
     def _raise(self, code: int) -> None:
         raise NotImplementedError
 
+    #: Every field-value request: (GPU index, [(field id, scope), ...]).
+    field_requests: list[tuple[int, list[tuple[int, int]]]]
+
     def nvmlDeviceGetFieldValues(self, h: FakeHandle, field_ids: list[Any]) -> list[Any]:
         gpu = self._enter("nvmlDeviceGetFieldValues", h)
+        self.field_requests.append((h.index, [
+            requested if isinstance(requested, tuple) else (requested, 0)
+            for requested in field_ids]))
         answers = []
         for requested in field_ids:
             field_id, scope = requested if isinstance(requested, tuple) else (requested, 0)
