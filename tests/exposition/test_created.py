@@ -14,8 +14,8 @@ from exporter.attribution.workloads import select
 from exporter.catalogue import metrics
 from exporter.catalogue.metrics import Group, Kind, Since
 from exporter.exposition import MetricsRenderer, snapshot_families
-from exporter.state import ExpositionOptions
 from exporter.sources.nvml.source import NvmlSource
+from exporter.state import ExpositionOptions
 from tests.exposition import factory
 from tests.exposition.parse import openmetrics_families
 from tests.sources.fake_nvml import FakeNvml, h200
