@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+import psutil
+
 from exporter.catalogue.metrics.core import Group
 from exporter.snapshot import Snapshot
 
@@ -46,3 +48,13 @@ class Source(Protocol):
     def close(self) -> None:
         """Release resources (idempotent)."""
         ...
+
+
+def boot_time() -> float | None:
+    """The host's boot time in Unix seconds (None: unknown): NVML's counters that count since
+    the driver loaded start about then (the driver loads at boot; a later reload resets
+    them, which Prometheus reads as a counter reset)."""
+    try:
+        return float(psutil.boot_time())
+    except (OSError, RuntimeError):
+        return None

@@ -61,9 +61,9 @@ class Group(str, Enum):
 #: Groups that cost much more than the rest per GPU and are therefore off unless asked for
 #: (H200: energy ~2.8 ms, PCIe ~21 ms, BAR1 ~0.36 ms, GPM's graphics-engine metric ~1.5 ms,
 #: against ~0.03 ms for all default reads); torch needs the publisher in the training
-#: processes and a directory shared with them; throttle time (11 series per GPU) and NVLink
-#: (5 series per link, 18 links on an H100 SXM) would grow a node's series by more than a
-#: tenth.
+#: processes and a directory shared with them; throttle time (1.6 ms per GPU on an H100, and
+#: 11 series per GPU) and NVLink (5 series per link, 18 links on an H100 SXM) would grow a
+#: node's series by more than a tenth.
 OPT_IN_GROUPS: frozenset[Group] = frozenset({Group.ENERGY, Group.PCIE, Group.BAR1, Group.TORCH,
                                              Group.GPM_ENGINE, Group.THROTTLE_TIME,
                                              Group.NVLINK})

@@ -9,9 +9,9 @@ otherwise, never 0. NVLink rows are asked only for the links the GPU has: its li
 (``NVML_FI_DEV_NVLINK_LINK_COUNT``) is read once per GPU, in a call of its own; a GPU that does
 not answer it has no NVLink and none of those series.
 
-Measured on an H100 (driver 580, idle): one call for the eleven throttle-time fields costs
-about as much as one violation-status call, which is why they share a call (the GPU check in
-``scripts/gpu/probes.py`` prints both).
+Measured on an H100 (driver 580.159.04, ``scripts/gpu/check_throttle_time.py``): the eleven
+throttle-time fields in one call cost 1.31 ms (three of them ~0.56 ms each, the rest ~3 us);
+the eight violation-status calls they replace cost 5.15 ms together.
 """
 
 from __future__ import annotations

@@ -24,12 +24,10 @@ import time
 from types import ModuleType
 from typing import Any
 
-import psutil
-
 from exporter.catalogue.metrics import Group
 from exporter.health import EventCounts
 from exporter.snapshot import GpuReading, Snapshot
-from exporter.sources.base import SourceUnavailable
+from exporter.sources.base import SourceUnavailable, boot_time
 from exporter.sources.nvml.device import GpuState, placeholder_identity
 from exporter.sources.nvml.errors import (
     FATAL_CODES,
@@ -43,17 +41,6 @@ from exporter.sources.nvml.events import DEFAULT_WAIT_MS, EVENT_FUNCTIONS, Event
 from exporter.sources.nvml.mig import MigReader
 from exporter.sources.nvml.reader import GpuReader, NvmlCalls, read_identity
 from exporter.sources.nvml.workers import Failed, GpuWorkers, Hung
-
-
-def boot_time() -> float | None:
-    """The host's boot time in Unix seconds (None: unknown): NVML's counters that count since
-    the driver loaded start about then (the driver loads at boot; a later reload resets
-    them, which Prometheus reads as a counter reset)."""
-    try:
-        return float(psutil.boot_time())
-    except (OSError, RuntimeError):
-        return None
-
 
 log = logging.getLogger(__name__)
 
