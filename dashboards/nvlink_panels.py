@@ -7,11 +7,18 @@ from dashboards.panels import GPU_LEGEND, Column, Layout, query, table_panel, ti
 from dashboards.promql import sel
 from exporter.catalogue import metrics
 
-#: Each error counter and the word its legend uses.
-ERRORS = ((metrics.NVLINK_CRC_FLIT_ERRORS, "CRC flit"),
-          (metrics.NVLINK_CRC_DATA_ERRORS, "CRC data"),
+#: Each error counter and the ``error`` label its increases get in the panel.
+ERRORS = ((metrics.NVLINK_CRC_FLIT_ERRORS, "crc_flit"),
+          (metrics.NVLINK_CRC_DATA_ERRORS, "crc_data"),
           (metrics.NVLINK_REPLAY_ERRORS, "replay"), (metrics.NVLINK_RECOVERY_ERRORS, "recovery"))
-LINK_LEGEND = f"{GPU_LEGEND} link {{{{link}}}}"
+LINK_LEGEND = f"{GPU_LEGEND} link {{{{link}}}} {{{{error}}}}"
+
+
+def _errors(matchers: str) -> str:
+    """New errors per interval of every kind, labelled by kind, where any."""
+    return " or ".join(
+        f'label_replace(increase({sel(row, matchers)}[$__rate_interval]), "error", "{kind}", '
+        '"", "") > 0' for row, kind in ERRORS)
 
 
 def node_nvlink_rows(grid: Layout, matchers: str) -> None:
@@ -22,9 +29,7 @@ def node_nvlink_rows(grid: Layout, matchers: str) -> None:
         "are retried by the link (a few are normal), replays resend packets, recoveries retrain "
         "the link and stall its traffic. A link whose counts keep rising slows every collective "
         "of a multi-GPU job: reseat or replace it.", "short",
-        [query(f"increase({sel(row, matchers)}[$__rate_interval]) > 0",
-               f"{LINK_LEGEND} {word}", ref=chr(ord("A") + index))
-         for index, (row, word) in enumerate(ERRORS)],
+        [query(_errors(matchers), LINK_LEGEND)],
         min_val=0,
     ), 16)
     grid.add(table_panel(

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Protocol
 
-import psutil
-
 from exporter.catalogue.metrics.core import Group
 from exporter.snapshot import Snapshot
 
@@ -50,11 +48,16 @@ class Source(Protocol):
         ...
 
 
-def boot_time() -> float | None:
-    """The host's boot time in Unix seconds (None: unknown): NVML's counters that count since
-    the driver loaded start about then (the driver loads at boot; a later reload resets
-    them, which Prometheus reads as a counter reset)."""
+def boot_time(stat: str = "/proc/stat") -> float | None:
+    """The host's boot time in Unix seconds, ``btime`` of ``/proc/stat`` (the host's in a
+    container too; None: unreadable): NVML's counters that count since the driver loaded start
+    about then (the driver loads at boot; a later reload resets them, which Prometheus reads as
+    a counter reset)."""
     try:
-        return float(psutil.boot_time())
-    except (OSError, RuntimeError):
+        with open(stat, "rb") as lines:
+            for line in lines:
+                if line.startswith(b"btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
         return None
+    return None

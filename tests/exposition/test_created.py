@@ -5,6 +5,7 @@ GPU's lifetime counters), the text format stays as it was, and a counter that st
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import psutil
 import pytest
@@ -14,6 +15,7 @@ from exporter.attribution.workloads import select
 from exporter.catalogue import metrics
 from exporter.catalogue.metrics import Group, Kind, Since
 from exporter.exposition import MetricsRenderer, snapshot_families
+from exporter.sources.base import boot_time
 from exporter.sources.nvml.source import NvmlSource
 from exporter.state import ExpositionOptions
 from tests.exposition import factory
@@ -95,3 +97,12 @@ def test_the_nvml_source_dates_driver_counters_to_the_boot(groups: frozenset[Gro
     assert snapshot.booted_at == psutil.boot_time()
     assert snapshot.started_at is not None
     assert snapshot.booted_at < snapshot.started_at <= snapshot.taken_at
+
+
+def test_the_boot_time_comes_from_proc_stat_and_unreadable_is_unknown(tmp_path: Path) -> None:
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  1 2 3\nbtime 1796483574\nprocesses 42\n")
+    assert boot_time(str(stat)) == 1796483574.0
+    stat.write_text("cpu  1 2 3\n")
+    assert boot_time(str(stat)) is None
+    assert boot_time(str(tmp_path / "missing")) is None
