@@ -35,6 +35,8 @@ Derived files, all from the metric rows (``exporter.catalogue.metrics``), the fl
 - ``dashboards/rules/tests/rules/gpu-exporter-cost.yaml``: the cost rules of
   ``dashboards/settings.example.yaml``, which ``cost.test.yaml`` tests, and docs/settings.md's
   table;
+- ``dashboards/rules/pod-labels/``: the opt-in pod-label join, a template (``dashboards/
+  pod_labels.py``), and its chart copy;
 - ``tests/golden/*.prom``: the golden exposition of every scenario preset
   (``dashboards/golden.py``; review their diff: it is every change users will scrape).
 
@@ -63,6 +65,7 @@ from dashboards import (
     exporter_health,
     fleet,
     node,
+    pod_labels,
     recording,
     routing,
     rules,
@@ -198,6 +201,7 @@ def outputs(root: Path) -> dict[str, str]:
     files[BEHAVIOUR_RULES] = rules.render(alerts.groups(), "alerts.py", annotations=False)
     example = settings.load(root / SETTINGS_EXAMPLE)
     files[EXAMPLE_COST_RULES] = rules.render(cost.groups(example), "cost.py")
+    files[pod_labels.TEMPLATE] = files[pod_labels.CHART_TEMPLATE] = pod_labels.template()
     files.update(golden_files())
     for doc in DOCS:
         files[doc] = render(doc, (root / doc).read_text(encoding="utf-8"))

@@ -17,7 +17,7 @@ def _stop_while_loading(_signum: int, _frame: FrameType | None) -> None:
 signal.signal(signal.SIGTERM, _stop_while_loading)
 signal.signal(signal.SIGINT, _stop_while_loading)
 
-from exporter.signals import Stopping, install_stop_handler  # noqa: E402
+from exporter.signals import Stopping, StopRequest, install_stop_handler  # noqa: E402
 
 __all__ = ["main"]
 
@@ -31,3 +31,9 @@ def main() -> int:
         return run()
     except Stopping:
         return 0
+    except Exception:
+        # Stopping raised inside an extension module can come back as that module's own
+        # error (pydantic-core turns it into a SchemaError while FastAPI's models build).
+        if StopRequest.requested:
+            return 0
+        raise

@@ -31,7 +31,9 @@ JOB = "gpu-exporter"
 #: Concrete values for Grafana's interval variables (scrape interval 1 s).
 GRAFANA_BUILTINS = {"__rate_interval": "15s", "__interval": "5s", "__range": "1m"}
 #: Extra exporter flags per scenario: the Kubernetes node's exporter runs as the chart runs it.
-SCENARIO_FLAGS = {"kubernetes-node": ("--kubernetes",), "slurm-node": ("--slurm", "--containers")}
+SCENARIO_FLAGS = {"kubernetes-node": ("--kubernetes",), "slurm-node": ("--slurm", "--containers"),
+                  "dra-node": ("--kubernetes", "--kubernetes.pod-uid",
+                               "--collector.throttle_time", "--collector.nvlink")}
 _LABEL_VALUES = re.compile(r"^label_values\((?:(.*),\s*)?(\w+)\)$", re.S)
 _REGEX_SPECIAL = re.compile(r"[\\^$*+?.()|{}\[\]]")
 
