@@ -39,12 +39,18 @@ _REGEX_SPECIAL = re.compile(r"[\\^$*+?.()|{}\[\]]")
 
 
 
-def live_rule_files(tmp: Path) -> list[str]:
-    """The rule files, with groups that fix their own interval (idle accounting: 1m) set to
-    run every second like the rest, so their records exist within a short test (their range
-    totals are then not in real units; these tests do not read them)."""
+#: A site's cost group, from the example settings' prices (every model priced): with it the
+#: efficiency dashboard's cost row has data.
+SITE_COST_RULES = ROOT / "dashboards" / "rules" / "tests" / "rules" / "gpu-exporter-cost.yaml"
+
+
+def live_rule_files(tmp: Path, extra: tuple[Path, ...] = ()) -> list[str]:
+    """The rule files (and ``extra`` ones), with groups that fix their own interval (idle
+    accounting and cost: 1m) set to run every second like the rest, so their records exist
+    within a short test (their range totals are then not in real units; these tests do not
+    read them)."""
     paths = []
-    for path in RULE_FILES:
+    for path in (*RULE_FILES, *extra):
         doc = yaml.safe_load(path.read_text())
         if any("interval" in group for group in doc["groups"]):
             for group in doc["groups"]:
