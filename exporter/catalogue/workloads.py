@@ -62,7 +62,9 @@ class WorkloadKind:
     (``<group_by joined by _>:gpu_workload_memory_used_bytes:sum``) and get dashboard
     variables; empty: the kind's processes are accounted per user only.
     ``match`` recognises the kind's cgroup paths. ``fallback``: matched after every other kind
-    (a container inside a Slurm job belongs to the job).
+    (a container inside a Slurm job belongs to the job). ``allocation_labels``: for a kind
+    whose scheduler says which GPUs it *gave* a workload (the kubelet's PodResources, Slurm's
+    prolog files), the labels those allocations carry on ``gpu_allocation_info``.
     """
 
     name: str
@@ -71,6 +73,7 @@ class WorkloadKind:
     match: Matcher
     group_by: tuple[str, ...] = ()
     fallback: bool = False
+    allocation_labels: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not set(self.group_by) <= set(self.labels):
@@ -151,6 +154,7 @@ KUBERNETES = WorkloadKind(
     labels=("namespace", "pod", "container"),
     match=kubernetes_path,
     group_by=("namespace", "pod"),
+    allocation_labels=("namespace", "pod", "container"),
 )
 
 
@@ -251,10 +255,12 @@ def _step(components: Sequence[str]) -> dict[str, str]:
 
 SLURM = WorkloadKind(
     "slurm",
-    "Add the slurm_job label to per-process series (the job id from the process's cgroup).",
+    "Add the slurm_job label to per-process series (the job id from the process's cgroup), "
+    "and read the GPUs Slurm allocated to jobs from --slurm.allocation-dir.",
     labels=("slurm_job",),
     match=slurm_path,
     group_by=("slurm_job",),
+    allocation_labels=("slurm_job", "user", "uid"),
 )
 
 #: Every workload kind, in exposition order.
@@ -266,6 +272,11 @@ def label_names(kinds: Iterable[WorkloadKind]) -> tuple[str, ...]:
     """The labels of ``kinds`` in their order, each once (pods and containers share
     ``container``)."""
     return _union(kind.labels for kind in kinds)
+
+
+def allocation_label_names(kinds: Iterable[WorkloadKind]) -> tuple[str, ...]:
+    """The ``allocation_labels`` of ``kinds`` in their order, each once."""
+    return _union(kind.allocation_labels for kind in kinds)
 
 
 def group_by_names(kinds: Iterable[WorkloadKind]) -> tuple[str, ...]:

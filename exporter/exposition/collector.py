@@ -16,6 +16,7 @@ from exporter.exposition.accounting import accounting_families
 from exporter.exposition.families import Family, FamilyData
 from exporter.exposition.gpu import gpu_families
 from exporter.exposition.health import health_families
+from exporter.exposition.jobstats import jobstats_families
 from exporter.exposition.processes import process_families
 from exporter.exposition.self_metrics import self_families
 from exporter.snapshot import Snapshot
@@ -29,7 +30,8 @@ StateProvider = Callable[[], ExporterState]
 def snapshot_families(snapshot: Snapshot, options: ExpositionOptions) -> list[FamilyData]:
     """Every per-GPU and per-process family of ``snapshot`` under ``options`` (as data)."""
     return [*gpu_families(snapshot, options.groups), *health_families(snapshot, options.groups),
-            *process_families(snapshot, options), *accounting_families(snapshot, options)]
+            *process_families(snapshot, options), *accounting_families(snapshot, options),
+            *jobstats_families(snapshot, options.groups)]
 
 
 class ExporterCollector:

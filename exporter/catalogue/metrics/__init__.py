@@ -3,8 +3,9 @@
 Rows live in ``gpu`` (per GPU), ``health`` (memory repair, XID errors, MIG instances),
 ``activity`` (per GPU and MIG instance, from GPM), ``process`` (per process and per user),
 ``allocator`` (per process, PyTorch's allocator as the process publishes it), ``attribution``
-(kubelet allocations, per-workload sums), ``accounting`` (per user on the host, the
-idle-accounting counters) and ``self_metrics`` (the exporter itself); ``core`` says what a row
+(GPU allocations, per-workload sums), ``accounting`` (per user on the host, the
+idle-accounting counters), ``jobstats`` (the series Jobstats' tools query, under their names)
+and ``self_metrics`` (the exporter itself); ``core`` says what a row
 holds. The NVML read, the simulated value, the families, the JSON model, the docs' metric table
 and the dashboards' names all follow from the rows.
 
@@ -24,6 +25,7 @@ from exporter.catalogue.metrics import (
     attribution,
     gpu,
     health,
+    jobstats,
     process,
     self_metrics,
 )
@@ -35,11 +37,13 @@ from exporter.catalogue.metrics.core import *  # noqa: F403
 from exporter.catalogue.metrics.core import Metric, NvmlGpm, Scope
 from exporter.catalogue.metrics.gpu import *  # noqa: F403
 from exporter.catalogue.metrics.health import *  # noqa: F403
+from exporter.catalogue.metrics.jobstats import *  # noqa: F403
 from exporter.catalogue.metrics.process import *  # noqa: F403
 from exporter.catalogue.metrics.self_metrics import *  # noqa: F403
 
 #: The modules holding rows, in documentation order (a new row module is added here).
-ROW_MODULES = (gpu, health, activity, process, allocator, attribution, accounting, self_metrics)
+ROW_MODULES = (gpu, health, activity, process, allocator, attribution, accounting, jobstats,
+               self_metrics)
 
 #: Every row, in documentation order (per GPU, per process, the exporter itself).
 CATALOGUE: tuple[Metric, ...] = tuple(
@@ -54,3 +58,5 @@ PROCESS_ROWS: tuple[Metric, ...] = tuple(m for m in CATALOGUE if m.scope is Scop
 GPM_ROWS: tuple[Metric, ...] = tuple(m for m in GPU_ROWS if isinstance(m.nvml, NvmlGpm))
 #: Per user (pod, Slurm job) on the host: the idle-accounting counters.
 ACCOUNTING_ROWS: tuple[Metric, ...] = tuple(m for m in CATALOGUE if m.scope is Scope.ACCOUNTING)
+#: Per GPU and MIG device under the names Jobstats' tools query (group ``jobstats``).
+JOBSTATS_ROWS: tuple[Metric, ...] = tuple(m for m in CATALOGUE if m.scope is Scope.JOBSTATS)

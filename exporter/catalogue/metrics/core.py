@@ -53,6 +53,7 @@ class Group(str, Enum):
     MIG = "mig"  # MIG GPU / compute instances
     GPM = "gpm"  # SM, tensor-pipe and DRAM activity from NVML's GPU Performance Monitoring
     GPM_ENGINE = "gpm_engine"  # graphics-engine activity (GPM; a costly metric of its own)
+    JOBSTATS = "jobstats"  # the series Jobstats' tools query, under their names and labels
     EXPORTER = "exporter"  # self-metrics, always on
 
 
@@ -61,7 +62,7 @@ class Group(str, Enum):
 #: against ~0.03 ms for all default reads); torch needs the publisher in the training
 #: processes and a directory shared with them.
 OPT_IN_GROUPS: frozenset[Group] = frozenset({Group.ENERGY, Group.PCIE, Group.BAR1, Group.TORCH,
-                                             Group.GPM_ENGINE})
+                                             Group.GPM_ENGINE, Group.JOBSTATS})
 #: Groups with ``--collector.<group>`` flags (the exporter's own metrics are always on).
 SWITCHABLE_GROUPS: tuple[Group, ...] = tuple(g for g in Group if g is not Group.EXPORTER)
 
@@ -82,6 +83,7 @@ class Scope(str, Enum):
     MIG = "mig"  # per MIG instance from ``GpuReading.mig`` (exposition/health.py)
     ALLOCATION = "allocation"  # one series per kubelet allocation (``Snapshot.allocations``)
     ACCOUNTING = "accounting"  # per user (pod, job) on the host, from ``Snapshot.accounting``
+    JOBSTATS = "jobstats"  # per GPU and MIG device under a peer's names (exposition/jobstats.py)
     EXPORTER = "exporter"  # the exporter's own health
 
 
@@ -200,6 +202,17 @@ class NvmlGpm:
     nvlink: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Alias:
+    """A row that serves another row's value under a peer exporter's name and unit, for tools
+    built on that peer: ``source``'s value times ``scale``. ``source`` None: the value is
+    ``allocation``, a number of the job holding the device (``"job_id"`` or ``"uid"``)."""
+
+    source: str | None
+    scale: float = 1.0
+    allocation: str = ""
+
+
 def nvml(function: str, *args: Argument, attribute: str | None = None, scale: float = 1.0,
          divisor: float = 1.0, fallback: tuple[str, ...] = (),
          per_label: Mapping[str, tuple[Argument, ...]] | None = None,
@@ -227,6 +240,7 @@ class Metric:
     (``ProcessView``: a ``GpuProcess``); ``fold`` merges processes that share a series.
 
     ``charted`` False: no shipped dashboard shows it (otherwise a test requires one to).
+    ``alias``: a compatibility row (``Scope.JOBSTATS``) serving another row's value.
     """
 
     name: str
@@ -243,6 +257,7 @@ class Metric:
                                                                         compare=False)
     fold: Fold = Fold.SUM
     charted: bool = True  # a shipped dashboard shows it (tests check that one does)
+    alias: Alias | None = None  # Scope.JOBSTATS rows: what they serve
 
     @property
     def unit(self) -> str:

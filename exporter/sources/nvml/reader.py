@@ -60,6 +60,7 @@ def read_identity(nvml: ModuleType, index: int, handle: Any) -> GpuIdentity:
     default_limit = _optional(nvml, "nvmlDeviceGetPowerManagementDefaultLimit", handle)
     serial = _optional(nvml, "nvmlDeviceGetSerial", handle)
     vbios = _optional(nvml, "nvmlDeviceGetVbiosVersion", handle)
+    minor = _optional(nvml, "nvmlDeviceGetMinorNumber", handle)
     return GpuIdentity(
         index=index,
         uuid=str(nvml.nvmlDeviceGetUUID(handle)),
@@ -69,6 +70,7 @@ def read_identity(nvml: ModuleType, index: int, handle: Any) -> GpuIdentity:
         serial=str(serial) if serial else None,
         vbios_version=str(vbios) if vbios else None,
         power_limit_default_watts=None if default_limit is None else default_limit / 1000.0,
+        minor_number=None if minor is None else int(minor),
     )
 
 

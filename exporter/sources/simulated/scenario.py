@@ -69,6 +69,10 @@ The health keys (XIDs, memory repair, MIG) are described in
         container: worker
         resource: nvidia.com/gpu   # default nvidia.com/gpu
         replica: 0             # time-slicing replica (the device id gets "::0"): shared
+      - gpu: 7                 # or what Slurm's prolog wrote (/run/gpustat/<GPU-uuid>)
+        slurm_job: "913520"
+        user: dave             # the job's owner
+        uid: 2004              # optional (as for processes)
 
 Any mistake (unknown key, wrong type, negative size, unknown model, a process on a GPU that does
 not exist) raises ``ScenarioError`` with one line naming the file and the field.
@@ -175,14 +179,18 @@ class KernelSpec:
 
 @dataclass(frozen=True, slots=True)
 class AllocationSpec:
-    """One ``allocations`` entry: the pod container the kubelet gave a GPU to."""
+    """One ``allocations`` entry: the pod container the kubelet gave a GPU to, or the Slurm
+    job (and its owner) the prolog wrote an allocation file for."""
 
     gpu: int
-    namespace: str
-    pod: str
-    container: str
+    namespace: str = ""
+    pod: str = ""
+    container: str = ""
     resource: str = "nvidia.com/gpu"
     replica: int | None = None
+    slurm_job: str = ""
+    user: str = ""
+    uid: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +249,8 @@ _KERNELS = ("sm", "occupancy", "tensor", "precision")
 _WORKLOAD_KEYS = ("pod", "slurm_job", "container", "workload")
 _TORCH = ("cache", "fragmentation", "retries_per_hour", "ooms")
 _CONTAINER = ("name", "id")
-_ALLOCATION = ("gpu", "namespace", "pod", "container", "resource", "replica")
+_ALLOCATION = ("gpu", "namespace", "pod", "container", "resource", "replica", "slurm_job",
+               "user", "uid")
 _CONTAINER_ID = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -287,6 +296,17 @@ def _parse_allocation(r: Reader, gpus: list[GpuSpec]) -> AllocationSpec:
     gpu = r.integer("gpu", 0, low=0)
     if not r.has("gpu") or gpu >= len(gpus):
         r.fail(f"needs the index of one of the scenario's {len(gpus)} GPUs", "gpu")
+    if r.has("slurm_job"):
+        for key in ("namespace", "pod", "container", "resource", "replica"):
+            if r.has(key):
+                r.fail("a Slurm job's allocation has no pod fields", key)
+        user = r.text("user", required=True) or ""
+        return AllocationSpec(gpu=gpu, slurm_job=r.text("slurm_job", required=True) or "",
+                              resource="gres/gpu", user=user,
+                              uid=r.integer("uid", _default_uid(user), high=(1 << 32) - 2))
+    for key in ("user", "uid"):
+        if r.has(key):
+            r.fail("only a Slurm job's allocation (slurm_job) names a user", key)
     replica = r.integer("replica", 0, low=0) if r.has("replica") else None
     return AllocationSpec(
         gpu=gpu, namespace=r.text("namespace", required=True) or "",
@@ -294,6 +314,11 @@ def _parse_allocation(r: Reader, gpus: list[GpuSpec]) -> AllocationSpec:
         container=r.text("container", required=True) or "",
         resource=r.text("resource", "nvidia.com/gpu") or "nvidia.com/gpu", replica=replica,
     )
+
+
+def _default_uid(user: str) -> int:
+    """A user's uid when the scenario gives none: root's 0, else one derived from the name."""
+    return 0 if user == "root" else 1000 + sum(map(ord, user)) % 8000
 
 
 def _parse_gpu(r: Reader, first_index: int) -> list[GpuSpec]:
@@ -332,7 +357,7 @@ def _parse_process(r: Reader, position: int, gpus: list[GpuSpec]) -> list[Proces
             have = "GPU 0" if len(gpus) == 1 else f"GPUs 0-{len(gpus) - 1}"
             r.fail(f"GPU {target} does not exist (the scenario has {have})", "gpu")
     user = r.text("user", required=True) or ""
-    default_uid = 0 if user == "root" else 1000 + sum(map(ord, user)) % 8000
+    default_uid = _default_uid(user)
     type_text = r.text("type", "compute") or "compute"
     try:
         ptype = ProcessType(type_text)
