@@ -16,7 +16,7 @@ from exporter.attribution.accounting import IdleAccounting
 from exporter.attribution.torchtotals import TorchUserTotals
 from exporter.attribution.workloads import WorkloadLabels
 from exporter.catalogue.metrics import SWITCHABLE_GROUPS, Group
-from exporter.catalogue.workloads import KUBERNETES
+from exporter.catalogue.workloads import KUBERNETES, SLURM
 from exporter.exposition.collector import snapshot_families
 from exporter.exposition.encode import Encoder
 from exporter.sources.simulated.scenario import list_presets, load_scenario
@@ -36,7 +36,9 @@ def golden_body(preset: str) -> str:
     source = SimulatedSource(load_scenario(preset), clock=lambda: clock[0])
     source.start()
     groups = frozenset(SWITCHABLE_GROUPS)
-    workloads = WorkloadLabels((KUBERNETES,) if preset == "kubernetes-node" else ())
+    # The presets' nodes run with the kind they are about (as live.py's exporters do).
+    workloads = WorkloadLabels({"kubernetes-node": (KUBERNETES,), "slurm-node": (SLURM,)}.get(
+        preset, ()))
     # As the CLI chains them: the per-user counters count from the first collection; idle
     # accounting integrates every collection (one a minute here) since the first.
     totals, accounting = TorchUserTotals(), IdleAccounting(workloads)
