@@ -191,10 +191,14 @@ def fleet(gpus: int = 8, processes_per_gpu: int = 32) -> Snapshot:
                 )
             )
         readings.append(reading(index, tuple(procs)))
-    # The kubelet gave each GPU to one pod (the exporter's allocation series).
+    # The kubelet gave each GPU to one pod (the exporter's allocation series), except the last
+    # of several: Slurm gave that one to a job (the prolog's allocation file).
     allocations = tuple(
         AllocationRow(str(r.identity.index), r.identity.uuid, r.identity.uuid, "",
                       "nvidia.com/gpu", "ml", f"train-{r.identity.index}", "main", "exclusive")
+        if r.identity.index < gpus - 1 or gpus == 1 else
+        AllocationRow(str(r.identity.index), r.identity.uuid, r.identity.uuid, "", "gres/gpu",
+                      "", "", "", "exclusive", slurm_job="913377", user="alice", uid="2001")
         for r in readings
     )
     if readings:

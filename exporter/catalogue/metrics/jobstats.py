@@ -14,14 +14,8 @@ the peer's. docs/slurm.md has the drop-in recipe.
 
 from __future__ import annotations
 
+import exporter.catalogue.metrics.gpu as _gpu  # by module: its rows are not rows of this one
 from exporter.catalogue.metrics.core import Alias, Group, Kind, Metric, Scope
-from exporter.catalogue.metrics.gpu import (
-    MEMORY_TOTAL,
-    MEMORY_USED,
-    POWER_USAGE,
-    TEMPERATURE,
-    UTILIZATION,
-)
 
 #: The peer's name prefix (``nvidia_gpu_``) and its labels, in its order.
 JOBSTATS_PREFIX = "nvidia_gpu_"
@@ -37,19 +31,20 @@ def _row(name: str, help_text: str, alias: Alias) -> Metric:
 
 JOBSTATS_DUTY_CYCLE = _row(
     "duty_cycle", "Percent (0-100) of the last sample period in which a kernel ran on the GPU: "
-    "gpu_utilization_ratio x 100. Not served for MIG devices.", Alias(UTILIZATION.name, 100.0))
+    "gpu_utilization_ratio x 100. Not served for MIG devices.",
+    Alias(_gpu.UTILIZATION.name, 100.0))
 JOBSTATS_MEMORY_USED = _row(
     "memory_used_bytes", "Device memory used on the GPU (or MIG device), in bytes.",
-    Alias(MEMORY_USED.name))
+    Alias(_gpu.MEMORY_USED.name))
 JOBSTATS_MEMORY_TOTAL = _row(
     "memory_total_bytes", "Device memory of the GPU (or MIG device), in bytes.",
-    Alias(MEMORY_TOTAL.name))
+    Alias(_gpu.MEMORY_TOTAL.name))
 JOBSTATS_POWER = _row(
     "power_usage_milliwatts", "Board power draw in milliwatts (a MIG device reports its "
-    "parent GPU's).", Alias(POWER_USAGE.name, 1000.0))
+    "parent GPU's).", Alias(_gpu.POWER_USAGE.name, 1000.0))
 JOBSTATS_TEMPERATURE = _row(
     "temperature_celsius", "GPU core temperature in degrees Celsius (a MIG device reports its "
-    "parent GPU's).", Alias(TEMPERATURE.name))
+    "parent GPU's).", Alias(_gpu.TEMPERATURE.name))
 JOBSTATS_JOB_ID = _row(
     "jobId", "The id of the Slurm job holding the GPU (or MIG device), from the prolog's "
     "allocation file; absent while no job holds it.", Alias(None, allocation="job_id"))
