@@ -244,9 +244,14 @@ def join_slurm_allocations(files: Iterable[AllocationFile], gpus: Iterable[GpuRe
         previous = chosen.get(device_id)
         if previous is None or (by_name and not previous[0]):
             chosen[device_id] = (by_name, row)
-    return tuple(row for _, row in sorted(chosen.values(), key=lambda item: (
-        item[1].gpu == "", item[1].gpu.zfill(4), item[1].gpu_instance.zfill(4),
-        item[1].device_id)))
+    return tuple(sorted((row for _, row in chosen.values()), key=_order))
+
+
+def _order(row: AllocationRow) -> tuple[bool, int, int, str]:
+    """GPUs by index and GPU instance, then devices of no GPU here by name."""
+    if not row.gpu:
+        return True, 0, 0, row.device_id
+    return False, int(row.gpu), int(row.gpu_instance or -1), row.device_id
 
 
 class SlurmAllocations:
