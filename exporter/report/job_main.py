@@ -83,6 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class NoData(ReportError):
+    """Prometheus answered, with nothing about the workload, and nothing is stored."""
+
+
 def _fail(message: str) -> int:
     print(f"{PROG}: error: {message}", file=sys.stderr)
     return 2
@@ -248,8 +252,8 @@ def summarise(args: argparse.Namespace, workload: Workload,
         return stored
     where = (f"between {iso(span.start)} and {iso(span.end)}" if span is not None
              else f"in the last {args.since}")
-    raise ReportError(f"no GPU data for {workload.title} in Prometheus {where}, and no summary "
-                      "stored in its AdminComment")
+    raise NoData(f"no GPU data for {workload.title} in Prometheus {where}, and no summary "
+                 "stored in its AdminComment")
 
 
 def main(argv: Sequence[str]) -> int:
@@ -267,6 +271,11 @@ def main(argv: Sequence[str]) -> int:
             raise ValueError("--store applies to Slurm jobs")
         facts = job_facts(args.name) if args.kind == "job" and args.slurm else None
         summary = summarise(args, workload, facts)
+    except NoData as exc:
+        if not args.store:
+            return _fail(str(exc))
+        # Stored as Jobstats stores a job without data (JS1:None): known, not to be retried.
+        summary = JobSummary(workload.kind, workload.name, 0.0, 0.0)
     except (ValueError, ReportError) as exc:
         return _fail(str(exc))
     if args.store:
