@@ -33,11 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 
 from exporter.catalogue.workloads import identify
 from exporter.report.admincomment import B32_PREFIX, PREFIX
-from tests.dashboards.live import PROMETHEUS, http_get
+from tests.dashboards.live import PROMETHEUS, http_get, start_prometheus
 from tests.exposition.parse import series
 from tests.processes import free_port, stop_all
 from tests.slurm.cluster import Cluster, wait_for, why_not
@@ -107,24 +106,6 @@ def _wrappers(root: Path, prometheus_port: int) -> tuple[str, str, str]:
     return prolog, epilog, ctld
 
 
-def _start_prometheus(root: Path, exporter_port: int) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
-    config = root / "prometheus.yml"
-    config.write_text(yaml.safe_dump({
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s",
-                   "scrape_timeout": "900ms"},
-        "scrape_configs": [{"job_name": "gpu-exporter", "static_configs": [
-            {"targets": [f"127.0.0.1:{exporter_port}"], "labels": {"cluster": "gpuexp"}}]}],
-    }))
-    log = (root / "log" / "prometheus.log").open("wb")
-    process = subprocess.Popen(
-        [str(PROMETHEUS), f"--config.file={config}", f"--storage.tsdb.path={root / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-        stdout=log, stderr=subprocess.STDOUT)
-    log.close()
-    return process, port
-
-
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
     reason = why_not() or ("" if PROMETHEUS.exists() else "needs Debian's prometheus package")
@@ -139,7 +120,10 @@ def stack() -> Iterator[Stack]:
     cluster = Cluster(root / "slurm")
     cluster.root.mkdir()
     try:
-        prometheus, prometheus_port = _start_prometheus(root, exporter_port)
+        prometheus, prometheus_port = start_prometheus(root, [
+            {"job_name": "gpu-exporter", "static_configs": [{
+                "targets": [f"127.0.0.1:{exporter_port}"], "labels": {"cluster": "gpuexp"}}]}],
+            deadline=time.monotonic() + 60)
         processes.append(prometheus)
         env = {**os.environ, "GPU_EXPORTER_TEST_PID_FILE": str(root / "pids")}
         with (root / "log" / "exporter.log").open("wb") as log:
