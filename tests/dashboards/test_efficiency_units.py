@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dashboards.panels import GPU_HOURS
-from exporter.report import records
+from exporter.catalogue import records
 from tests.dashboards.grafana import GRAFANA_DIR, Json, load, visual_panels
 
 BOARD = load(GRAFANA_DIR / "gpu-efficiency.json")
