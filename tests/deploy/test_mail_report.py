@@ -23,7 +23,7 @@ from types import ModuleType
 import pytest
 import yaml
 
-from exporter.report import records
+from exporter.catalogue import records
 from exporter.report.main import build_parser
 from tests.report import scenario
 from tests.report.backfill import PROMETHEUS, PROMTOOL, Prometheus, create_blocks
