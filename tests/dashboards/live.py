@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from exporter.sources.simulated.scenario import load_scenario
 from tests.dashboards.grafana import Json, variables
 from tests.processes import free_port, stop_all
 
@@ -30,8 +31,6 @@ RULE_FILES = sorted((ROOT / "dashboards" / "rules").glob("*.yaml"))
 JOB = "gpu-exporter"
 #: Concrete values for Grafana's interval variables (scrape interval 1 s).
 GRAFANA_BUILTINS = {"__rate_interval": "15s", "__interval": "5s", "__range": "1m"}
-#: Extra exporter flags per scenario: the Kubernetes node's exporter runs as the chart runs it.
-SCENARIO_FLAGS = {"kubernetes-node": ("--kubernetes",), "slurm-node": ("--slurm", "--containers")}
 _LABEL_VALUES = re.compile(r"^label_values\((?:(.*),\s*)?(\w+)\)$", re.S)
 _REGEX_SPECIAL = re.compile(r"[\\^$*+?.()|{}\[\]]")
 
@@ -149,7 +148,7 @@ class Stack:
                 process = subprocess.Popen(
                     [sys.executable, "-m", "exporter", "--source", "simulated",
                      "--scenario", scenario, "--simulate.speed", str(speed), "--collector.torch",
-                     *SCENARIO_FLAGS.get(scenario, ()),
+                     *load_scenario(scenario).exporter_flags,  # as the scenario says to
                      "--web.listen-address", f"127.0.0.1:{port}", "--log.level", "warning"],
                     cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                 )

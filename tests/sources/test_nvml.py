@@ -110,7 +110,7 @@ def test_disabled_groups_make_no_calls() -> None:
     assert device_calls == {"nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetUUID",
                             "nvmlDeviceGetName", "nvmlDeviceGetPciInfo_v3",
                             "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetSerial",
-                            "nvmlDeviceGetVbiosVersion",
+                            "nvmlDeviceGetVbiosVersion", "nvmlDeviceGetMinorNumber",
                             "nvmlDeviceGetPowerManagementDefaultLimit"}
 
 

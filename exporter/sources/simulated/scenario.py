@@ -10,6 +10,7 @@ running); they also accept ``30s``, ``15m``, ``2h``, ``3d``. Sizes are bytes or 
     hostname: str              # optional, the hostname the snapshot reports
     driver_version: str        # optional, default "580.95.05"
     cuda_driver_version: str   # optional, default "13.0"
+    exporter_flags: [--slurm]  # optional: the flags to run it with (README, live tests)
     gpus:                      # required, at least one
       - model: NVIDIA H100 80GB HBM3     # required, one of GPU_MODELS
         count: 1                         # repeat this entry (default 1)
@@ -232,12 +233,13 @@ class Scenario:
     hostname: str | None = None
     driver_version: str = "580.95.05"
     cuda_driver_version: str = "13.0"
+    exporter_flags: tuple[str, ...] = ()  # the exporter's flags the scenario is meant for
     origin: str = "<code>"  # file path or "preset NAME": used in messages
 
 
 # --- parsing -----------------------------------------------------------------------------------
 _TOP = ("name", "description", "hostname", "driver_version", "cuda_driver_version", "gpus",
-        "processes", "allocations")
+        "processes", "allocations", "exporter_flags")
 _GPU = ("model", "count", "idle_celsius", "full_load_celsius", "thermal_time_constant",
         "power_limit_watts", "ecc_corrected_per_hour", "ecc_uncorrected", "lost_at",
         *HEALTH_KEYS)
@@ -286,7 +288,7 @@ def parse_scenario(data: object, origin: str, default_name: str = "scenario") ->
         driver_version=top.text("driver_version", "580.95.05") or "",
         cuda_driver_version=top.text("cuda_driver_version", "13.0") or "",
         gpus=tuple(gpus), processes=tuple(processes), allocations=tuple(allocations),
-        origin=origin,
+        exporter_flags=_flags(top), origin=origin,
     )
     _check_fits(scenario, top)
     return scenario
@@ -314,6 +316,14 @@ def _parse_allocation(r: Reader, gpus: list[GpuSpec]) -> AllocationSpec:
         container=r.text("container", required=True) or "",
         resource=r.text("resource", "nvidia.com/gpu") or "nvidia.com/gpu", replica=replica,
     )
+
+
+def _flags(top: Reader) -> tuple[str, ...]:
+    flags = items(top.raw("exporter_flags"), top, "exporter_flags")
+    for flag in flags:
+        if not isinstance(flag, str) or not re.fullmatch(r"--[a-z][a-z0-9.-]*", flag):
+            top.fail(f"expected flags such as --slurm, got {flag!r}", "exporter_flags")
+    return tuple(flags)
 
 
 def _default_uid(user: str) -> int:
