@@ -713,7 +713,8 @@ process list and the `/proc` lookup: harmless in small numbers), `pod_resources`
 PodResources polls), `container_name` (a Docker or Podman file that exists but cannot be read),
 `passwd_file` (the `--passwd-file` cannot be read: users show as numeric uids until it can),
 `web_config` (a changed `--web.config.file` failed to load: the previous one stays in force),
-`torch_stats_file` (a rejected PyTorch statistics file).
+`torch_stats_file` (a rejected PyTorch statistics file), `slurm_allocation` (a refused Slurm
+allocation file, or a `--slurm.allocation-dir` that cannot be read; docs/slurm.md).
 Health dashboard → *Errors by kind*; the exporter log has the details.
 """,
     )
