@@ -26,11 +26,13 @@ def runbook_sections() -> str:
 
 
 def alerts_table() -> str:
-    """dashboards/README.md's table: group, alert, severity and when it fires, per alert."""
-    lines = ["| group | alert | severity | fires when (defaults) |", "|---|---|---|---|"]
+    """dashboards/README.md's table: group, alert, severity, audience and when it fires, per
+    alert."""
+    lines = ["| group | alert | severity | audience | fires when (defaults) |",
+             "|---|---|---|---|---|"]
     seen: set[str] = set()
     for group, rule in _alerts():
         shown = "| |" if group in seen else f"| `{group}` |"
         seen.add(group)
-        lines.append(f"{shown} `{rule.alert}` | {rule.severity} | {rule.when} |")
+        lines.append(f"{shown} `{rule.alert}` | {rule.severity} | {rule.audience} | {rule.when} |")
     return "\n".join(lines)

@@ -9,7 +9,7 @@ user and host) and cheap at fleet scale. Thresholds come from ``exporter.catalog
 
 from __future__ import annotations
 
-from dashboards import health_alerts
+from dashboards import escalation, health_alerts, owners
 from dashboards.promql import (
     GPU_LABELS,
     activity_average,
@@ -54,6 +54,7 @@ def memory_group() -> RuleGroup:
         expr=f"{used} / {total} > {num(thresholds.MEMORY_USED_RATIO)}",
         for_=thresholds.MEMORY_USED_FOR,
         severity="warning",
+        audience="operator",
         summary="GPU memory is almost full.",
         description=(
             f"{GPU_TEXT} has {{{{ $value | humanizePercentage }}}} of its memory in use (over "
@@ -89,20 +90,24 @@ If the GPU is filled deliberately by a single dedicated job, silence the alert f
     )
     forecast = AlertRule(
         alert="GpuMemoryExhaustionForecast",
-        expr=(
+        expr=owners.per_holder(
             f"{TIME_TO_FULL}\nand {MEMORY_FORECAST} > 1\nand "
             f"predict_linear({used}[{thresholds.LEAK_RECENT_WINDOW}], {horizon}) > {total}\nand "
             f"delta({used}[{thresholds.LEAK_WINDOW}]) > {num(thresholds.LEAK_MIN_GROWTH_RATIO)} * "
-            f"{total}\n"
+            f"{total}",
+            owners.growing_holders(thresholds.LEAK_WINDOW),
         ),
         for_=thresholds.LEAK_FOR,
         severity="warning",
+        audience="owner",
         summary="GPU memory keeps growing and will run out.",
         description=(
             f"Used memory of {GPU_TEXT} has grown steadily over the last {thresholds.LEAK_WINDOW} "
             "and, at that rate, reaches the total in about {{ $value | humanizeDuration }}. A "
             "process is probably leaking (tensors kept alive, a growing cache)."
+            "{{ with $labels.user }} The memory of user {{ . }} on it grew.{{ end }}"
         ),
+        details=owners.details(owners.all_processes(), idle=False, end_commands=False),
         when=(
             "the 30m linear trend reaches the total within 1 h, the last 5m alone does too, and "
             "memory grew > 5 % of the total in 30m; for 10m (value: time until full)"
@@ -195,21 +200,24 @@ def idle_group() -> RuleGroup:
     """
     gpu_idle = AlertRule(
         alert="GpuMemoryHeldIdle",
-        expr=(
+        expr=owners.per_holder(
             f"{used}\n"
             f"and {used} / {total} > {num(thresholds.IDLE_GPU_MEMORY_RATIO)}\n"
-            f"and {GPU_ACTIVITY_AVG} < {num(thresholds.IDLE_UTILIZATION_RATIO)}\n"
+            f"and {GPU_ACTIVITY_AVG} < {num(thresholds.IDLE_UTILIZATION_RATIO)}",
+            owners.holders(),
         ),
         for_=thresholds.IDLE_FOR,
         severity="warning",
+        audience="owner",
         summary="A GPU holds memory but does no work.",
         description=(
             f"{GPU_TEXT} holds {{{{ $value | humanize1024 }}}}B of memory while its "
             f"{ACTIVITY_TEXT} stayed under {thresholds.IDLE_UTILIZATION_RATIO:.0%} for "
             f"{thresholds.IDLE_FOR}: a forgotten notebook, or a hung job (one spinning on a "
             "tiny kernel shows high utilisation but no SM activity), is blocking it for everyone "
-            "else."
+            "else.{{ with $labels.user }} User {{ . }} holds memory on it.{{ end }}"
         ),
+        details=owners.details(owners.all_processes(), idle=True, end_commands=True),
         when=(
             "> 10 % of a GPU's memory used, activity (15m average; SM activity where the GPU "
             "reports it, else utilisation: `docs/gpu-activity.md`) < 5 %, for 1h"
@@ -232,6 +240,12 @@ an hour: its SM activity on GPUs with GPM (Hopper and newer), its utilisation on
    1 % of the SMs busy. Node dashboard → *Busy but barely working* names the GPU; its
    processes' per-process utilisation still looks busy (NVML samples per process are "a kernel
    ran", GPM has no per-process figures), so the per-user idle alerts stay silent for it.
+
+The alert names each user holding more than 1 GiB on the GPU (one alert per GPU and holder, so
+each is told about their share; the value is the GPU's used memory); without a known holder
+(processes not collected, or no single user over 1 GiB) it stays one alert for the GPU, which
+the shipped routing sends to the operator. When [GpuProcessIdle](#gpuprocessidle) fires for the
+same user, Alertmanager mutes this one (that alert lists the user's processes).
 """,
     )
     # The idle alert's per-GPU average, recorded above, when the windows agree (one window
@@ -241,22 +255,26 @@ an hour: its SM activity on GPUs with GPM (Hopper and newer), its utilisation on
                     else activity_average("", thresholds.STARVED_AVG_WINDOW))
     starved = AlertRule(
         alert="GpuStarved",
-        expr=(
+        expr=owners.per_holder(
             f"{starved_util} < {num(thresholds.STARVED_UTILIZATION_RATIO)}\n"
             f"and {starved_util} >= {num(thresholds.IDLE_UTILIZATION_RATIO)}\n"
             f"and avg_over_time({metrics.POWER_USAGE.name}[{thresholds.STARVED_AVG_WINDOW}]) "
             f"/ {metrics.POWER_LIMIT.name} < {num(thresholds.STARVED_POWER_RATIO)}\n"
-            f"and {metrics.PROCESSES.name} > 0\n"
+            f"and {metrics.PROCESSES.name} > 0",
+            owners.holders(),
         ),
         for_=thresholds.STARVED_FOR,
         severity="info",
+        audience="owner",
         summary="A GPU in use is starved: low activity and power for a long time.",
         description=(
             f"{GPU_TEXT} has processes but averaged only {{{{ $value | humanizePercentage }}}} "
             f"{ACTIVITY_TEXT} and under {thresholds.STARVED_POWER_RATIO:.0%} of its power limit "
             f"for {thresholds.STARVED_FOR}: the job waits on the CPU, data loading or I/O, or "
-            "feeds the GPU batches too small to fill it."
+            "feeds the GPU batches too small to fill it.{{ with $labels.user }} User {{ . }} "
+            "holds memory on it.{{ end }}"
         ),
+        details=owners.details(owners.all_processes(), idle=False, end_commands=False),
         when=(
             "processes present, 5 % ≤ activity < 40 % and power < 40 % of the limit (15m averages) "
             "for 30m"
@@ -286,6 +304,7 @@ the data loader, storage or the network, or feeds the GPU batches too small to f
                             average=GPU_ACTIVITY_AVG) + "\n",
         for_=thresholds.IDLE_FOR,
         severity="warning",
+        audience="owner",
         summary="A pod or Slurm job holds an allocated GPU and does nothing with it.",
         description=(
             "{{ if $labels.slurm_job }}Slurm job {{ $labels.slurm_job }} (user "
@@ -295,6 +314,11 @@ the data loader, storage or the network, or feeds the GPU batches too small to f
             "none of its processes was on that GPU or the GPU, its alone, stayed under "
             f"{thresholds.IDLE_UTILIZATION_RATIO:.0%} {ACTIVITY_TEXT}. Nobody else can be "
             "scheduled on it."
+        ),
+        details=(
+            ("processes", owners.process_list(owners.all_processes(), idle=True)),
+            ("commands", owners.pod_command()),
+            ("escalation", owners.escalation_note()),
         ),
         when=(
             "a GPU the kubelet allocated to a pod (or Slurm to a job) had no process of that pod "
@@ -350,6 +374,7 @@ def idle_users_group() -> RuleGroup:
         expr=f"{FLEET_USER} ({IDLE_MEMORY} > 0)",
         for_=thresholds.IDLE_FOR,
         severity="warning",
+        audience="owner",
         summary="A user's GPU processes hold memory without using the GPU.",
         description=(
             "Processes of user {{ $labels.user }} hold {{ $value | humanize1024 }}B of GPU "
@@ -359,8 +384,10 @@ def idle_users_group() -> RuleGroup:
             f"{thresholds.IDLE_UTILIZATION_RATIO:.0%} utilisation for "
             f"{thresholds.IDLE_AVG_WINDOW}, for {thresholds.IDLE_FOR}. The users dashboard (user "
             "{{ $labels.user }}) lists the hosts, the node dashboard's Idle processes table (or "
-            "gpu-exporter report) the processes; ask the user to stop them or free the memory."
+            "gpu-exporter report) the processes. If they are no longer needed, stop them or free "
+            "the memory."
         ),
+        details=owners.details(owners.idle_processes(), idle=True, end_commands=True),
         when=(
             "one alert per user across the fleet: their processes holding > 1 GiB each stayed "
             "under 5 % utilisation for 15m, on one or more hosts, for 1h (value: the memory they "
@@ -402,6 +429,7 @@ no single host idled that long. That is the intended nudge.
         ),
         for_=thresholds.IDLE_FOR,
         severity="info",
+        audience="owner",
         summary="A user holds GPU memory on hosts where none of their processes compute.",
         description=(
             "User {{ $labels.user }} holds {{ $value | humanize1024 }}B of GPU memory on hosts "
@@ -410,6 +438,7 @@ no single host idled that long. That is the intended nudge.
             f"utilisation for {thresholds.IDLE_FOR}. The users dashboard (user {{{{ $labels.user "
             "}}) lists the hosts."
         ),
+        details=owners.details(owners.all_processes(), idle=True, end_commands=True),
         when=(
             "one alert per user across the fleet: on some host the user holds > 4 GiB and none of "
             "their processes there exceeded 5 % in 15m, for 1h"
@@ -421,8 +450,8 @@ GPU processes there exceeded 5 % utilisation at any evaluation of the last 15 mi
 hour (info); one alert per user across the fleet, the value being the memory on those hosts.
 Useful for fair-share reminders on shared workstations. Users dashboard → filter by the user;
 *Idle memory by node and user*, then the node dashboard's *Idle processes*. When
-[GpuProcessIdle](#gpuprocessidle) fires for the same user, route this one away (see
-[Routing at fleet scale](#routing-at-fleet-scale)).
+[GpuProcessIdle](#gpuprocessidle) fires for the same user, the shipped Alertmanager
+configuration mutes this one (see [Routing at fleet scale](#routing-at-fleet-scale)).
 """,
     )
     return RuleGroup("gpu-idle-users", (*user_idle_records(), process_idle, user_idle))
@@ -436,6 +465,7 @@ def thermal_group() -> RuleGroup:
         expr=f"{temp} > {num(thresholds.TEMPERATURE_WARNING_CELSIUS)}",
         for_=thresholds.TEMPERATURE_WARNING_FOR,
         severity="warning",
+        audience="operator",
         summary="A GPU is running hot.",
         description=(
             f"{GPU_TEXT} is at {{{{ $value }}}} °C (over "
@@ -458,6 +488,7 @@ failed chassis fan, the room's cooling, neighbours in the same chassis running h
         expr=f"{temp} > {num(thresholds.TEMPERATURE_CRITICAL_CELSIUS)}",
         for_=thresholds.TEMPERATURE_CRITICAL_FOR,
         severity="critical",
+        audience="operator",
         summary="A GPU is dangerously hot.",
         description=(
             f"{GPU_TEXT} is at {{{{ $value }}}} °C (over "
@@ -478,6 +509,7 @@ crash the job (Xid errors in `dmesg`). Move the work off the GPU now, then fix c
         expr=f"{sel(throttle, reason_in(metrics.THERMAL_THROTTLE_REASONS))} > 0",
         for_=thresholds.THROTTLE_FOR,
         severity="warning",
+        audience="operator",
         summary="A GPU slows its clocks because it is too hot.",
         description=(
             f"{GPU_TEXT} reports clock event reason {{{{ $labels.reason }}}} for "
@@ -496,6 +528,7 @@ the GPU lowers its clocks because it is too hot. Node dashboard → *Throttle re
         expr=f"{sel(throttle, reason_in(_HW_POWER_REASONS))} > 0",
         for_=thresholds.THROTTLE_FOR,
         severity="warning",
+        audience="operator",
         summary="A GPU's hardware slowdown or power brake is active.",
         description=(
             f"{GPU_TEXT} reports {{{{ $labels.reason }}}} for {thresholds.THROTTLE_FOR}: the board "
@@ -516,6 +549,7 @@ a cool GPU, open a hardware ticket.
         expr=f"{sel(throttle, reason_in(_SW_POWER_REASONS))} > 0",
         for_=thresholds.POWER_CAP_FOR,
         severity="info",
+        audience="operator",
         summary="A GPU runs at its power limit.",
         description=(
             f"{GPU_TEXT} has been held at its power limit ({{{{ $labels.reason }}}}) for "
@@ -542,6 +576,7 @@ def health_group() -> RuleGroup:
         expr=f"{up} == 0",
         for_=thresholds.GPU_DOWN_FOR,
         severity="critical",
+        audience="operator",
         summary="A GPU stopped answering.",
         description=(
             f"{GPU_TEXT} does not answer NVML (lost, needs a reset, or hung) for "
@@ -569,6 +604,7 @@ on it) or a reboot usually brings it back. Repeated losses: hardware ticket.
         ),
         for_=thresholds.GPU_MISSING_FOR,
         severity="critical",
+        audience="operator",
         summary="A GPU disappeared from its host.",
         description=(
             f"{GPU_TEXT} was reported during the last {thresholds.GPU_MISSING_LOOKBACK} but no "
@@ -591,6 +627,7 @@ itself an hour later.
         expr=f"increase({sel(metrics.ECC_ERRORS, UNCORRECTED)}[{thresholds.ECC_WINDOW}]) > 0",
         for_="0s",
         severity="critical",
+        audience="operator",
         summary="A GPU reported uncorrectable memory errors.",
         description=(
             f"{GPU_TEXT} counted {{{{ $value | humanize }}}} uncorrected ECC errors in the last "
@@ -618,6 +655,7 @@ def exporter_group() -> RuleGroup:
         expr=f'up{{job=~"{thresholds.EXPORTER_JOB_REGEX}"}} == 0',
         for_=thresholds.EXPORTER_DOWN_FOR,
         severity="warning",
+        audience="operator",
         summary="Prometheus cannot scrape a gpu-exporter.",
         description=(
             "Target " + HOST_TEXT + " of job {{ $labels.job }} has been down for "
@@ -637,6 +675,7 @@ reachable from Prometheus, and the exporter's `/healthz`.
         expr=f"{metrics.SOURCE_UP.name} == 0",
         for_=thresholds.SOURCE_DOWN_FOR,
         severity="critical",
+        audience="operator",
         summary="The exporter cannot read the GPUs at all.",
         description=(
             "The {{ $labels.source }} source of " + HOST_TEXT + " is down (NVML missing "
@@ -657,6 +696,7 @@ container, driver/library mismatch after an upgrade). The exporter retries with 
         expr=f"{metrics.COLLECTION_SUCCESS.name} == 0",
         for_=thresholds.COLLECTION_FAILING_FOR,
         severity="warning",
+        audience="operator",
         summary="The exporter's collections keep failing.",
         description=(
             "Collections on " + HOST_TEXT + " have not read every GPU without error for "
@@ -675,6 +715,7 @@ the health dashboard's *Errors by kind* and the exporter log.
         expr=f"{metrics.DATA_AGE.name} > {num(thresholds.DATA_STALE_SECONDS)}",
         for_=thresholds.DATA_STALE_FOR,
         severity="warning",
+        audience="operator",
         summary="The exporter serves old data.",
         description=(
             "The data " + HOST_TEXT + " serves is {{ $value | humanizeDuration }} old: "
@@ -697,6 +738,7 @@ restarting the exporter alone does not help if NVML itself hangs.
         ),
         for_="0s",
         severity="info",
+        audience="operator",
         summary="The exporter meets many errors while collecting.",
         description=(
             HOST_TEXT + " counted {{ $value | humanize }} errors of kind "
@@ -723,6 +765,7 @@ Health dashboard → *Errors by kind*; the exporter log has the details.
         expr=f"{metrics.POD_RESOURCES_UP.name} == 0",
         for_=thresholds.POD_RESOURCES_FAILING_FOR,
         severity="warning",
+        audience="operator",
         summary="The exporter cannot read the kubelet's GPU allocations.",
         description=(
             "The kubelet's PodResources API has not answered " + HOST_TEXT + " for "
@@ -784,6 +827,7 @@ def torch_group() -> RuleGroup:
         expr=f"{TORCH_NEW_OOMS} > 0",
         for_="0s",
         severity="warning",
+        audience="owner",
         summary="A user's process hit a CUDA out-of-memory error in PyTorch.",
         description=(
             "Processes of user {{ $labels.user }} on " + HOST_TEXT + " raised "
@@ -792,6 +836,7 @@ def torch_group() -> RuleGroup:
             "node dashboard's row Inside the processes shows which one, with its tensors, cache "
             "and context."
         ),
+        details=owners.details(owners.all_processes(), idle=False, end_commands=False),
         when="a user's PyTorch processes on a host raised an out-of-memory error in the last 10m",
         live=fires_under("torch-memory-pressure"),
         runbook="""\
@@ -820,6 +865,7 @@ little progress.
         expr=f"{TORCH_NEW_RETRIES} > {num(thresholds.TORCH_RETRIES_THRESHOLD)}",
         for_=thresholds.TORCH_RETRIES_FOR,
         severity="warning",
+        audience="owner",
         summary="PyTorch keeps flushing its cache to satisfy allocations (fragmentation).",
         description=(
             "Processes of user {{ $labels.user }} on " + HOST_TEXT + " retried "
@@ -828,6 +874,7 @@ little progress.
             "frees the allocator's cache and synchronises (slow steps), and the next failure is an "
             "out-of-memory error. Fragmentation (inactive split bytes) or a GPU shared too tightly."
         ),
+        details=owners.details(owners.all_processes(), idle=False, end_commands=False),
         when="more than 3 allocation retries (cache flushes) in 15m, for 20m",
         live=fires_under("torch-memory-pressure"),
         runbook="""\
@@ -858,10 +905,11 @@ failure is an out-of-memory error ([GpuProcessTorchOutOfMemory](#gpuprocesstorch
 
 
 def groups() -> tuple[RuleGroup, ...]:
-    """Every alert group, in file order."""
-    return (memory_group(), idle_group(), idle_users_group(), thermal_group(), health_group(),
+    """Every alert group, in file order: the escalation of unresolved owner alerts last."""
+    base = (memory_group(), idle_group(), idle_users_group(), thermal_group(), health_group(),
             health_alerts.xid_group(), health_alerts.memory_repair_group(), torch_group(),
             exporter_group())
+    return (*base, escalation.group(base))
 
 
 def all_alerts() -> tuple[AlertRule, ...]:

@@ -13,8 +13,12 @@ Derived files, all from the metric rows (``exporter.catalogue.metrics``), the fl
 - the runbook's XID table (``dashboards.xids``) between its ``BEGIN``/``END XID TABLE`` markers;
 - ``dashboards/grafana/*.json`` and ``dashboards/rules/*.yaml`` (plus
   ``dashboards/rules/tests/rules/``: the alerts without annotations, for the behaviour tests);
+- ``dashboards/notifications/``: the Alertmanager configuration and site template generated
+  from ``contacts.example.yaml`` (``dashboards.alertmanager``);
 - ``helm/gpu-exporter/files/{dashboards,rules}/``: the chart's byte-identical copies (Helm
-  cannot read files outside the chart); a copy without an original is stale and removed;
+  cannot read files outside the chart); a copy without an original is stale and removed; and
+  ``files/notifications/``: the message templates, the site template with placeholders, and
+  ``routing.yaml`` (``dashboards.routing``) for its AlertmanagerConfig;
 - ``tests/golden/*.prom``: the golden exposition of every scenario preset
   (``dashboards/golden.py``; review their diff: it is every change users will scrape).
 
@@ -35,17 +39,21 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from dashboards import (
     accounting,
     alert_docs,
+    alertmanager,
     alerts,
     efficiency,
     exporter_health,
     fleet,
     node,
     recording,
+    routing,
     rules,
     users,
     workloads,
     xids,
 )
+from dashboards.contacts import ContactsError
+from dashboards.contacts import load as load_contacts
 from dashboards.golden import golden_files
 from exporter.catalogue import records
 from exporter.docs import DOCS, DocsError, render, render_parts
@@ -71,11 +79,16 @@ ALERTS_README = "dashboards/README.md"
 TEMPLATES = (*DOCS, ALERTS_README, RUNBOOK)
 #: The alert rules without annotations, which the behaviour rule tests load (``rule_files``).
 BEHAVIOUR_RULES = f"dashboards/rules/tests/rules/{ALERTS_FILE}"
+#: The example contacts file the shipped Alertmanager configuration is generated from.
+NOTIFICATIONS = "dashboards/notifications"
+CONTACTS_EXAMPLE = f"{NOTIFICATIONS}/contacts.example.yaml"
 #: Where the chart keeps its copies: generated folder -> chart folder.
 CHART_COPIES = {
     "dashboards/grafana": "helm/gpu-exporter/files/dashboards",
     "dashboards/rules": "helm/gpu-exporter/files/rules",
 }
+#: What the chart's AlertmanagerConfig template reads: the routing design and the messages.
+CHART_NOTIFICATIONS = "helm/gpu-exporter/files/notifications"
 
 
 def dashboard_json(build: Callable[[], dashboard.Dashboard]) -> str:
@@ -93,6 +106,7 @@ def outputs(root: Path) -> dict[str, str]:
     Raises:
         OSError: the README cannot be read.
         DocsError: the README lacks a table marker pair.
+        ContactsError: the example contacts file is wrong.
     """
     files = {f"dashboards/grafana/{name}": dashboard_json(build)
              for name, build in DASHBOARDS.items()}
@@ -100,6 +114,12 @@ def outputs(root: Path) -> dict[str, str]:
     files[f"dashboards/rules/{RECORDING_FILE}"] = rules.render(recording.groups(), "recording.py")
     files[f"dashboards/rules/{ACCOUNTING_FILE}"] = rules.render(accounting.groups(),
                                                                "accounting.py")
+    notices = alertmanager.render(load_contacts(root / CONTACTS_EXAMPLE), CONTACTS_EXAMPLE)
+    files.update({f"{NOTIFICATIONS}/{name}": text for name, text in notices.items()})
+    files[f"{CHART_NOTIFICATIONS}/routing.yaml"] = routing.routing_file()
+    template = alertmanager.TEMPLATE_FILE
+    files[f"{CHART_NOTIFICATIONS}/{template}"] = notices[template]
+    files[f"{CHART_NOTIFICATIONS}/{alertmanager.SITE_FILE}.in"] = alertmanager.SITE_PATTERN
     for source, copy in CHART_COPIES.items():
         for rel, text in list(files.items()):
             if rel.startswith(source + "/") and "/" not in rel.removeprefix(source + "/"):
@@ -170,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1 if stale else 0
         for rel in write(args.root):
             print(f"updated {rel}")
-    except (OSError, UnicodeDecodeError, DocsError) as exc:
+    except (OSError, UnicodeDecodeError, DocsError, ContactsError) as exc:
         print(f"dashboards.generate: error: {exc}", file=sys.stderr)
         return 2
     return 0

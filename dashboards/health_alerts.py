@@ -45,6 +45,7 @@ def xid_group() -> RuleGroup:
         expr=_recent(xids.XidClass.HARDWARE),
         for_="0s",
         severity="critical",
+        audience="operator",
         summary="A GPU reported an XID that means a hardware fault or lost data.",
         description=(
             f"{GPU_TEXT} reported XID {{{{ $labels.xid }}}}{_MIG} "
@@ -87,6 +88,7 @@ what the alert reads (an `increase()` would miss the first event of a new series
         expr=_recent(xids.XidClass.APPLICATION),
         for_="0s",
         severity="info",
+        audience="operator",
         summary="An application caused an XID on a GPU.",
         description=(
             f"{GPU_TEXT} reported XID {{{{ $labels.xid }}}}{_MIG} "
@@ -115,6 +117,7 @@ repeating on one GPU with *different* jobs points at the GPU instead: run `dcgmi
               f"(rate({XID_ERRORS}[{XID_STORM_WINDOW}])) > {num(XID_STORM_RATE)}"),
         for_=XID_STORM_FOR,
         severity="warning",
+        audience="operator",
         summary="A GPU reports XIDs continuously.",
         description=(
             f"{GPU_TEXT} has reported more than one XID every {1 / XID_STORM_RATE:.0f} s for "
@@ -139,6 +142,7 @@ Stop the job that keeps restarting there; drain the GPU if the codes are hardwar
         expr=f"{XID_REGISTERED} == 0",
         for_=XID_NOT_WATCHED_FOR,
         severity="info",
+        audience="operator",
         summary="XID errors of a GPU cannot be counted.",
         description=(
             f"NVML does not deliver XID events for {GPU_TEXT} (registration not supported or "
@@ -166,6 +170,7 @@ def memory_repair_group() -> RuleGroup:
         expr=f"{REMAP_PENDING} == 1",
         for_=REMAP_PENDING_FOR,
         severity="warning",
+        audience="operator",
         summary="A GPU needs a reset to remap faulty memory rows.",
         description=(
             f"{GPU_TEXT} has memory rows remapped after ECC errors that take effect only after a "
@@ -190,6 +195,7 @@ GPU. Many remaps in a short time (`gpu_remapped_rows_total`) point at failing me
         expr=f"{REMAP_FAILURE} == 1",
         for_="0s",
         severity="critical",
+        audience="operator",
         summary="A GPU failed to remap faulty memory rows: it needs replacing.",
         description=(
             f"{GPU_TEXT} reports a failed row remap: a memory bank has no spare rows left, so "
@@ -213,6 +219,7 @@ Operator: drain the GPU and keep it out of service; vendor: a remap failure is w
         expr=f"{RETIRED_PENDING} == 1",
         for_=REMAP_PENDING_FOR,
         severity="warning",
+        audience="operator",
         summary="A GPU needs a reset to retire faulty memory pages.",
         description=(
             f"{GPU_TEXT} has memory pages waiting for retirement after ECC errors; they are "

@@ -24,6 +24,10 @@ RUNBOOK_BASE_URL = (
 RUNBOOK_FILE = "gpu-exporter-alerts.md"
 
 Severity = Literal["critical", "warning", "info"]
+#: Who an alert is for: ``owner``, the person, pod or job that holds or does what it is about
+#: (told first, politely, with the facts), or ``operator``, whoever runs the GPUs (hardware,
+#: thermal, the exporter, the fleet). Alertmanager routes on the ``audience`` label.
+Audience = Literal["owner", "operator"]
 #: Where an alert fired, for its description template: the scrape target, and one GPU of it.
 #: On Kubernetes the instance is a pod address; the ServiceMonitor's node label says where.
 HOST_TEXT = "{{ $labels.instance }}{{ with $labels.node }} (node {{ . }}){{ end }}"
@@ -62,21 +66,26 @@ def not_live(reason: str) -> Live:
 class AlertRule:
     """One alerting rule, with what its docs and tests follow from.
 
-    ``summary`` and ``description`` are Prometheus templates. ``when`` is the "fires when"
-    column of dashboards/README.md's alert table; ``runbook`` the Markdown of its section
-    (``## <alert>``) in the runbook; ``live`` the scenarios that fire it in the live test.
-    ``python -m dashboards.generate`` writes the table and the runbook's sections from them.
+    ``summary`` and ``description`` are Prometheus templates. ``audience`` says who is told
+    (``Audience``). ``when`` is the "fires when" column of dashboards/README.md's alert table;
+    ``runbook`` the Markdown of its section (``## <alert>``) in the runbook; ``live`` the
+    scenarios that fire it in the live test. ``python -m dashboards.generate`` writes the table
+    and the runbook's sections from them. ``details`` are further annotations (name, template)
+    the notifications show: for owner alerts the processes concerned and the commands that end
+    them (``dashboards.owners``).
     """
 
     alert: str
     expr: str
     for_: str
     severity: Severity
+    audience: Audience
     summary: str
     description: str
     when: str = ""
     live: Live = field(default_factory=Live)
     runbook: str = ""
+    details: tuple[tuple[str, str], ...] = ()
 
     @property
     def runbook_url(self) -> str:
@@ -88,12 +97,13 @@ class AlertRule:
         rule: dict[str, Any] = {"alert": self.alert, "expr": self.expr}
         if self.for_ not in ("", "0s"):
             rule["for"] = self.for_
-        rule["labels"] = {"severity": self.severity}
+        rule["labels"] = {"severity": self.severity, "audience": self.audience}
         if not annotations:
             return rule
         rule["annotations"] = {
             "summary": self.summary,
             "description": self.description,
+            **dict(self.details),
             "runbook_url": self.runbook_url,
         }
         return rule

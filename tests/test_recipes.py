@@ -112,6 +112,7 @@ ALERT = Recipe(
         ),
         for_=thresholds.TEMPERATURE_WARNING_FOR,
         severity="warning",
+        audience="operator",
         summary="A GPU is hot while it does nothing.",
         description=f"{GPU_TEXT} is at {{{{ $value }}}} °C while idle: its cooling failed.",
         when="> 80 °C while utilisation < 5 %, for 5m",
@@ -139,7 +140,7 @@ it starts throttled. Check its fans (`gpu_fan_speed_ratio`) and the airflow of t
       - eval_time: 6m
         alertname: GpuHotWhileIdle
         exp_alerts:
-          - exp_labels: {{severity: warning, {_LABELS}, gpu: "0", uuid: GPU-a}}
+          - exp_labels: {{severity: warning, audience: operator, {_LABELS}, gpu: "0", uuid: GPU-a}}
 '''),
     ),
     (("dashboards/rules/gpu-exporter-alerts.yaml", "alert: GpuHotWhileIdle"),

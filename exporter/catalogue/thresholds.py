@@ -62,6 +62,12 @@ STARVED_POWER_RATIO: Final = 0.4
 STARVED_AVG_WINDOW: Final = "15m"
 STARVED_FOR: Final = "30m"
 
+# --- notifications ----------------------------------------------------------------------------
+#: An owner alert (``audience: owner``) still firing this long after it first fired raises
+#: GpuOwnerAlertUnresolved, which Alertmanager sends to the lab lead or operator: the owner
+#: was told and has not acted (idle memory held a day after the first notice).
+OWNER_ESCALATE_AFTER: Final = "24h"
+
 # --- temperature, power and throttling ------------------------------------------------------
 TEMPERATURE_WARNING_CELSIUS: Final = 80.0
 TEMPERATURE_WARNING_FOR: Final = "5m"

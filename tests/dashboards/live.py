@@ -173,26 +173,32 @@ class Stack:
                 raise TimeoutError(f"exporters not answering: {sorted(pending)}")
             time.sleep(0.1)
 
-    def start_prometheus(self, deadline: float) -> None:
-        """Write the config (1 s scrape and evaluation, our rules) and start Prometheus.
+    def start_prometheus(self, deadline: float, *, rule_files: list[str] | None = None,
+                         alertmanager: str | None = None, dead_target: bool = True) -> None:
+        """Write the config (1 s scrape and evaluation, our rules or ``rule_files``, alerts
+        sent to the ``alertmanager`` host:port if given) and start Prometheus.
 
         Raises:
             RuntimeError: Prometheus exited.
             TimeoutError: it did not become ready before the deadline.
         """
-        self.dead_port = free_port()
         static = [
             {"targets": [f"127.0.0.1:{e.port}"], "labels": {"scenario": e.scenario}}
             for e in self.exporters.values()
         ]
-        # A target nothing listens on: the exporter-down alert must see it.
-        static.append({"targets": [f"127.0.0.1:{self.dead_port}"], "labels": {"scenario": "down"}})
-        config = {
+        if dead_target:  # a target nothing listens on: the exporter-down alert must see it
+            self.dead_port = free_port()
+            static.append({"targets": [f"127.0.0.1:{self.dead_port}"],
+                           "labels": {"scenario": "down"}})
+        config: dict[str, Any] = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s",
                        "scrape_timeout": "900ms"},
-            "rule_files": live_rule_files(self.tmp),
+            "rule_files": live_rule_files(self.tmp) if rule_files is None else rule_files,
             "scrape_configs": [{"job_name": JOB, "static_configs": static}],
         }
+        if alertmanager is not None:
+            config["alerting"] = {"alertmanagers": [
+                {"static_configs": [{"targets": [alertmanager]}]}]}
         config_file = self.tmp / "prometheus.yml"
         config_file.write_text(yaml.safe_dump(config))
         self.prometheus_port = free_port()

@@ -194,8 +194,8 @@ def test_committed_files_equal_generated() -> None:
 
 def _scratch_tree(tmp_path: Path) -> Path:
     """A copy of what the generator reads and writes."""
-    for part in ("dashboards/grafana", "dashboards/rules", "helm/gpu-exporter/files",
-                 "tests/golden"):
+    for part in ("dashboards/grafana", "dashboards/rules", "dashboards/notifications",
+                 "helm/gpu-exporter/files", "tests/golden"):
         shutil.copytree(generate.REPO / part, tmp_path / part)
     for template in generate.TEMPLATES:
         (tmp_path / template).parent.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from dashboards import accounting, alerts, recording
+from dashboards import accounting, alerts, owners, recording
 from tests.dashboards.grafana import DASHBOARD_FILES, Json, load, targets, variables
 from tests.dashboards.live import (
     PROMETHEUS,
@@ -125,9 +125,16 @@ def test_alert_expression_fires_where_designed_and_never_under_calm(
         assert answer["status"] == "success", answer
         assert "calm" not in series_by_scenario(answer), f"{alert} fires under calm"
         assert "training-node" not in series_by_scenario(answer), f"{alert}: healthy node"
+    owner = next(a for a in alerts.all_alerts() if a.alert == alert).audience == "owner"
     for scenario, gpu in live.fires:
-        found = series_by_scenario(stack.query(expr, _eval_time(stack, scenario)))
+        answer = stack.query(expr, _eval_time(stack, scenario))
+        found = series_by_scenario(answer)
         assert scenario in found, f"{alert} silent under {scenario}: {found}"
+        if owner:  # the label set the expression produces names who to tell
+            for series in answer["data"]["result"]:
+                labels = series["metric"]
+                if labels.get("scenario") == scenario:
+                    assert any(labels.get(k) for k in owners.OWNER_LABELS), (alert, labels)
         if gpu is not None:
             assert gpu in found[scenario], f"{alert} not on GPU {gpu}: {found[scenario]}"
             if live.only_that_gpu:

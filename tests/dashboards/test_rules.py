@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from dashboards import alerts, recording, rules
-from dashboards.promql import num
+from dashboards import alerts, escalation, owners, recording, rules
+from dashboards.promql import num, seconds
 from exporter.catalogue import thresholds
 from exporter.sources.simulated import list_presets
 from tests.dashboards import promtool
@@ -132,6 +132,7 @@ def _check_alert(rule: dict[str, Any], runbook_anchors: set[str]) -> None:
     name = rule["alert"]
     assert re.fullmatch(r"Gpu[A-Z][A-Za-z]+", name), name
     assert rule["labels"]["severity"] in ("critical", "warning", "info"), name
+    assert rule["labels"].get("audience") in ("owner", "operator"), f"{name}: no audience"
     notes = rule["annotations"]
     assert notes["summary"][0].isupper(), name
     assert notes["summary"].endswith("."), name
@@ -187,3 +188,46 @@ def test_yaml_thresholds_equal_the_python_constants() -> None:
     assert f"< {num(thresholds.IDLE_UTILIZATION_RATIO)}" in _alert("GpuUserMemoryIdle")["expr"]
     assert f"> {num(thresholds.DATA_STALE_SECONDS)}" in _alert("GpuExporterDataStale")["expr"]
     assert thresholds.EXPORTER_JOB_REGEX in _alert("GpuExporterDown")["expr"]
+
+
+def test_every_owner_alert_is_shown_to_name_its_owner() -> None:
+    """The label set an owner alert's expression produces, as promtool evaluates it: at least
+    one firing unit test has a non-empty owner label (user, namespace or Slurm job)."""
+    named: set[str] = set()
+    for case in _unit_tests():
+        for check in case.get("alert_rule_test", []):
+            for alert in check.get("exp_alerts") or []:
+                labels = alert["exp_labels"]
+                if any(labels.get(label) for label in owners.OWNER_LABELS):
+                    named.add(check["alertname"])
+    owner_alerts = {a.alert for a in alerts.all_alerts() if a.audience == "owner"}
+    assert owner_alerts, "no owner alerts"
+    assert owner_alerts - named == set(), "owner alerts never shown to name their owner"
+
+
+def test_owner_alerts_tell_how_to_act_and_operator_alerts_do_not_escalate() -> None:
+    for rule in alerts.all_alerts():
+        notes = dict(rule.details)
+        if rule.audience == "owner":
+            assert "processes" in notes, rule.alert
+            assert "escalation" in notes, rule.alert
+        else:
+            assert "escalation" not in notes, rule.alert
+    # Every owner alert is escalated after its own ``for`` plus the escalation time.
+    expr = _alert(escalation.ALERT)["expr"]
+    after = seconds(thresholds.OWNER_ESCALATE_AFTER)
+    for rule in escalation.owner_alerts(alerts.groups()):
+        hold = seconds(rule.for_) if rule.for_ else 0
+        line = next(line for line in expr.splitlines() if "ALERTS_FOR_STATE" in line
+                    and re.search(rf"[\"|]{rule.alert}[\"|]", line))
+        assert line.rstrip(",").endswith(f"> {num(hold + after)}"), (rule.alert, line)
+    assert "for" not in _alert(escalation.ALERT)  # never pending: no annotations until due
+
+
+def test_an_alert_without_audience_is_rejected() -> None:
+    rule = _alert("GpuProcessIdle")
+    anchors = {r.alert.lower() for r in alerts.all_alerts()}
+    _check_alert(rule, anchors)
+    del rule["labels"]["audience"]
+    with pytest.raises(AssertionError, match="no audience"):
+        _check_alert(rule, anchors)

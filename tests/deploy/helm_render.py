@@ -22,8 +22,10 @@ REPO = Path(__file__).resolve().parents[2]
 CHART_DIR = REPO / "helm" / "gpu-exporter"
 RELEASE = "gpu"
 NAMESPACE = "monitoring"
-#: What a cluster with the Prometheus Operator serves (the chart checks the group/version).
+#: What a cluster with the Prometheus Operator serves (the chart checks the group/version):
+#: v1 for monitors and rules, v1alpha1 for AlertmanagerConfig.
 OPERATOR_API = "monitoring.coreos.com/v1"
+OPERATOR_APIS = (OPERATOR_API, "monitoring.coreos.com/v1alpha1")
 #: Kubernetes versions the rendered objects are validated against (oldest supported, newest known).
 KUBE_VERSIONS: tuple[str, ...] = ("1.25", "1.37")
 
@@ -100,7 +102,7 @@ def render(
         helm_python.HelmRenderError: a template failed.
     """
     manifests = render_raw(
-        values, api_versions=(OPERATOR_API,) if operator else (), name=name, namespace=namespace
+        values, api_versions=OPERATOR_APIS if operator else (), name=name, namespace=namespace
     )
     notes = "".join(v for k, v in manifests.items() if k.endswith("NOTES.txt"))
     return Rendered(objects=tuple(_documents(manifests)), notes=notes)

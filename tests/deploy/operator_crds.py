@@ -1,4 +1,5 @@
-"""The fields the Prometheus Operator CRDs (monitoring.coreos.com/v1) require, as JSON Schemas.
+"""The fields the Prometheus Operator CRDs (monitoring.coreos.com/v1 and, for
+AlertmanagerConfig, v1alpha1) require, as JSON Schemas.
 
 A trimmed copy of what the CRDs' openAPIV3Schema demands of the objects this chart renders:
 required keys, types, the Duration pattern and the relabel action enum. Enough to catch a
@@ -78,9 +79,9 @@ _META = {
 }
 
 
-def _object(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+def _object(kind: str, spec: dict[str, Any], version: str = "v1") -> dict[str, Any]:
     return _closed({
-        "apiVersion": {"const": "monitoring.coreos.com/v1"},
+        "apiVersion": {"const": f"monitoring.coreos.com/{version}"},
         "kind": {"const": kind},
         "metadata": _META,
         "spec": spec,
@@ -116,7 +117,78 @@ def _monitor(kind: str, endpoints: str) -> dict[str, Any]:
     }, "selector", endpoints))
 
 
+#: AlertmanagerConfig (v1alpha1): Route, Matcher, EmailConfig, SlackConfig, InhibitRule.
+_MATCHER = _closed({"name": {"type": "string", "minLength": 1}, "value": {"type": "string"},
+                    "matchType": {"enum": ["=", "!=", "=~", "!~"]}, "regex": {"type": "boolean"}},
+                   "name")
+_NON_EMPTY_DURATION = {**DURATION, "minLength": 1}
+_ROUTE_FIELDS = {
+    "receiver": {"type": "string"},
+    "groupBy": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+    "groupWait": _NON_EMPTY_DURATION,
+    "groupInterval": _NON_EMPTY_DURATION,
+    "repeatInterval": _NON_EMPTY_DURATION,
+    "matchers": {"type": "array", "items": _MATCHER},
+    "continue": {"type": "boolean"},
+    "muteTimeIntervals": {"type": "array", "items": {"type": "string"}},
+    "activeTimeIntervals": {"type": "array", "items": {"type": "string"}},
+}
+#: The CRD leaves child routes unchecked (JSON); the Operator decodes them as Routes,
+#: rejecting unknown fields, so they are checked as Routes here.
+_CHILD_ROUTE = _closed({**_ROUTE_FIELDS, "routes": {"type": "array"}})
+_ROUTE = _closed({**_ROUTE_FIELDS, "routes": {"type": "array", "items": _CHILD_ROUTE}})
+_KEY_VALUE = _closed({"key": {"type": "string", "minLength": 1}, "value": {"type": "string"}},
+                     "key", "value")
+_EMAIL = _closed({
+    "sendResolved": {"type": "boolean"},
+    "to": {"type": "string", "minLength": 1},
+    "from": {"type": "string", "minLength": 1},
+    "hello": {"type": "string", "minLength": 1},
+    "smarthost": {"type": "string", "minLength": 1},
+    "authUsername": {"type": "string", "minLength": 1},
+    "authPassword": _SECRET_KEY,
+    "authSecret": _SECRET_KEY,
+    "authIdentity": {"type": "string", "minLength": 1},
+    "headers": {"type": "array", "items": _KEY_VALUE},
+    "html": {"type": "string"},
+    "text": {"type": "string", "minLength": 1},
+    "requireTLS": {"type": "boolean"},
+    "tlsConfig": _TLS_CONFIG,
+})
+_SLACK = _closed({
+    "sendResolved": {"type": "boolean"},
+    "apiURL": _SECRET_KEY,
+    "channel": {"type": "string", "minLength": 1},
+    "username": {"type": "string", "minLength": 1},
+    "color": {"type": "string", "minLength": 1},
+    "title": {"type": "string", "minLength": 1},
+    "titleLink": {"type": "string"},
+    "pretext": {"type": "string", "minLength": 1},
+    "text": {"type": "string", "minLength": 1},
+    "footer": {"type": "string", "minLength": 1},
+    "fallback": {"type": "string", "minLength": 1},
+    "iconEmoji": {"type": "string", "minLength": 1},
+    "iconURL": {"type": "string"},
+    "linkNames": {"type": "boolean"},
+    "mrkdwnIn": {"type": "array", "items": {"type": "string", "minLength": 1}},
+})
+_RECEIVER = _closed({
+    "name": {"type": "string", "minLength": 1},
+    "emailConfigs": {"type": "array", "items": _EMAIL},
+    "slackConfigs": {"type": "array", "items": _SLACK},
+    "webhookConfigs": {"type": "array"},
+}, "name")
+_INHIBIT = _closed({"equal": {"type": "array", "items": {"type": "string"}},
+                    "sourceMatch": {"type": "array", "items": _MATCHER},
+                    "targetMatch": {"type": "array", "items": _MATCHER}})
+
 SCHEMAS: dict[str, dict[str, Any]] = {
+    "AlertmanagerConfig": _object("AlertmanagerConfig", _closed({
+        "route": _ROUTE,
+        "receivers": {"type": "array", "items": _RECEIVER},
+        "inhibitRules": {"type": "array", "items": _INHIBIT},
+        "muteTimeIntervals": {"type": "array"},
+    }), version="v1alpha1"),
     "ServiceMonitor": _monitor("ServiceMonitor", "endpoints"),
     "PodMonitor": _monitor("PodMonitor", "podMetricsEndpoints"),
     "PrometheusRule": _object("PrometheusRule", _closed({

@@ -102,6 +102,22 @@ CASES: dict[str, tuple[dict[str, Any], bool]] = {
         },
         True,
     ),
+    "alertmanager-config": (
+        {"alertmanagerConfig": {
+            "enabled": True, "additionalLabels": {"release": "kps"}, "lead": "lead@example.org",
+            "smtp": {"smarthost": "mail.example.org:587", "from": "gpu@example.org",
+                     "requireTLS": True, "authUsername": "gpu",
+                     "authPassword": {"name": "smtp", "key": "password"}},
+            "templates": {"namespace": "monitoring", "grafanaURL": "https://grafana.example.org"},
+            "teams": [
+                {"namespace": "vision", "email": "vision@example.org",
+                 "chat": {"webhookURL": {"name": "vision-chat", "key": "url"},
+                          "channel": "#vision"}},
+                {"namespace": "nlp", "chat": {"webhookURL": {"name": "nlp-chat", "key": "url"}},
+                 "lead": "nlp-lead@example.org"},
+            ]}},
+        True,
+    ),
     "locked-down-servicemonitor": (
         {
             "webConfig": {"secretName": "gpu-exporter-web", "tlsSecretName": "gpu-exporter-tls",
@@ -174,7 +190,8 @@ def test_lint_has_no_errors_or_warnings(case: str) -> None:
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_object_names_are_unique_and_namespaced(case: str) -> None:
     rendered = _render(case)
-    keys = [(o["kind"], o["metadata"]["name"]) for o in rendered.objects]
+    keys = [(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"])
+            for o in rendered.objects]
     assert len(keys) == len(set(keys)), keys
     for obj in rendered.objects:
         assert obj["metadata"].get("namespace"), f"{obj['kind']} has no namespace"
@@ -506,7 +523,8 @@ def test_operator_schema_rejects_a_broken_monitor() -> None:
 def test_longest_release_name_still_renders_valid_unique_objects() -> None:
     name = "r" * 53  # Helm's maximum release name
     rendered = render({}, name=name)
-    keys = [(o["kind"], o["metadata"]["name"]) for o in rendered.objects]
+    keys = [(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"])
+            for o in rendered.objects]
     assert len(keys) == len(set(keys)), keys
     assert len(rendered.of_kind("ConfigMap")) > 1
     for obj in rendered.objects:

@@ -122,3 +122,25 @@ The exporter's uid or gid (key runAsUser or runAsGroup of the securityContext in
 {{- define "gpu-exporter.runsAsRoot" -}}
 {{- if eq (include "gpu-exporter.runAs" (dict "context" .Values.securityContext "key" "runAsUser")) "0" }}true{{ end }}
 {{- end }}
+
+{{/*
+The mail relay fields of an AlertmanagerConfig emailConfigs entry, from alertmanagerConfig.smtp
+(only those set: the others fall back to the Alertmanager's global smtp_*).
+*/}}
+{{- define "gpu-exporter.alertmanagerSmtp" -}}
+{{- with .smarthost }}
+smarthost: {{ . | quote }}
+{{- end }}
+{{- with .from }}
+from: {{ . | quote }}
+{{- end }}
+{{- if not (kindIs "invalid" .requireTLS) }}
+requireTLS: {{ .requireTLS }}
+{{- end }}
+{{- with .authUsername }}
+authUsername: {{ . | quote }}
+{{- end }}
+{{- with .authPassword }}
+authPassword: {{ toJson . }}
+{{- end }}
+{{- end }}
