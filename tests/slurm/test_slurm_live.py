@@ -133,7 +133,13 @@ def stack() -> Iterator[Stack]:
                  "--collector.jobstats", "--web.listen-address", f"127.0.0.1:{exporter_port}",
                  "--collector.min-interval", "0s", "--log.level", "warning"],
                 cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
-        cluster.start(*_wrappers(cluster.root, prometheus_port))
+        try:
+            cluster.start(*_wrappers(cluster.root, prometheus_port))
+        except (RuntimeError, TimeoutError, subprocess.CalledProcessError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+            last = [line for line in cluster.logs().splitlines()
+                    if line.strip() and not line.startswith("==")][-1:]
+            pytest.skip(f"Slurm could not start here: {first}; {' '.join(last)}")
         yield Stack(root, cluster, exporter_port, prometheus_port, processes, started)
     finally:
         cluster.close()
