@@ -29,7 +29,7 @@ fi
 # One file, written whole: a temporary name the exporter ignores (a leading dot), then renamed.
 record() {
     tmp="$dir/.$1.$job.$$"
-    if printf '%s %s\n' "$job" "$uid" > "$tmp" && mv -f "$tmp" "$dir/$1"; then
+    if printf '%s\n' "$job${uid:+ $uid}" > "$tmp" && mv -f "$tmp" "$dir/$1"; then
         return 0
     fi
     rm -f "$tmp"
