@@ -160,7 +160,9 @@ def test_a_job_holding_two_gpus_and_using_one(stack: Stack) -> None:
     stop = stack.cluster.root / "stop"
     stack.job = stack.cluster.run(
         "sbatch", "--parsable", "--chdir=/tmp", "--output=/dev/null", "--gres=gpu:2",
-        "--job-name=train", f"--wrap=while [ ! -e {stop} ]; do sleep 0.2; done",
+        "--job-name=train",  # one long-lived process (a shell loop's sleeps come and go)
+        f"--wrap=exec /usr/bin/python3 -c 'import os, time\nwhile not os.path.exists(\"{stop}\"): "
+        "time.sleep(0.2)'",
         user="nobody").stdout.strip()
     wait_for("the job to run", lambda: "JobState=RUNNING" in stack.cluster.run(
         "scontrol", "-o", "show", "job", stack.job).stdout, timeout=30)
