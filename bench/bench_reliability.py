@@ -1,6 +1,7 @@
 """Load and fault bench: what one exporter holds, on loopback, bounded in count and time.
 
     python bench/bench_reliability.py [--seconds 5] [--scenario synthetic:8x32] [--quick]
+                                      [--hostile-only]
 
 Starts the real exporter (``python -m exporter --source simulated``) on 127.0.0.1 and prints
 one table:
@@ -16,7 +17,10 @@ one table:
   and seconds);
 - bad inputs: flags, variables and files (FIFOs, sparse files of a GiB, numbers out of range)
   that must exit 2 with one line, each within seconds;
-- resident memory before and after, and the bytes of log written.
+- resident memory before and after, and the bytes of log written;
+- then the hostile cases (``bench/hostile.py``), each against a fresh exporter, as a second
+  table: cases tried and passed, resident memory under 200 clients that never read, and the
+  seconds to exit after SIGTERM under each.
 
 Everything runs on 127.0.0.1; the load generator shares the machine's cores with the
 exporter, so latencies include its own CPU use.
@@ -45,6 +49,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import hostile  # noqa: E402
 from tests.processes import stop  # noqa: E402
 
 _PORT = re.compile(r"\(port (\d+)\)")
@@ -428,6 +433,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--scenario", default="synthetic:8x32")
     parser.add_argument("--quick", action="store_true", help="1 s per step (CI smoke)")
+    parser.add_argument("--hostile-only", action="store_true",
+                        help="only the hostile cases' table")
     parser.add_argument("--attack", help=argparse.SUPPRESS)  # the flood's hostile process
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -435,6 +442,9 @@ def main() -> int:
         asyncio.run(attack(args.attack, args.port, args.seconds))
         return 0
     seconds = 1.0 if args.quick else args.seconds
+    if args.hostile_only:
+        print(hostile.table(hostile.run_cases(args.scenario, seconds)))
+        return 0
     exporter = Exporter("--source", "simulated", "--scenario", args.scenario,
                         "--log.level", "info")
     rows: list[Row] = []
@@ -475,6 +485,8 @@ def main() -> int:
     print(f"| {'what':<{width}} | result |\n|{'-' * (width + 2)}|---|")
     for name, detail in rows:
         print(f"| {name:<{width}} | {detail} |")
+    print()
+    print(hostile.table(hostile.run_cases(args.scenario, seconds)))
     return 0
 
 

@@ -2,7 +2,8 @@
 
 Exit status: 0 after SIGTERM or SIGINT (at any time, start-up included; within
 ``exporter.signals.STOP_DEADLINE_SECONDS``), 2 for bad flags, environment variables, files or
-scenarios (the last stderr line says what is wrong), 1 when the listen address cannot be bound.
+scenarios and for a listen address that cannot be resolved or bound (the last stderr line says
+what is wrong), 1 when the installed uvicorn is not one the server supports.
 Problems after start-up (NVML down, a hung GPU, a file that became unreadable) never exit: they
 are logged and served as metrics. SIGHUP re-reads the web config and the passwd file.
 """
@@ -36,6 +37,7 @@ from exporter.sources.base import Source
 from exporter.sources.simulated import list_presets
 from exporter.values import ListenAddress
 from exporter.web.app import create_app
+from exporter.web.protocol import check_uvicorn
 from exporter.web.server import ServerLimits, build_server
 from exporter.web.watcher import WebConfigWatcher
 from exporter.web.webconfig import WebConfigError
@@ -340,11 +342,15 @@ def _run(argv: Sequence[str] | None) -> int:
         for warning in ensure_directory(config.torch_dir):  # not fatal: no allocator series
             log.warning("--torch.dir: %s", warning)
     try:
-        sock = bind(config.listen_address)
-    except OSError as exc:
-        print(f"gpu-exporter: error: cannot listen on {config.listen_address}: "
-              f"{exc.strerror or exc}", file=sys.stderr)
+        check_uvicorn()
+    except RuntimeError as exc:  # an install problem, not a usage error
+        print(f"gpu-exporter: error: {exc}", file=sys.stderr)
         return 1
+    try:
+        sock = bind(config.listen_address)
+    except OSError as exc:  # in use, not local, unresolvable, no permission
+        return _fail(f"--web.listen-address: cannot listen on {config.listen_address}: "
+                     f"{exc.strerror or exc}")
     try:
         return _serve_socket(config, source, watcher, sock)
     finally:

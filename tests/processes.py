@@ -71,13 +71,17 @@ class LoggedServer:
     A context manager: ``stop()`` on exit."""
 
     def __init__(self, command: Sequence[str], *, cwd: str | Path, env: Mapping[str, str],
-                 port: int | None = None, max_lines: int | None = None) -> None:
+                 port: int | None = None, max_lines: int | None = None,
+                 open_files: int | None = None) -> None:
+        """``open_files``: the server's RLIMIT_NOFILE (soft and hard), as ``ulimit -n``."""
         self.lines: list[str] = []
         self.port = port or 0
         self.port_seen = threading.Event()
         if port:
             self.port_seen.set()
         self._max_lines = max_lines
+        if open_files is not None:  # the shell sets it, then becomes the server
+            command = ["sh", "-c", f'ulimit -n {open_files} && exec "$0" "$@"', *command]
         self.proc = subprocess.Popen(list(command), cwd=cwd, env=dict(env),
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self._reader = threading.Thread(target=self._read, daemon=True)

@@ -280,7 +280,7 @@ def test_scrape_timeout_header_bounds_the_wait() -> None:
         response = test_client.get(
             "/metrics", headers={"X-Prometheus-Scrape-Timeout-Seconds": "0.6"}
         )
-        assert time.monotonic() - begin < 2.0
+        assert time.monotonic() - begin < 5.0  # the header's 0.6 s, not the collector's 10 s
         assert response.status_code == 200
         samples = _samples(response.text)
         assert samples[metrics.DATA_AGE.name][0][1] >= 1.0
@@ -326,14 +326,14 @@ def test_beyond_max_requests_the_last_data_is_served_at_once() -> None:
         for worker in workers:
             worker.start()
         assert source.entered.wait(5)
-        waiting = test_client.app.app.state.metrics_waiting  # type: ignore[attr-defined]
+        telemetry = test_client.app.app.state.telemetry  # type: ignore[attr-defined]
         deadline = time.monotonic() + 5
-        while waiting[0] < 2 and time.monotonic() < deadline:
+        while telemetry.waiting < 2 and time.monotonic() < deadline:
             time.sleep(0.01)  # both scrapes are inside the handler, waiting on the collection
-        assert waiting[0] == 2
+        assert telemetry.waiting == 2
         begin = time.monotonic()
         over = test_client.get("/metrics", headers={"Accept-Encoding": "identity"})
-        assert time.monotonic() - begin < 1.0  # not queued behind the hung collection
+        assert time.monotonic() - begin < 5.0  # not queued behind the hung collection (10 s)
         assert over.status_code == 200
         assert over.headers["server-timing"].startswith("latest, state;dur=")
         samples = _samples(over.text)
@@ -355,13 +355,13 @@ def test_beyond_max_requests_before_any_collection_is_503_at_once() -> None:
                    for _ in range(2)]
         for worker in workers:
             worker.start()
-        waiting = test_client.app.app.state.metrics_waiting  # type: ignore[attr-defined]
+        telemetry = test_client.app.app.state.telemetry  # type: ignore[attr-defined]
         deadline = time.monotonic() + 5
-        while waiting[0] < 2 and time.monotonic() < deadline:
+        while telemetry.waiting < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
         begin = time.monotonic()
         over = test_client.get("/metrics")
-        assert time.monotonic() - begin < 1.0
+        assert time.monotonic() - begin < 5.0  # at once, not after the collection (10 s)
         assert over.status_code == 503
         assert over.headers["retry-after"] == "1"
         assert "--web.max-requests=2" in over.text

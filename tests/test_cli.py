@@ -117,15 +117,20 @@ def _restore_logging() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("_restore_logging")
-def test_port_in_use_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("host", ["127.0.0.1", "no-such-host.invalid"])
+def test_a_busy_or_unresolvable_listen_address_exits_2_with_one_line(
+        host: str, capsys: pytest.CaptureFixture[str]) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
         argv = ["--source", "simulated", "--scenario", "synthetic:1x1",
-                "--web.listen-address", f"127.0.0.1:{port}"]
-        assert main(argv) == 1
-    assert "cannot listen on 127.0.0.1:" in last_line(capsys.readouterr().err)
+                "--web.listen-address", f"{host}:{port}"]
+        assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert last_line(err).startswith(f"gpu-exporter: error: --web.listen-address: cannot "
+                                     f"listen on {host}:{port}: ")
+    assert "Traceback" not in err
 
 
 def test_synthetic_scenario_builds_a_fleet() -> None:
@@ -229,3 +234,21 @@ def test_every_interface_falls_back_to_ipv4_without_ipv6(monkeypatch: pytest.Mon
     monkeypatch.setattr(cli, "_listen", in_use)
     with pytest.raises(OSError, match="in use"):
         bind(ListenAddress(None, 9477))  # a real conflict is not papered over by IPv4
+
+
+@pytest.mark.usefixtures("_restore_logging")
+def test_a_uvicorn_lacking_what_the_server_relies_on_is_refused_with_one_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol  # noqa: PLC0415
+
+    from exporter.web import protocol  # noqa: PLC0415
+
+    changed = {**protocol.UVICORN_CONTRACT[HttpToolsProtocol], "on_headers_done": ()}
+    monkeypatch.setitem(protocol.UVICORN_CONTRACT, HttpToolsProtocol, changed)
+    argv = ["--source", "simulated", "--scenario", "synthetic:1x1",
+            "--web.listen-address", "127.0.0.1:0"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert last_line(err).startswith("gpu-exporter: error: uvicorn ")
+    assert "HttpToolsProtocol.on_headers_done() is gone" in last_line(err)

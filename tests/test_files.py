@@ -52,7 +52,7 @@ def test_fifos_and_sockets_are_refused_without_blocking(
     begin = time.monotonic()
     with pytest.raises(FileRefused, match=message):
         read_file(str(path), 1024)
-    assert time.monotonic() - begin < 1
+    assert time.monotonic() - begin < 10  # a blocking open or read would never return
 
 
 def test_devices_are_refused_unopened() -> None:
@@ -87,14 +87,17 @@ def test_links_are_followed_unless_asked_not_to(tmp_path: Path) -> None:
         read_file(str(link), 1024, follow_symlinks=False)
 
 
-def test_a_sparse_file_of_gigabytes_is_refused_unread(tmp_path: Path) -> None:
+def test_a_sparse_file_of_gigabytes_is_refused_unread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "huge"
     with path.open("wb") as handle:
         handle.truncate(4 << 30)  # 4 GiB, no disk used
-    begin = time.monotonic()
+    def never(*args: object) -> bytes:
+        raise AssertionError("read before the size was checked")
+
+    monkeypatch.setattr(files.os, "read", never)
     with pytest.raises(FileRefused, match=r"is 4\.0 GiB, larger than the 1\.0 MiB limit"):
         read_file(str(path), 1 << 20)
-    assert time.monotonic() - begin < 0.5
 
 
 def test_a_file_swapped_for_a_fifo_after_the_stat_is_caught_by_fstat(
@@ -106,7 +109,7 @@ def test_a_file_swapped_for_a_fifo_after_the_stat_is_caught_by_fstat(
     begin = time.monotonic()
     with pytest.raises(FileRefused, match="is a FIFO"):
         read_file(str(fifo), 1024)  # opened non-blocking: no writer needed to get here
-    assert time.monotonic() - begin < 1
+    assert time.monotonic() - begin < 10  # a blocking open or read would never return
 
 
 def test_a_file_growing_past_the_bound_while_read_is_refused(
@@ -169,7 +172,7 @@ def test_read_small_never_blocks_on_a_fifo(fifo: Path) -> None:
     finally:
         os.close(writer)
         os.close(held)
-    assert time.monotonic() - begin < 1
+    assert time.monotonic() - begin < 10  # a blocking open or read would never return
 
 
 def test_read_small_reads_one_bounded_chunk() -> None:

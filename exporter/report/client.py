@@ -15,15 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from exporter.report import answers
+from exporter.report.answers import ReportError, RuleGroup, Sample
+
 __all__ = ["Connection", "PrometheusClient", "ReportError", "Sample"]
 
 #: Largest answer read (a week of per-process data is far below it): a wrong URL serving
 #: something huge must not eat the memory.
 MAX_BODY_BYTES = 256 * 1024 * 1024
-
-
-class ReportError(Exception):
-    """A problem the user must fix; the message is one line."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,14 +38,6 @@ class Connection:
     password_file: Path | None = None
     bearer_token_file: Path | None = None
     timeout_seconds: float = 60.0
-
-
-@dataclass(frozen=True, slots=True)
-class Sample:
-    """One series of an instant-query answer."""
-
-    labels: dict[str, str]
-    value: float
 
 
 def _read_secret(path: Path, flag: str) -> str:
@@ -141,10 +132,7 @@ class PrometheusClient:
             raise ReportError(
                 f"{self.base}{path} did not answer JSON: is --prometheus.url a Prometheus?"
             ) from None
-        if not isinstance(doc, dict) or doc.get("status") != "success":
-            error = doc.get("error", doc) if isinstance(doc, dict) else doc
-            raise ReportError(f"Prometheus answered an error for {path}: {error}")
-        return doc.get("data")
+        return answers.data_of(doc, path)
 
     def _unreachable(self, reason: object) -> ReportError:
         if isinstance(reason, ssl.SSLCertVerificationError):
@@ -177,12 +165,7 @@ class PrometheusClient:
     def query(self, expr: str, at: float) -> list[Sample]:
         """An instant query at Unix time ``at``; scalars and vectors alike."""
         data = self._request("/api/v1/query", {"query": expr, "time": f"{at:.3f}"}, post=True)
-        kind, result = data.get("resultType"), data.get("result")
-        if kind == "vector":
-            return [Sample(dict(s["metric"]), float(s["value"][1])) for s in result]
-        if kind == "scalar":
-            return [Sample({}, float(result[1]))]
-        raise ReportError(f"unexpected {kind} answer to {expr}")
+        return answers.instant_samples(data, expr)
 
     def series_exist(self, match: str, start: float | None = None,
                      end: float | None = None) -> bool:
@@ -190,11 +173,9 @@ class PrometheusClient:
         params = {"match[]": match}
         if start is not None and end is not None:
             params.update(start=f"{start:.3f}", end=f"{end:.3f}")
-        data = self._request("/api/v1/series", params, post=False)
-        return bool(data)
+        return bool(answers.series(self._request("/api/v1/series", params, post=False)))
 
-    def rule_groups(self) -> list[dict[str, Any]]:
+    def rule_groups(self) -> list[RuleGroup]:
         """The recording rule groups this Prometheus evaluates (empty when it has none)."""
-        data = self._request("/api/v1/rules", {"type": "record"}, post=False)
-        groups = data.get("groups", []) if isinstance(data, dict) else []
-        return list(groups)
+        return answers.rule_groups(self._request("/api/v1/rules", {"type": "record"},
+                                                 post=False))

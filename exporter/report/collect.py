@@ -11,6 +11,7 @@ range, sampled every ``forgotten_step`` seconds, and one reads the details of th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from exporter.catalogue import metrics, records, thresholds
@@ -18,7 +19,7 @@ from exporter.report.client import PrometheusClient, ReportError, Sample
 from exporter.report.model import Day, ProcessRow, Report, Row, Usage
 from exporter.report.timerange import TimeRange, chunks, iso
 
-__all__ = ["Progress", "build_report"]
+__all__ = ["MAX_VALUE", "Progress", "Usable", "build_report"]
 
 #: ``progress(done, total)`` after each query.
 Progress = Callable[[int, int], None]
@@ -32,9 +33,49 @@ FIELDS = {
     records.POWER: "energy_joules",
 }
 _TAG = "__report_field"
+#: Largest total a report quantity can reach (byte-seconds of 10,000 GPUs of 80 GB held
+#: for a year are ~3e22): beyond it a value is an error in the data, not a total.
+MAX_VALUE = 1e24
 #: Samples of each process's idle stretch over the range (at most one a minute): the ranking
 #: query reads every process series at that many instants.
 FORGOTTEN_SAMPLES = 250
+
+
+class Usable:
+    """The one check of the values Prometheus returns: what the report may add up or print.
+
+    Totals must be finite, not negative and at most ``MAX_VALUE``; times must lie between
+    the epoch and a day past the range. The rest (NaN, infinities, negative or absurd
+    numbers from a broken rule or a backfill) are left out and counted, and the report
+    carries a note saying so (text, Markdown, HTML and CSV print it; JSON has ``notes``).
+    """
+
+    def __init__(self, span: TimeRange) -> None:
+        self.latest = span.end + 86400.0
+        self.left_out: dict[str, int] = {}
+
+    def total(self, value: float, what: str) -> float | None:
+        """``value`` if it can be a total of ``what``, else None (counted)."""
+        return self._within(value, MAX_VALUE, what)
+
+    def time(self, value: float, what: str) -> float | None:
+        """``value`` if it can be a Unix time within the range's reach, else None (counted)."""
+        return self._within(value, self.latest, what)
+
+    def _within(self, value: float, largest: float, what: str) -> float | None:
+        if math.isfinite(value) and 0 <= value <= largest:
+            return value
+        self.left_out[what] = self.left_out.get(what, 0) + 1
+        return None
+
+    def notes(self) -> list[str]:
+        """One line about what was left out (none when nothing was)."""
+        if not self.left_out:
+            return []
+        count = sum(self.left_out.values())
+        kinds = ", ".join(f"{n} {what}" for what, n in sorted(self.left_out.items()))
+        return [f"note: {count} value{'s' if count > 1 else ''} from Prometheus left out "
+                f"(NaN, infinite, negative or over {MAX_VALUE:g}): {kinds}"]
 
 
 def _window(span: TimeRange) -> str:
@@ -108,8 +149,8 @@ def _split(sample: Sample) -> tuple[str, tuple[tuple[str, str], ...]]:
 def rule_interval(client: PrometheusClient) -> float | None:
     """The accounting group's interval as loaded in Prometheus (None if it is not loaded)."""
     for group in client.rule_groups():
-        if group.get("name") == records.GROUP:
-            return float(group.get("interval") or records.INTERVAL_SECONDS)
+        if group.name == records.GROUP:
+            return group.interval_seconds or float(records.INTERVAL_SECONDS)
     return None
 
 
@@ -144,6 +185,7 @@ def build_report(client: PrometheusClient, span: TimeRange, *, matchers: str = "
     report = Report(prometheus_url=client.base, start=span.start, end=span.end,
                     interval_seconds=interval,
                     matchers=matchers)
+    usable = Usable(span)
     pieces = chunks(span)
     total = len(pieces) * len(records.LEVELS) + 1
     done = 0
@@ -157,7 +199,10 @@ def build_report(client: PrometheusClient, span: TimeRange, *, matchers: str = "
                 quantity, key = _split(sample)
                 if quantity not in FIELDS:
                     continue
-                value = sample.value * interval
+                checked = usable.total(sample.value * interval, quantity)
+                if checked is None:
+                    continue
+                value = checked
                 tables[level.name].setdefault(key, Usage()).add(FIELDS[quantity], value)
                 if level is records.USER:
                     day.usage.add(FIELDS[quantity], value)
@@ -180,21 +225,23 @@ def build_report(client: PrometheusClient, span: TimeRange, *, matchers: str = "
             value = getattr(row.usage, name)
             if value is not None:
                 report.totals.add(name, value)
-    report.processes = _processes(client, span, matchers, top)
+    report.processes = _processes(client, span, matchers, top, usable)
+    report.notes = usable.notes()
     if progress is not None:
         progress(total, total)
     return report
 
 
 def _processes(client: PrometheusClient, span: TimeRange, matchers: str,
-               top: int) -> list[ProcessRow]:
+               top: int, usable: Usable) -> list[ProcessRow]:
     """Rank with one query over every process, then read the details of the ranked ones only
     (selected by pid; the label sets match them exactly)."""
     rows: dict[tuple[tuple[str, str], ...], ProcessRow] = {}
     for sample in client.query(forgotten_query(span, matchers, top), span.end):
         _, key = _split(sample)
-        if sample.value > 0:
-            rows[key] = ProcessRow(dict(key), idle_byte_seconds=sample.value)
+        held = usable.total(sample.value, "idle byte-seconds of a process")
+        if held:
+            rows[key] = ProcessRow(dict(key), idle_byte_seconds=held)
     pids = sorted({row.labels["pid"] for row in rows.values() if "pid" in row.labels})
     if pids:
         selected = ", ".join(m for m in (matchers, f'pid=~"{"|".join(pids)}"') if m)
@@ -204,13 +251,13 @@ def _processes(client: PrometheusClient, span: TimeRange, matchers: str,
             if row is None:
                 continue  # another process with one of these pids
             if tag == "count":
-                row.idle_seconds = sample.value
+                row.idle_seconds = usable.total(sample.value, "idle seconds") or 0.0
             elif tag == "max":
-                row.peak_idle_bytes = sample.value
+                row.peak_idle_bytes = usable.total(sample.value, "peak bytes") or 0.0
             elif tag == "start":
-                row.started_at = sample.value
+                row.started_at = usable.time(sample.value, "start times")
             elif tag == "active":
-                row.last_active_at = sample.value
+                row.last_active_at = usable.time(sample.value, "last-active times")
             elif tag == "running":
                 row.running_at_end = True
     ranked = sorted(rows.values(), key=lambda row: (-row.idle_byte_seconds,

@@ -102,6 +102,7 @@ def summary_lines(report: Report) -> list[str]:
         f"Held {t.held_gpu_seconds / HOUR:,.1f} GPU-h, used {t.used_gpu_seconds / HOUR:,.1f} "
         f"GPU-h ({_pct(t.used_ratio)}); idle {t.idle_gpu_seconds / HOUR:,.1f} GPU-h and "
         f"{t.idle_byte_seconds / GIB / HOUR:,.1f} GiB-h{energy}",
+        *report.notes,
     ]
 
 
@@ -150,7 +151,7 @@ def markdown(report: Report) -> str:
 CSV_COLUMNS = ["section", "user", "namespace", "pod", records.JOB_LABEL, "instance", "gpu", "pid",
                "process", "idle_gpu_hours", "idle_gib_hours", "held_gpu_hours",
                "held_gib_hours", "used_gpu_hours", "energy_kwh", "idle_hours",
-               "peak_idle_gib", "started_unix", "last_active_unix", "running_at_end"]
+               "peak_idle_gib", "started_unix", "last_active_unix", "running_at_end", "note"]
 
 
 def _usage_csv(u: Usage) -> dict[str, Any]:
@@ -184,6 +185,8 @@ def csv_text(report: Report) -> str:
             "last_active_unix": "" if p.last_active_at is None else p.last_active_at,
             "running_at_end": str(p.running_at_end).lower(),
         })
+    for note in report.notes:
+        writer.writerow({"section": "note", "note": note})
     return buffer.getvalue()
 
 
@@ -191,4 +194,6 @@ def json_text(report: Report) -> str:
     """The whole report in base units (seconds, bytes, joules), for scripts."""
     doc = asdict(report)
     doc["totals"]["used_ratio"] = report.totals.used_ratio
-    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    # Strict JSON: the model holds finite numbers only (collect.Usable); allow_nan=False
+    # makes a slip an error here rather than a bare NaN a parser chokes on.
+    return json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"

@@ -77,3 +77,4 @@ class Report:
     jobs: list[Row] = field(default_factory=list)
     processes: list[ProcessRow] = field(default_factory=list)
     days: list[Day] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # values left out, and why

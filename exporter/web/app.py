@@ -21,12 +21,12 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
-from fastapi.routing import APIRoute
 from pydantic import Field, TypeAdapter, ValidationError
 from starlette.concurrency import run_in_threadpool
 
@@ -36,8 +36,8 @@ from exporter.exposition.render import MetricsRenderer
 from exporter.scheduler import Scheduler
 from exporter.state import ExporterState
 
-__all__ = ["REFRESH_PARAMETER", "SCRAPE_TIMEOUT_HEADER", "create_app", "refresh_seconds",
-           "scrape_timeout"]
+__all__ = ["REFRESH_PARAMETER", "SCRAPE_TIMEOUT_HEADER", "Telemetry", "create_app",
+           "refresh_seconds", "scrape_timeout"]
 
 log = logging.getLogger(__name__)
 
@@ -117,22 +117,32 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
+@dataclass(slots=True)
+class Telemetry:
+    """The telemetry path: its plain ASGI handler and the scrapes waiting in the threadpool."""
+
+    path: str
+    serve: ASGIApp
+    waiting: int = 0  # scrapes waiting for a collection in a thread (event loop only)
+
+
 class _ExporterApp(FastAPI):
-    """FastAPI answering a GET of the telemetry path before anything of its own.
+    """FastAPI answering a GET (or HEAD) of the telemetry path before anything of its own.
 
     FastAPI's per-request telemetry check, its seven middleware layers and its routing cost
     ~15 % of the event loop's time per answer under a flood of scrapes
     (``bench/bench_load.py``). An exception in the telemetry app reaches uvicorn, which logs
-    it and answers 500, as FastAPI's error middleware would.
+    it and answers 500, as FastAPI's error middleware would. Other methods go through
+    FastAPI's routing (405).
     """
 
-    telemetry: tuple[str, ASGIApp] | None = None  # (path, app)
+    telemetry: Telemetry | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         telemetry = self.telemetry
-        if (telemetry is not None and scope["type"] == "http" and scope["path"] == telemetry[0]
-                and scope["method"] == "GET"):
-            await telemetry[1](scope, receive, send)
+        if (telemetry is not None and scope["type"] == "http" and scope["path"] == telemetry.path
+                and scope["method"] in ("GET", "HEAD")):
+            await telemetry.serve(scope, receive, send)
         else:
             await super().__call__(scope, receive, send)
 
@@ -174,8 +184,6 @@ def create_app(
         body, headers = metrics_renderer.render(state, options, accept, encoding)
         return body, headers, mid - start, time.perf_counter() - mid
 
-    waiting = [0]  # scrapes in the threadpool; only touched on the event loop
-
     async def serve_metrics(scope: Scope, receive: Receive, send: Send) -> None:
         # Plain ASGI, reached before anything of FastAPI's (see ``_ExporterApp``).
         start = time.perf_counter()
@@ -197,7 +205,7 @@ def create_app(
             body, headers = rendered
             state_s, render_s = mid - start, time.perf_counter() - mid
             timing = "cached, "
-        elif config.max_requests and waiting[0] >= config.max_requests:
+        elif config.max_requests and telemetry.waiting >= config.max_requests:
             # Beyond --web.max-requests: the last collected data, at once, rendered here
             # (its families are cached per snapshot): no thread, no wait, so a flood of
             # scrapes cannot crowd a well-behaved scraper out. Before the first collection
@@ -216,12 +224,12 @@ def create_app(
             timing = "latest, "  # tells benchmarks (and curious humans) this answer's kind
         else:
             timeout = scrape_timeout(timeout_header, config.timeout_offset)
-            waiting[0] += 1
+            telemetry.waiting += 1
             try:
                 body, headers, state_s, render_s = await run_in_threadpool(
                     scrape, timeout, accept, encoding)
             finally:
-                waiting[0] -= 1
+                telemetry.waiting -= 1
             timing = ""
         total = time.perf_counter() - start
         raw = [(name.lower().encode("latin-1"), value.encode("latin-1"))
@@ -234,20 +242,19 @@ def create_app(
         await send({"type": "http.response.start", "status": 200, "headers": raw})
         await send({"type": "http.response.body", "body": body})
 
-    app.state.metrics_waiting = waiting  # for tests and debugging
+    telemetry = Telemetry(config.telemetry_path, serve_metrics)
+    app.telemetry = app.state.telemetry = telemetry  # state: for tests and debugging
+
     # The route describes /metrics in /openapi.json and answers other methods (405); a GET
-    # goes to ``serve_metrics`` straight from ``_ExporterApp``.
+    # or HEAD goes to ``serve_metrics`` straight from ``_ExporterApp``.
     async def metrics() -> None:
-        """Never called (the route's ``app`` is ``serve_metrics``)."""
+        """Never called (``_ExporterApp`` answers GET and HEAD of the path)."""
 
     app.add_api_route(
         config.telemetry_path, metrics, methods=["GET"],
         response_class=PlainTextResponse, summary="Prometheus metrics", tags=["metrics"],
         description="Text 0.0.4 or OpenMetrics by Accept header; gzip by Accept-Encoding.",
     )
-    route = app.router.routes[-1]
-    assert isinstance(route, APIRoute)
-    route.app = serve_metrics
 
     @app.get("/healthz", response_class=PlainTextResponse, tags=["health"])
     async def healthz() -> PlainTextResponse:
@@ -299,5 +306,4 @@ def create_app(
         )
         return HTMLResponse(page, headers=_PAGE_HEADERS)
 
-    app.telemetry = (config.telemetry_path, serve_metrics)
     return app

@@ -8,23 +8,29 @@ are open: ~1,100 of them exhausted file descriptors and stopped every scrape. He
 - ``GuardedSocket`` is the listening socket; its ``accept()`` (called by asyncio's accept
   loop) registers each connection in a ``ConnectionTable`` and closes it again at once when
   the table is full and no connection can be evicted;
-- the table bounds open connections: at the limit, the connection that has waited longest
-  (at least a second) without ever completing a request head (still handshaking or sending
-  it) is shut down to make room; only when there are none, the longest-idle keep-alive one;
-  otherwise the newcomer is closed. A flood of idle or half-sent connections cannot push
-  out a scraper's keep-alive connection;
+- the table bounds open connections, and so file descriptors: at the limit, the connection
+  that has waited longest (at least a second) without ever completing a request head (still
+  handshaking or sending it) is shut down to make room; only when there are none, the
+  longest-idle keep-alive one; otherwise the newcomer is closed. A flood of idle or half-sent
+  connections cannot push out a scraper's keep-alive connection. Connections shut down but
+  not closed yet still hold their descriptor: they count, and at most ``max_closing`` of them
+  are in flight (beyond, newcomers are refused rather than others evicted). Should ``accept``
+  still meet EMFILE (descriptors taken by something else), a spare descriptor is freed to
+  accept and close the pending connection: no traceback, no busy loop. Refusals are logged
+  once per burst;
+- a client that does not read what it asked for is bounded: its response waits while the
+  output is above asyncio's high-water mark (``exporter.web.output`` sends bodies in pieces,
+  so the app stops producing), a connection whose output has not drained for
+  ``write_timeout`` seconds is aborted, and so is the oldest such connection once more than
+  ``max_stalled`` are waiting (the total held for non-reading clients);
+- at shutdown, connections whose output does not drain are aborted (at once when above the
+  high-water mark, after ``SHUTDOWN_FLUSH_SECONDS`` for any output left), so that none
+  holds up the exit;
 - a sweep every ``SWEEP_SECONDS`` shuts down connections past their deadline: the request
   head must be complete within ``header_timeout`` of the connection (or of the first byte
-  after an idle spell), and an idle keep-alive connection lasts ``idle_timeout``;
-- ``guarded_protocol`` is uvicorn's httptools protocol reporting those transitions, bounding
-  a request head to ``MAX_HEAD_BYTES`` (431 beyond it: the httptools parser has no bound of
-  its own), bounding the requests pipelined on one connection that wait for their turn
-  (``MAX_PIPELINED``: reading pauses beyond it, every request is still answered in order) and
-  checking ``client_allowed_sans`` of a verified client certificate.
+  after an idle spell), and an idle keep-alive connection lasts ``idle_timeout``.
 
-httptools (llhttp, in C) rather than uvicorn's pure-Python h11 protocol: under a flood of
-scrapes it halved the exporter's CPU per answer (``bench/bench_load.py``,
-docs/performance.md).
+``exporter.web.protocol`` reports each connection's transitions to the table.
 
 Everything runs on the event loop thread; ``shutdown(SHUT_RDWR)`` lets asyncio see EOF and
 close the transport (and the file descriptor) the normal way.
@@ -35,8 +41,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-import ipaddress
+import errno
 import logging
+import os
 import socket
 import time
 from collections import OrderedDict
@@ -44,27 +51,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
-__all__ = ["ConnectionTable", "GuardedSocket", "guarded_protocol"]
+__all__ = ["ConnectionTable", "GuardedSocket", "State"]
 
 log = logging.getLogger(__name__)
 
 #: How often overdue connections are looked for (the timeouts' resolution).
 SWEEP_SECONDS = 0.5
-#: Longest request head (request line and headers) accepted: h11's default bound, which the
-#: server applied while it parsed with h11.
-MAX_HEAD_BYTES = 16 * 1024
-#: Requests pipelined on one connection parsed ahead of the one being answered; reading the
-#: connection pauses beyond it (a client that pipelines faster than it reads answers would
-#: otherwise queue requests without bound). The socket buffers the rest.
-MAX_PIPELINED = 256
-_HEAD_END = b"\r\n\r\n"
-_HEAD_TOO_LARGE_TEXT = b"request head over %d bytes\n" % MAX_HEAD_BYTES
-_HEAD_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-                   b"content-type: text/plain; charset=utf-8\r\n"
-                   b"content-length: %d\r\nconnection: close\r\n\r\n%s"
-                   % (len(_HEAD_TOO_LARGE_TEXT), _HEAD_TOO_LARGE_TEXT))
+#: Seconds a shut-down server gives connections to flush what they have buffered.
+SHUTDOWN_FLUSH_SECONDS = 0.5
+#: Quiet seconds after which the next refused connection is logged again (one line a burst).
+REFUSAL_QUIET_SECONDS = 10.0
 
 
 class State(enum.Enum):
@@ -83,6 +79,8 @@ class _Entry:
     state: State
     since: float  # when the state began
     deadline: float | None  # when the connection is overdue (None: never)
+    transport: asyncio.Transport | None = None  # once the protocol has it
+    stalled_since: float | None = None  # output above the high-water mark since then
 
 
 class ConnectionTable:
@@ -92,21 +90,29 @@ class ConnectionTable:
     the limit costs O(1) however many are open (a flood accepts thousands a second).
     """
 
-    def __init__(self, limit: int, header_timeout: float, idle_timeout: float,
+    def __init__(self, limit: int, header_timeout: float, idle_timeout: float, *,
+                 max_closing: int = 64, write_timeout: float = 10.0, max_stalled: int = 128,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.limit = limit
+        self.max_closing = max_closing
         self.header_timeout = header_timeout
         self.idle_timeout = idle_timeout
+        self.write_timeout = write_timeout
+        self.max_stalled = max_stalled
         self.grace = min(1.0, header_timeout / 2)
         self._clock = clock
         self._entries: dict[int, _Entry] = {}
         self._new: OrderedDict[int, _Entry] = OrderedDict()  # NEW, in accept order
         self._waiting: OrderedDict[int, _Entry] = OrderedDict()  # IDLE/READING, oldest first
+        self._stalled: OrderedDict[int, _Entry] = OrderedDict()  # output not draining
         self._closing = 0
         self._sweep: asyncio.TimerHandle | None = None
+        self._last_refusal = float("-inf")
+        self.shutting_down = False
         self.refused = 0  # closed at accept: nothing could be evicted
         self.evicted = 0  # shut down to make room for a new one
         self.timed_out = 0  # shut down past their deadline
+        self.aborted = 0  # output not drained in time, too many such, or at shutdown
         self.accepted = 0
 
     def __len__(self) -> int:
@@ -124,10 +130,10 @@ class ConnectionTable:
     def admit(self, sock: socket.socket) -> bool:
         """Register a just-accepted connection; False if it must be closed (table full)."""
         now = self._clock()
-        if len(self._entries) - self._closing >= self.limit and not self._evict_one(now):
-            self.refused += 1
-            log.warning("connection limit reached (%d open, none evictable); refusing "
-                        "connections", len(self._entries))
+        total = len(self._entries)  # each holds a descriptor until asyncio closes it
+        if total >= self.limit + self.max_closing or (
+                total - self._closing >= self.limit and not self._evict_one(now)):
+            self.refuse(f"connection limit {self.limit} reached")
             return False
         fd = sock.fileno()
         entry = _Entry(sock, State.NEW, now, now + self.header_timeout)
@@ -136,6 +142,18 @@ class ConnectionTable:
         self._schedule_sweep()
         return True
 
+    def refuse(self, why: str) -> None:
+        """Count a connection closed at accept; the first of a burst is logged."""
+        self.refused += 1
+        now = self._clock()
+        if now - self._last_refusal >= REFUSAL_QUIET_SECONDS:
+            counts = self.counts()
+            log.warning("%s (%d connections open: %s); refusing new connections, logged "
+                        "again after %.0f s without refusals", why, len(self._entries),
+                        ", ".join(f"{n} {state}" for state, n in counts.items() if n),
+                        REFUSAL_QUIET_SECONDS)
+        self._last_refusal = now
+
     def release(self, fd: int) -> None:
         """The connection's socket is being closed."""
         entry = self._entries.pop(fd, None)
@@ -143,10 +161,52 @@ class ConnectionTable:
             return
         self._new.pop(fd, None)
         self._waiting.pop(fd, None)
+        self._stalled.pop(fd, None)
         if entry.state is State.CLOSING:
             self._closing -= 1
 
     # --- from the protocol -------------------------------------------------------------------
+
+    def attach(self, fd: int, transport: asyncio.Transport) -> None:
+        """The connection's transport, to abort it when its output stalls."""
+        entry = self._entries.get(fd)
+        if entry is not None:
+            entry.transport = transport
+
+    def stalled(self, fd: int, stalled: bool) -> None:
+        """The connection's output went above asyncio's high-water mark (True) or drained."""
+        entry = self._entries.get(fd)
+        if entry is None or entry.state is State.CLOSING:
+            return
+        if not stalled:
+            entry.stalled_since = None
+            self._stalled.pop(fd, None)
+            return
+        if entry.stalled_since is None:
+            entry.stalled_since = self._clock()
+            self._stalled[fd] = entry
+        if self.shutting_down:
+            self._abort(fd, entry)
+        while len(self._stalled) > self.max_stalled:  # the total held for such clients
+            self._abort(*next(iter(self._stalled.items())))
+
+    def begin_shutdown(self) -> None:
+        """The server stops: abort connections whose output does not drain now, and any
+        output left after ``SHUTDOWN_FLUSH_SECONDS``."""
+        if self.shutting_down:
+            return
+        self.shutting_down = True
+        for fd, entry in list(self._stalled.items()):
+            self._abort(fd, entry)
+        with contextlib.suppress(RuntimeError):  # outside a loop: nothing to flush later
+            asyncio.get_running_loop().call_later(SHUTDOWN_FLUSH_SECONDS, self._abort_unflushed)
+
+    def _abort_unflushed(self) -> None:
+        for fd, entry in list(self._entries.items()):
+            transport = entry.transport
+            if (entry.state is not State.CLOSING and transport is not None
+                    and transport.get_write_buffer_size() > 0):
+                self._abort(fd, entry)
 
     def mark(self, fd: int, state: State) -> None:
         """A connection changed state (BUSY, IDLE or READING)."""
@@ -171,10 +231,19 @@ class ConnectionTable:
     def _shut(self, fd: int, entry: _Entry) -> None:
         self._new.pop(fd, None)
         self._waiting.pop(fd, None)
+        self._stalled.pop(fd, None)
         entry.state, entry.deadline = State.CLOSING, None
         self._closing += 1
         with contextlib.suppress(OSError):  # already gone: asyncio closes it
             entry.sock.shutdown(socket.SHUT_RDWR)
+
+    def _abort(self, fd: int, entry: _Entry) -> None:
+        """Drop a connection and what it has buffered (its client does not read)."""
+        transport = entry.transport
+        self._shut(fd, entry)
+        self.aborted += 1
+        if transport is not None:
+            transport.abort()  # discards the buffer; asyncio closes the socket next
 
     def _evict_one(self, now: float) -> bool:
         # Connections that never finished a request head (idle from the start, slowloris,
@@ -203,9 +272,14 @@ class ConnectionTable:
         for fd, entry in overdue:
             self._shut(fd, entry)
         self.timed_out += len(overdue)
-        if overdue:
-            log.debug("closed %d connections past their header or idle timeout", len(overdue))
-        return len(overdue)
+        stalled = [(fd, e) for fd, e in self._stalled.items()
+                   if e.stalled_since is not None and e.stalled_since + self.write_timeout <= now]
+        for fd, entry in stalled:
+            self._abort(fd, entry)
+        if overdue or stalled:
+            log.debug("closed %d connections past their header or idle timeout, %d past the "
+                      "write timeout", len(overdue), len(stalled))
+        return len(overdue) + len(stalled)
 
     def _run_sweep(self) -> None:
         self._sweep = None
@@ -234,15 +308,22 @@ class _TrackedSocket(socket.socket):
         super().close()
 
 
+def _spare_descriptor() -> int:
+    return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+
+
 class GuardedSocket(socket.socket):
     """A listening socket whose ``accept()`` enforces the table's limit.
 
     ``before_accept`` runs first (the web config's reload check, so that a rotated
-    certificate is used from the very next handshake).
+    certificate is used from the very next handshake). A spare descriptor is kept open for
+    the day ``accept`` meets EMFILE anyway: freed, it lets the pending connection be
+    accepted and closed (asyncio would log a traceback and keep the connection waiting).
     """
 
     table: ConnectionTable
     before_accept: Callable[[], Any] | None = None
+    _spare = -1
 
     @classmethod
     def wrap(cls, sock: socket.socket, table: ConnectionTable,
@@ -251,12 +332,37 @@ class GuardedSocket(socket.socket):
         guarded = cls(sock.family, sock.type, sock.proto, fileno=sock.detach())
         guarded.table = table
         guarded.before_accept = before_accept
+        guarded._spare = _spare_descriptor()
         return guarded
+
+    def close(self) -> None:
+        spare, self._spare = self._spare, -1
+        if spare >= 0:
+            os.close(spare)
+        super().close()
+
+    def _shed(self) -> None:
+        """Out of descriptors: accept the pending connection with the spare one, close it."""
+        if self._spare >= 0:
+            os.close(self._spare)
+            self._spare = -1
+        with contextlib.suppress(OSError):
+            fd, _ = self._accept()  # type: ignore[attr-defined]
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            self._spare = _spare_descriptor()
 
     def accept(self) -> tuple[socket.socket, Any]:
         if self.before_accept is not None:
             self.before_accept()
-        fd, address = self._accept()  # type: ignore[attr-defined]
+        try:
+            fd, address = self._accept()  # type: ignore[attr-defined]
+        except OSError as exc:
+            if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                raise
+            self.table.refuse("out of file descriptors")
+            self._shed()
+            raise ConnectionAbortedError("out of file descriptors") from None
         conn = _TrackedSocket(self.family, self.type, self.proto, fileno=fd)
         if not self.table.admit(conn):
             conn.close()
@@ -264,114 +370,3 @@ class GuardedSocket(socket.socket):
             raise ConnectionAbortedError("connection limit reached")
         conn.table = self.table
         return conn, address
-
-
-def _peer_names(peercert: Any) -> set[str]:
-    names: set[str] = set()
-    for kind, value in (peercert or {}).get("subjectAltName", ()):
-        if kind in ("DNS", "IP Address", "email", "URI"):
-            names.add(_ip_text(str(value)) if kind == "IP Address" else str(value))
-    return names
-
-
-def _ip_text(text: str) -> str:
-    """An IP SAN as Go writes it (``2001:db8::1``; OpenSSL spells IPv6 out in capitals)."""
-    try:
-        return str(ipaddress.ip_address(text.strip()))
-    except ValueError:
-        return text
-
-
-def guarded_protocol(
-    table: ConnectionTable, allowed_sans: Callable[[], frozenset[str]] | None = None,
-) -> type[HttpToolsProtocol]:
-    """uvicorn's httptools protocol reporting its state to ``table``.
-
-    ``allowed_sans`` returns the web config's ``client_allowed_sans`` (empty: any verified
-    client certificate is accepted).
-    """
-
-    class GuardedHttpToolsProtocol(HttpToolsProtocol):
-        _fd = -1
-        _in_head = False  # a request head has begun and is not complete yet
-        _head_bytes = 0  # bytes of it received so far (an upper bound, see data_received)
-        _heads_begun = 0  # request heads begun since the connection opened
-        _refused = False  # a head over the bound was answered 431: ignore the rest
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            raw = transport.get_extra_info("socket")
-            self._fd = raw.fileno() if raw is not None else -1
-            wanted = allowed_sans() if allowed_sans is not None else frozenset()
-            if wanted and not (_peer_names(transport.get_extra_info("peercert")) & wanted):
-                log.warning("client certificate has none of client_allowed_sans; closing")
-                transport.abort()
-
-        def _in_request(self) -> bool:
-            return self.cycle is not None and not self.cycle.response_complete
-
-        def _refuse_head(self) -> None:
-            """431 and close, once the requests pipelined before this head are answered."""
-            self._refused = True
-            self.flow.pause_reading()  # nothing after it is read
-            busy = (self.cycle is not None and not self.cycle.response_complete) or self.pipeline
-            if not busy and not self.transport.is_closing():
-                self.transport.write(_HEAD_TOO_LARGE)
-                self.transport.close()
-
-        def on_message_begin(self) -> None:
-            if self._refused:
-                return
-            super().on_message_begin()
-            self._in_head, self._head_bytes = True, 0
-            self._heads_begun += 1
-
-        def on_headers_complete(self) -> None:
-            if self._refused:
-                return
-            self._in_head = False
-            # A head that arrived whole within one read: its size from what was parsed.
-            size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
-            if size > MAX_HEAD_BYTES:
-                self._refuse_head()
-                return
-            super().on_headers_complete()
-
-        def on_body(self, body: bytes) -> None:
-            if not self._refused:
-                super().on_body(body)
-
-        def on_message_complete(self) -> None:
-            if not self._refused:
-                super().on_message_complete()
-
-        def data_received(self, data: bytes) -> None:
-            table.mark(self._fd, State.READING)
-            begun = self._heads_begun
-            super().data_received(data)
-            if self._in_head:
-                # The head still open began in this read if one began at all, and then after
-                # the read's last CRLFCRLF (no head contains one): only those bytes are its.
-                # Counting the whole read would refuse pipelined requests (431) once a read
-                # held more than MAX_HEAD_BYTES of them.
-                if self._heads_begun != begun:
-                    self._head_bytes = len(data) - (data.rfind(_HEAD_END) + len(_HEAD_END)
-                                                    if _HEAD_END in data else 0)
-                else:
-                    self._head_bytes += len(data)
-                if self._head_bytes > MAX_HEAD_BYTES:
-                    self._refuse_head()
-                    return
-            if self._in_request():
-                table.mark(self._fd, State.BUSY)
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()  # starts the next pipelined request, resumes reading
-            if self._refused:
-                self._refuse_head()
-                return
-            if len(self.pipeline) > MAX_PIPELINED:
-                self.flow.pause_reading()  # resumed by a later response, once under the bound
-            table.mark(self._fd, State.BUSY if self._in_request() else State.IDLE)
-
-    return GuardedHttpToolsProtocol

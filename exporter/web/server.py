@@ -10,6 +10,7 @@ sent to a TLS port fails the handshake and the connection is closed.
 from __future__ import annotations
 
 import logging
+import os
 import resource
 import socket
 from dataclasses import dataclass
@@ -18,15 +19,25 @@ from typing import Any
 import uvicorn
 
 from exporter.web.access import AccessMiddleware, RequestLimits
-from exporter.web.connections import ConnectionTable, GuardedSocket, guarded_protocol
+from exporter.web.connections import ConnectionTable, GuardedSocket
+from exporter.web.output import CHUNK_BYTES, ChunkedBodies
+from exporter.web.protocol import check_uvicorn, guarded_protocol
 from exporter.web.watcher import WebConfigWatcher
 
-__all__ = ["ServerLimits", "build_server", "raise_fd_limit"]
+__all__ = ["FdBudget", "ServerLimits", "build_server", "fd_budget"]
 
 log = logging.getLogger(__name__)
 
-#: File descriptors kept free for everything but client connections (NVML, /proc, logs).
-FD_RESERVE = 128
+#: File descriptors kept free beyond those open at start, for what opens later (NVML's device
+#: files, /proc and /sys reads, the PodResources channel): an eighth of the limit, within
+#: these bounds.
+FD_HEADROOM_MIN = 32
+FD_HEADROOM_MAX = 128
+#: Descriptors of the server itself besides connections: the spare one kept for EMFILE, and
+#: one just accepted and about to be refused.
+FD_SERVER = 2
+#: Total output held for clients that do not read (``ConnectionTable.max_stalled`` follows).
+STALLED_OUTPUT_BYTES = 8 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,19 +47,41 @@ class ServerLimits:
     max_connections: int = 1024
     read_header_timeout: float = 10.0
     idle_timeout: float = 60.0
+    write_timeout: float = 10.0  # output that does not drain for so long: connection dropped
     max_requests: int = 40  # in flight on the telemetry path
     max_other_requests: int = 4  # in flight on every other path but the probes
     graceful_shutdown_seconds: int = 3
 
 
-def raise_fd_limit(wanted: int) -> int:
-    """Raise the soft RLIMIT_NOFILE towards the hard one; returns connections it allows.
+@dataclass(frozen=True, slots=True)
+class FdBudget:
+    """How the open-file limit is shared: every descriptor a connection can hold is counted."""
+
+    soft_limit: int | None  # RLIMIT_NOFILE after raising it (None: unlimited)
+    open_at_start: int  # descriptors open before serving
+    headroom: int  # kept free for what opens later
+    connections: int  # open connections allowed
+    closing: int  # connections shut down but not closed yet, at most
+
+
+def _open_descriptors() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd")) - 1  # less the one listing it
+    except OSError:
+        return 16
+
+
+def fd_budget(wanted: int) -> FdBudget:
+    """Raise the soft RLIMIT_NOFILE towards the hard one, and derive the connection limit.
 
     Go raises it the same way at start; a systemd unit's soft limit of 1024 would otherwise
-    cap the connection limit.
+    cap the connection limit. Connections get what is left once the descriptors open now,
+    the headroom and the server's own are set aside, less a share (a ninth) for those shut
+    down and not closed yet: ``accept`` never meets EMFILE from connections alone.
     """
+    open_now = _open_descriptors()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = wanted + FD_RESERVE
+    target = open_now + FD_HEADROOM_MAX + FD_SERVER + wanted + wanted // 8 + 1
     if hard != resource.RLIM_INFINITY:
         target = min(target, hard)
     if soft != resource.RLIM_INFINITY and soft < target:
@@ -57,11 +90,17 @@ def raise_fd_limit(wanted: int) -> int:
             soft = target
         except (ValueError, OSError):
             pass
-    allowed = wanted if soft == resource.RLIM_INFINITY else max(1, min(wanted, soft - FD_RESERVE))
+    if soft == resource.RLIM_INFINITY:
+        return FdBudget(None, open_now, FD_HEADROOM_MAX, wanted, max(1, wanted // 8))
+    headroom = min(FD_HEADROOM_MAX, max(FD_HEADROOM_MIN, soft // 8))
+    available = max(2, soft - open_now - headroom - FD_SERVER)
+    closing = max(1, min(wanted // 8 + 1, available // 9))
+    allowed = max(1, min(wanted, available - closing))
     if allowed < wanted:
-        log.warning("open-file limit %d allows only %d connections (asked for %d)",
-                    soft, allowed, wanted)
-    return allowed
+        log.warning("open-file limit %d allows only %d connections (asked for %d): %d "
+                    "descriptors are open, %d kept free, %d for connections being closed",
+                    soft, allowed, wanted, open_now, headroom + FD_SERVER, closing)
+    return FdBudget(soft, open_now, headroom, allowed, closing)
 
 
 def build_server(
@@ -69,10 +108,15 @@ def build_server(
     metrics_path: str, access_log: bool = False,
 ) -> tuple[uvicorn.Server, GuardedSocket, AccessMiddleware]:
     """A uvicorn server for ``app`` on ``sock`` (taken over: use the returned socket)."""
+    check_uvicorn()
+    budget = fd_budget(limits.max_connections)
     table = ConnectionTable(
-        limit=raise_fd_limit(limits.max_connections),
+        limit=budget.connections,
+        max_closing=budget.closing,
         header_timeout=limits.read_header_timeout,
         idle_timeout=limits.idle_timeout,
+        write_timeout=limits.write_timeout,
+        max_stalled=max(1, STALLED_OUTPUT_BYTES // (2 * CHUNK_BYTES)),
     )
     guarded = GuardedSocket.wrap(sock, table, before_accept=watcher.maybe_reload)
 
@@ -93,7 +137,7 @@ def build_server(
         web_config=current_config,
     )
     config = uvicorn.Config(
-        admission,
+        ChunkedBodies(admission),
         log_config=None,  # our logging setup applies to uvicorn's loggers too
         access_log=access_log,
         lifespan="off",

@@ -14,7 +14,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -135,14 +135,22 @@ class Stack:
 
     tmp: Path
     exporters: dict[str, Exporter] = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)  # scenario -> its exporter's port
     dead_port: int = 0
     prometheus: subprocess.Popen[bytes] | None = None
     prometheus_port: int = 0
 
+    def reserve_ports(self, scenarios: Iterable[str]) -> None:
+        """Choose each scenario's port (before Prometheus starts, so that it scrapes every
+        exporter from its first second)."""
+        for scenario in scenarios:
+            self.ports.setdefault(scenario, free_port())
+
     def start_exporters(self, speeds: Mapping[str, float]) -> None:
         """Launch one exporter per scenario (all at once; they start in parallel)."""
+        self.reserve_ports(speeds)
         for scenario, speed in speeds.items():
-            port = free_port()
+            port = self.ports[scenario]
             log = self.tmp / f"exporter-{scenario}.log"
             with log.open("wb") as out:
                 process = subprocess.Popen(
@@ -183,8 +191,8 @@ class Stack:
             TimeoutError: it did not become ready before the deadline.
         """
         static = [
-            {"targets": [f"127.0.0.1:{e.port}"], "labels": {"scenario": e.scenario}}
-            for e in self.exporters.values()
+            {"targets": [f"127.0.0.1:{port}"], "labels": {"scenario": scenario}}
+            for scenario, port in self.ports.items()
         ]
         if dead_target:  # a target nothing listens on: the exporter-down alert must see it
             self.dead_port = free_port()
@@ -239,6 +247,17 @@ class Stack:
     def query_range(self, expr: str, start: float, end: float, step: float = 2.0) -> Json:
         """A range query."""
         return self.api("/api/v1/query_range", query=expr, start=start, end=end, step=step)
+
+    def wait_scraped_past(self, at: float, deadline: float) -> None:
+        """Until Prometheus has scraped every target at or after Unix time ``at`` (so that
+        queries at ``at`` see complete data, however slowly this machine runs)."""
+
+        def done() -> bool:
+            answer = self.query(f'min(timestamp(up{{job="{JOB}"}}))', time.time())
+            result = answer["data"]["result"] if answer["status"] == "success" else []
+            return bool(result) and float(result[0]["value"][1]) >= at
+
+        wait_until(f"Prometheus scraping past {at:.0f}", done, deadline)
 
     def close(self) -> None:
         """Stop everything this stack started (terminate, then kill after 5 s)."""

@@ -71,14 +71,18 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp: Path = tmp_path_factory.mktemp("live")
     live = Stack(tmp)
     try:
+        # Prometheus first: it scrapes each exporter from its first second, so counters are
+        # seen at 0 before the events the scenarios inject (an ECC error 10 s in), however
+        # slowly this machine starts the processes.
+        live.reserve_ports(SPEEDS)
+        live.start_prometheus(deadline=time.monotonic() + 60)
         live.start_exporters(SPEEDS)
         live.wait_exporters(deadline=time.monotonic() + 60)
-        live.start_prometheus(deadline=time.monotonic() + 30)
         rules_loaded = live.api("/api/v1/rules")["data"]["groups"]
         assert len(rules_loaded) == (len(alerts.groups()) + len(recording.groups())
                                      + len(accounting.groups()))
-        wait = max(e.ready_at for e in live.exporters.values()) + EVAL_AFTER + 2 - time.time()
-        time.sleep(max(0.0, wait))
+        end = max(e.ready_at for e in live.exporters.values()) + EVAL_AFTER + 2
+        live.wait_scraped_past(end, deadline=time.monotonic() + EVAL_AFTER + 120)
         yield live
     finally:
         live.close()

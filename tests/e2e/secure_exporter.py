@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from tests.e2e.server import ExporterProcess
 
 
@@ -20,4 +18,6 @@ class SecureExporter(ExporterProcess):
     def _wait_ready(self, timeout: float, path: str) -> None:
         if not self.port_seen.wait(timeout):
             raise AssertionError(f"exporter did not start: {self.log}")
-        time.sleep(0.2)  # the socket listens before the log line; uvicorn starts just after
+        # The socket listens before the port's log line; uvicorn serves from its own line.
+        self.wait_until(lambda: any("Started server process" in line for line in self.lines),
+                        "uvicorn's start", timeout)

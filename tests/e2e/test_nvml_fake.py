@@ -48,7 +48,8 @@ def test_nvml_source_with_owner_enrichment() -> None:
 
 def test_hung_nvml_call_keeps_serving_and_shuts_down() -> None:
     env = {"GPU_EXPORTER_TEST_HANG": "nvmlDeviceGetUtilizationRates"}  # every GPU hangs
-    with ExporterProcess("--source", "nvml", "--collector.timeout", "300ms",
+    # GPU reads time out after half the collector timeout: 1 s, which a re-wait would cost.
+    with ExporterProcess("--source", "nvml", "--collector.timeout", "2s",
                          env=env, module=MODULE, wait_ready=False) as proc:
         timings = []
         for _ in range(3):
@@ -61,8 +62,8 @@ def test_hung_nvml_call_keeps_serving_and_shuts_down() -> None:
         begin = time.monotonic()
         code = proc.stop(signal.SIGTERM)
         stop_seconds = time.monotonic() - begin
-    assert timings[0] < 2.0  # bounded by half of --collector.timeout per GPU
-    assert max(timings[1:]) < 0.5  # hung GPUs are not waited for again
+    assert timings[0] < 8.0  # bounded by half of --collector.timeout per GPU
+    assert max(timings[1:]) < 0.9  # hung GPUs are not waited for again (1 s each)
     text = response.text
     assert _samples(text, metrics.SOURCE_UP.name)[0][1] == 1.0  # NVML itself answers
     assert [v for _, v in _samples(text, metrics.GPU_UP.name)] == [0.0, 0.0]
@@ -78,7 +79,7 @@ def test_hung_nvml_call_keeps_serving_and_shuts_down() -> None:
 def test_one_hung_gpu_does_not_stale_the_others() -> None:
     env = {"GPU_EXPORTER_TEST_HANG": "nvmlDeviceGetUtilizationRates",
            "GPU_EXPORTER_TEST_HANG_GPU": "1"}
-    with ExporterProcess("--source", "nvml", "--collector.timeout", "400ms",
+    with ExporterProcess("--source", "nvml", "--collector.timeout", "2s",
                          "--collector.min-interval", "0", env=env, module=MODULE,
                          wait_ready=False) as proc:
         texts = [httpx.get(proc.url("/metrics"), timeout=10).text for _ in range(4)]
@@ -88,7 +89,7 @@ def test_one_hung_gpu_does_not_stale_the_others() -> None:
         assert up == {"0": 1.0, "1": 0.0}
         used = {labels["gpu"]: v for labels, v in _samples(text, metrics.MEMORY_USED.name)}
         assert used == {"0": float(7 << 30)}  # the hung GPU shows no stale reading
-        assert _samples(text, metrics.DATA_AGE.name)[0][1] < 0.4  # the others stay fresh
+        assert _samples(text, metrics.DATA_AGE.name)[0][1] < 2.0  # within the collector timeout
     errors = {labels["kind"]: v for labels, v in _samples(texts[-1], metrics.ERRORS.name)}
     assert errors.get("gpu_timeout") == 1
     assert "collection_timeout" not in errors

@@ -172,7 +172,7 @@ def test_stop_is_fast_frees_sets_and_gives_nvml_back(fake: FakeHealthNvml) -> No
     assert fake.refs == 2
     assert waiter.counts().running
     took = waiter.stop()
-    assert took < 0.2 + 1.0  # one wait timeout (generous: shared CI machines)
+    assert took < 5.0  # about one wait timeout (0.2 s); a stop that hung would never return
     assert not fake.live_sets()
     assert fake.event_sets
     assert all(s.freed for s in fake.event_sets)

@@ -49,7 +49,8 @@ def test_one_gpu_is_read_without_reader_threads() -> None:
 
 def test_a_hung_gpu_is_down_alone_and_recovers_without_restart() -> None:
     fake = busy_fake(3)
-    source = NvmlSource(hostname="test", nvml=fake, gpu_timeout=0.3)
+    # A timeout long enough that "answered at once" (< half of it) holds on a loaded machine.
+    source = NvmlSource(hostname="test", nvml=fake, gpu_timeout=1.0)
     source.start()
     source.collect(default_groups())
     calls_before = fake.calls[(HUNG, 1)]
@@ -59,7 +60,7 @@ def test_a_hung_gpu_is_down_alone_and_recovers_without_restart() -> None:
         begin = time.monotonic()
         first = source.collect(default_groups())
         assert entered.is_set()
-        assert 0.25 <= time.monotonic() - begin < 2.0  # about gpu_timeout
+        assert 0.95 <= time.monotonic() - begin < 10  # about gpu_timeout
         up = [g.up for g in first.gpus]
         assert up == [True, False, True]
         assert [g.value(MEMORY_USED.name) for g in first.gpus] == [5 << 30, None, 5 << 30]  # fresh
@@ -70,7 +71,7 @@ def test_a_hung_gpu_is_down_alone_and_recovers_without_restart() -> None:
         for _ in range(5):  # answered at once; no call queued behind the hung one
             begin = time.monotonic()
             again = source.collect(default_groups())
-            assert time.monotonic() - begin < 0.25
+            assert time.monotonic() - begin < 0.5
             assert [g.up for g in again.gpus] == [True, False, True]
             assert again.errors == {}  # the hang is counted once
         assert fake.calls[(HUNG, 1)] == calls_before + 1

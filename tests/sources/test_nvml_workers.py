@@ -26,7 +26,8 @@ def _note_earlier_threads() -> None:
 
 @pytest.fixture
 def workers() -> GpuWorkers[str]:
-    pool: GpuWorkers[str] = GpuWorkers(timeout=0.3)
+    # A timeout long enough that "answered at once" (< half of it) holds on a loaded machine.
+    pool: GpuWorkers[str] = GpuWorkers(timeout=1.0)
     yield pool  # type: ignore[misc]
     pool.close()
 
@@ -47,17 +48,16 @@ def test_one_gpu_is_read_inline_without_a_thread_hop(workers: GpuWorkers[str]) -
 
 
 def test_reads_of_different_gpus_overlap(workers: GpuWorkers[str]) -> None:
-    def read(index: int) -> Callable[[], str]:
-        def slow() -> str:
-            time.sleep(0.1)  # releases the GIL, as a ctypes NVML call does
-            return f"gpu{index}"
-        return slow
+    together = threading.Barrier(8, timeout=0.9)  # passed only if all 8 run at once
 
-    start = time.perf_counter()
+    def read(index: int) -> Callable[[], str]:
+        def meet() -> str:
+            together.wait()  # blocks, releasing the GIL, as a ctypes NVML call does
+            return f"gpu{index}"
+        return meet
+
     results = workers.run({i: read(i) for i in range(8)})
-    elapsed = time.perf_counter() - start
-    assert results == {i: Done(f"gpu{i}") for i in range(8)}
-    assert elapsed < 0.25, f"8 reads of 0.1 s took {elapsed:.2f} s: not concurrent"
+    assert results == {i: Done(f"gpu{i}") for i in range(8)}, "the reads did not overlap"
     assert list(results) == list(range(8))  # GPU order kept
 
 
@@ -85,18 +85,18 @@ def test_a_hung_gpu_hangs_alone_and_recovers_without_restart(workers: GpuWorkers
     reads = {0: lambda: "fresh0", 1: hung, 2: lambda: "fresh2"}
     start = time.perf_counter()
     first = workers.run(reads)
-    assert 0.25 <= time.perf_counter() - start < 1.0  # waited about the timeout, no longer
+    assert 0.95 <= time.perf_counter() - start < 10  # waited about the timeout
     assert first[0] == Done("fresh0")
     assert first[2] == Done("fresh2")
     assert isinstance(first[1], Hung)
     assert first[1].new
-    assert first[1].seconds >= 0.25
+    assert first[1].seconds >= 0.95
     threads = len(reader_threads())
 
     for _ in range(20):  # later collections: answered at once, no second call queued
         start = time.perf_counter()
         later = workers.run(reads)
-        assert time.perf_counter() - start < 0.2
+        assert time.perf_counter() - start < 0.5
         assert later[0] == Done("fresh0")
         assert later[2] == Done("fresh2")
         assert isinstance(later[1], Hung)
@@ -104,7 +104,7 @@ def test_a_hung_gpu_hangs_alone_and_recovers_without_restart(workers: GpuWorkers
     assert calls["hung"] == 1
     assert len(reader_threads()) == threads == 3
     assert workers.busy().keys() == {1}
-    assert workers.busy()[1] >= 0.25
+    assert workers.busy()[1] >= 0.95
 
     release.set()  # the call returns at last: its stale answer is dropped
     deadline = time.monotonic() + 5

@@ -1,9 +1,9 @@
-"""The simulated source: determinism, the presets' behaviour over simulated time, options, speed."""
+"""The simulated source: determinism, the presets' behaviour over simulated time, options
+(its speed is bench/bench_scrape.py's figure)."""
 
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -66,7 +66,7 @@ def test_implements_the_source_protocol() -> None:
     snap = source.collect(default_groups())
     assert (snap.source, snap.hostname, snap.source_up) == ("simulated", "calm-node-01", True)
     assert snap.taken_at == T0
-    assert 0 < snap.duration_seconds < 0.1
+    assert 0 < snap.duration_seconds < 10  # measured (its speed: bench/bench_scrape.py)
     assert snap.driver_version
     assert snap.cuda_driver_version
     source.close()
@@ -181,18 +181,15 @@ def test_restart_cycles_and_processes_exit_at_stop() -> None:
     assert seen == {0: [], 12: [100], 22: [], 26: [201], 36: [], 41: [302]}
 
 
-def test_synthetic_fleet_collect_is_fast() -> None:
+def test_synthetic_fleet_collects_every_process_with_its_owner() -> None:
+    """(Its speed is a benchmark's figure, bench/bench_scrape.py, never a timed assertion.)"""
     source, clock = make_source(synthetic_fleet(gpus=8, processes_per_gpu=32))
     options = default_groups()
-    rounds = 300
-    began = time.perf_counter()
-    for i in range(rounds):
+    for i in range(3):
         clock.now = T0 + i
         snap = source.collect(options)
-    per_call = (time.perf_counter() - began) / rounds
     assert sum(len(g.processes) for g in snap.gpus) >= 200
     assert all(p.owner is not None for g in snap.gpus for p in g.processes)
-    assert per_call < 0.005  # measured ~0.5 ms; loose bound for slow CI machines
 
 
 def test_last_active_now_when_computing_and_after_loading_when_idle() -> None:

@@ -20,8 +20,9 @@ from exporter.web.server import ServerLimits, build_server
 from exporter.web.watcher import WebConfigWatcher
 
 
-def small_app(slow_seconds: float = 0.0) -> FastAPI:
-    """/metrics, /healthz, /readyz, /api/v1/snapshot; ``/slow`` sleeps ``slow_seconds``."""
+def small_app(slow_seconds: float = 0.0, gate: threading.Event | None = None) -> FastAPI:
+    """/metrics, /healthz, /readyz, /api/v1/snapshot; the snapshot sleeps ``slow_seconds``
+    (or, with ``gate``, waits until it is set)."""
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.get("/metrics", response_class=PlainTextResponse)
@@ -38,6 +39,8 @@ def small_app(slow_seconds: float = 0.0) -> FastAPI:
 
     @app.get("/api/v1/snapshot")
     def snapshot() -> dict[str, str]:
+        if gate is not None:
+            gate.wait(30)
         time.sleep(slow_seconds)
         return {"gpus": "none"}
 
@@ -52,6 +55,7 @@ class Running:
     table: ConnectionTable
     admission: AccessMiddleware
     watcher: WebConfigWatcher
+    server: Any  # the uvicorn.Server
 
     def url(self, path: str, scheme: str = "http") -> str:
         return f"{scheme}://127.0.0.1:{self.port}{path}"
@@ -78,7 +82,8 @@ def serving(app: Any = None, web_config: str | None = None,
             raise AssertionError("server did not start")
         time.sleep(0.01)
     try:
-        yield Running(port, server.connection_table, admission, watcher)  # type: ignore[attr-defined]
+        yield Running(port, server.connection_table, admission, watcher,  # type: ignore[attr-defined]
+                      server)
     finally:
         server.should_exit = True
         thread.join(10)

@@ -12,7 +12,8 @@ import time
 import httpx
 import pytest
 
-from exporter.web.connections import MAX_HEAD_BYTES, ConnectionTable, State
+from exporter.web.connections import ConnectionTable, State
+from exporter.web.protocol import MAX_HEAD_BYTES
 from exporter.web.server import ServerLimits
 from tests.web.serving import serving, small_app
 
