@@ -149,8 +149,7 @@ def build_accounting(config: Config) -> IdleAccounting | None:
 
 
 def build_enricher(config: Config, poller: PodResourcesPoller | None = None) -> Enricher | None:
-    """Owner, cgroup (the workload kinds switched on) and allocation enrichment (the kubelet's;
-    Slurm's prolog files with ``--slurm``), then the published
+    """Owner, cgroup (the kinds switched on) and allocation (kubelet, Slurm) enrichment, then the
     PyTorch allocator figures and their per-user counters (``--collector.torch``). The
     simulated source gets the per-user counters only (None when torch is off)."""
     if config.source == "simulated":  # its processes carry owners and workloads; /proc is unrelated
@@ -163,13 +162,9 @@ def build_enricher(config: Config, poller: PodResourcesPoller | None = None) -> 
     enricher: Enricher = ProcessEnricher(owners, workloads.kinds, workloads.resolvers(config),
                                          allocations=poller)
     if workloads.on(SLURM) and config.slurm_allocation_dir:
-        from exporter.attribution.slurm_allocations import (  # noqa: PLC0415 (only when on)
-            AllocationFiles,
-            SlurmAllocations,
-        )
+        from exporter.attribution.slurm_allocations import reading  # noqa: PLC0415 (when on)
 
-        files = AllocationFiles(config.slurm_allocation_dir)
-        enricher = chain(enricher, SlurmAllocations(files, owners.user_name))
+        enricher = chain(enricher, reading(config.slurm_allocation_dir, owners.user_name))
     if Group.TORCH not in config.groups:
         return enricher
     from exporter.attribution.torchstats import (  # noqa: PLC0415 (only when on)

@@ -47,7 +47,7 @@ from exporter.health import MigDevice
 from exporter.snapshot import AllocationRow, GpuReading, Snapshot
 
 __all__ = ["ERROR_KIND", "AllocationFile", "AllocationFiles", "SlurmAllocations",
-           "join_slurm_allocations"]
+           "join_slurm_allocations", "reading"]
 
 log = logging.getLogger(__name__)
 
@@ -275,3 +275,8 @@ class SlurmAllocations:
         return replace(snapshot, allocations=(*snapshot.allocations, *rows),
                        errors=merge_errors(snapshot.errors, {ERROR_KIND: errors} if errors
                                            else {}))
+
+
+def reading(directory: str, user_name: Callable[[int], str] = str) -> SlurmAllocations:
+    """The enricher reading ``directory`` (``--slurm.allocation-dir``)."""
+    return SlurmAllocations(AllocationFiles(directory), user_name)
