@@ -15,7 +15,7 @@ import os
 import re
 import subprocess
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 __all__ = ["SlurmError", "SlurmJob", "job_facts", "store_admin_comment"]
 
@@ -99,10 +99,15 @@ def job_facts(job_id: str, runner: Runner = run) -> SlurmJob | None:
     status, out, _ = runner(["sacct", "-n", "-P", "-X", "-a", "-j", job_id,
                              "-o", ",".join(SACCT_FIELDS)])
     found = _from_sacct(job_id, out) if status == 0 else None
-    if found is not None:
+    if found is not None and found.end is not None:
         return found
+    # Not in the database, or its end not yet there (the slurmctld epilog runs as the job
+    # ends): slurmctld's own record, which has it.
     status, out, _ = runner(["scontrol", "-o", "show", "job", job_id])
-    return _from_scontrol(job_id, out) if status == 0 else None
+    live = _from_scontrol(job_id, out) if status == 0 else None
+    if found is None or live is None:
+        return found or live
+    return replace(found, end=live.end, state=live.state or found.state)
 
 
 def _stored(job_id: str, runner: Runner) -> str:

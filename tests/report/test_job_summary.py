@@ -188,6 +188,12 @@ def test_job_facts_from_sacct_else_scontrol() -> None:
     running = job_facts("7", FakeSlurm(sacct="7|bob|RUNNING|1800000000|Unknown|n1|cpu=1||\n"))
     assert running is not None
     assert (running.end, running.gpus) == (None, None)
+    ending = job_facts("7", FakeSlurm(  # the database has no end yet; slurmctld does
+        sacct="7|bob|RUNNING|1800000000|Unknown|n1|cpu=1,gres/gpu=1|\n",
+        scontrol="JobId=7 UserId=bob(1) JobState=COMPLETED StartTime=1800000000 "
+                 "EndTime=1800000042 NodeList=n1\n"))
+    assert ending is not None
+    assert (ending.end, ending.state, ending.gpus) == (1800000042.0, "COMPLETED", 1)
     scontrol = ("JobId=7 JobName=train UserId=carol(2003) GroupId=c(2003) JobState=COMPLETED "
                 "StartTime=1800000000 EndTime=1800000060 NodeList=n1 "
                 "AllocTRES=cpu=1,gres/gpu=1 AdminComment=JS1:abc Command=(null)\n")

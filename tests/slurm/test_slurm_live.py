@@ -221,16 +221,19 @@ def test_jobstats_queries_and_the_stored_summary(stack: Stack) -> None:
         pytest.skip("no MariaDB/slurmdbd here: Slurm 22.05 stores a finished job's AdminComment "
                     "only through slurmdbd")
 
-    def readable() -> str:  # (a lower-cased JS1: is the epilog's first try on this Slurm)
-        value = stack.cluster.run("sacct", "-n", "-P", "-X", "-j", stack.job, "-o",
-                                  "AdminComment").stdout.strip()
-        return value if value.startswith(PREFIX) or value.upper().startswith(B32_PREFIX) else ""
+    def readable() -> tuple[str, int, int] | None:
+        # (a lower-cased JS1: is the epilog's first try on this Slurm; the end time reaches the
+        # database on its own schedule)
+        value, _, times = stack.cluster.run("sacct", "-n", "-P", "-X", "-j", stack.job, "-o",
+                                            "AdminComment,Start,End").stdout.strip().partition("|")
+        first, _, last = times.partition("|")
+        if not (value.startswith(PREFIX) or value.upper().startswith(B32_PREFIX)):
+            return None
+        return (value, int(first), int(last)) if first.isdigit() and last.isdigit() else None
 
-    stored = wait_for("the slurmctld epilog to store the summary", readable, timeout=60)
-    assert isinstance(stored, str)
-    times = stack.cluster.run("sacct", "-n", "-P", "-X", "-j", stack.job, "-o",
-                              "Start,End").stdout.split("|")
-    start, end = int(times[0]), int(times[1])
+    found = wait_for("the slurmctld epilog to store the summary", readable, timeout=60)
+    assert isinstance(found, tuple)
+    stored, start, end = found
 
     # Jobstats' queries, as jobstats.py sends them (at the job's end, over its run time).
     duration = end - start
