@@ -15,8 +15,8 @@ from dashboards.promql import (
     activity_average,
     allocated_idle,
     num,
-    reason_in,
     sel,
+    throttled,
 )
 from dashboards.rules import (
     GPU_TEXT,
@@ -33,6 +33,8 @@ from exporter.catalogue.metrics import allocator
 UNCORRECTED = 'type="uncorrected"'
 _HW_POWER_REASONS = tuple(r for r in metrics.POWER_THROTTLE_REASONS if r.startswith("hw_"))
 _SW_POWER_REASONS = tuple(r for r in metrics.POWER_THROTTLE_REASONS if not r.startswith("hw_"))
+#: Where the GPU counts throttle time: the share of the window a reason must hold the clocks.
+_THROTTLE_TIME = (thresholds.THROTTLE_TIME_SHARE, thresholds.THROTTLE_FOR)
 
 used, total = metrics.MEMORY_USED.name, metrics.MEMORY_TOTAL.name
 
@@ -327,7 +329,7 @@ the data loader, storage or the network, or feeds the GPU batches too small to f
         ),
         # notebook-alice-0's GPU idles; sweep-trial-3 holds a replica of GPU 3 with no process;
         # Slurm job 913402 idles on GPU 4, job 913520 holds GPU 7 and runs nothing.
-        live=fires_under("kubernetes-node/2", "kubernetes-node/3", "slurm-node/4",
+        live=fires_under("kubernetes-node/2", "kubernetes-node/3", "dra-node/3", "slurm-node/4",
                          "slurm-node/7"),
         runbook="""\
 **Meaning:** the kubelet allocated a GPU to a pod, or Slurm to a job (`gpu_allocation_info`,
@@ -503,10 +505,9 @@ crash the job (Xid errors in `dmesg`). Move the work off the GPU now, then fix c
 [GpuTemperatureHigh](#gputemperaturehigh).
 """,
     )
-    throttle = metrics.THROTTLE_ACTIVE
     thermal = AlertRule(
         alert="GpuThermalThrottling",
-        expr=f"{sel(throttle, reason_in(metrics.THERMAL_THROTTLE_REASONS))} > 0",
+        expr=throttled(metrics.THERMAL_THROTTLE_REASONS, *_THROTTLE_TIME),
         for_=thresholds.THROTTLE_FOR,
         severity="warning",
         audience="operator",
@@ -515,17 +516,20 @@ crash the job (Xid errors in `dmesg`). Move the work off the GPU now, then fix c
             f"{GPU_TEXT} reports clock event reason {{{{ $labels.reason }}}} for "
             f"{thresholds.THROTTLE_FOR}: it runs slower than it could until it cools down."
         ),
-        when="`sw_thermal_slowdown` / `hw_thermal_slowdown` active for 5m",
+        when="`sw_thermal_slowdown` / `hw_thermal_slowdown` active for 5m (with throttle time: "
+             "over half of each 5m)",
         live=fires_under("overheating/2", only_that_gpu=True),
         runbook="""\
 **Meaning:** the driver reports `sw_thermal_slowdown` or `hw_thermal_slowdown` for 5 minutes:
-the GPU lowers its clocks because it is too hot. Node dashboard → *Throttle reasons active*,
-*Clocks*, *Temperature*. Fix the cooling; `nvidia-smi -q -d PERFORMANCE` lists the active reasons.
+the GPU lowers its clocks because it is too hot (where the GPU counts throttle time,
+`--collector.throttle_time`: for more than half of each 5 minutes, so short events between
+scrapes count too). Node dashboard → *Throttle time*, *Throttle reasons active*, *Clocks*,
+*Temperature*. Fix the cooling; `nvidia-smi -q -d PERFORMANCE` lists the active reasons.
 """,
     )
     hardware = AlertRule(
         alert="GpuHardwareSlowdown",
-        expr=f"{sel(throttle, reason_in(_HW_POWER_REASONS))} > 0",
+        expr=throttled(_HW_POWER_REASONS, *_THROTTLE_TIME),
         for_=thresholds.THROTTLE_FOR,
         severity="warning",
         audience="operator",
@@ -535,7 +539,8 @@ the GPU lowers its clocks because it is too hot. Node dashboard → *Throttle re
             "halves its clocks because of an external power brake, a power-supply problem "
             "or overheating."
         ),
-        when="`hw_slowdown` / `hw_power_brake_slowdown` active for 5m",
+        when="`hw_slowdown` / `hw_power_brake_slowdown` active for 5m (with throttle time: "
+             "over half of each 5m)",
         live=fires_under("overheating/2", only_that_gpu=True),
         runbook="""\
 **Meaning:** `hw_slowdown` or `hw_power_brake_slowdown` active for 5 minutes: the board halves its
@@ -546,7 +551,7 @@ a cool GPU, open a hardware ticket.
     )
     power_cap = AlertRule(
         alert="GpuPowerCapped",
-        expr=f"{sel(throttle, reason_in(_SW_POWER_REASONS))} > 0",
+        expr=throttled(_SW_POWER_REASONS, *_THROTTLE_TIME),
         for_=thresholds.POWER_CAP_FOR,
         severity="info",
         audience="operator",
@@ -556,7 +561,7 @@ a cool GPU, open a hardware ticket.
             f"{thresholds.POWER_CAP_FOR}. Normal for heavy jobs; if the limit was lowered, raise "
             "it."
         ),
-        when="`sw_power_cap` active for 30m",
+        when="`sw_power_cap` active for 30m (with throttle time: over half of each 5m)",
         # bob's training job keeps the RTX 4090 at its power limit (an info alert after 30m).
         live=fires_under("shared-workstation/0", only_that_gpu=True),
         runbook="""\

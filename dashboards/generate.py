@@ -19,6 +19,8 @@ Derived files, all from the metric rows (``exporter.catalogue.metrics``), the fl
   cannot read files outside the chart); a copy without an original is stale and removed; and
   ``files/notifications/``: the message templates, the site template with placeholders, and
   ``routing.yaml`` (``dashboards.routing``) for its AlertmanagerConfig;
+- ``dashboards/rules/pod-labels/``: the opt-in pod-label join, a template (``dashboards/
+  pod_labels.py``), and its chart copy;
 - ``tests/golden/*.prom``: the golden exposition of every scenario preset
   (``dashboards/golden.py``; review their diff: it is every change users will scrape).
 
@@ -45,6 +47,7 @@ from dashboards import (
     exporter_health,
     fleet,
     node,
+    pod_labels,
     recording,
     routing,
     rules,
@@ -125,6 +128,7 @@ def outputs(root: Path) -> dict[str, str]:
             if rel.startswith(source + "/") and "/" not in rel.removeprefix(source + "/"):
                 files[copy + rel.removeprefix(source)] = text
     files[BEHAVIOUR_RULES] = rules.render(alerts.groups(), "alerts.py", annotations=False)
+    files[pod_labels.TEMPLATE] = files[pod_labels.CHART_TEMPLATE] = pod_labels.template()
     files.update(golden_files())
     for doc in DOCS:
         files[doc] = render(doc, (root / doc).read_text(encoding="utf-8"))

@@ -9,6 +9,7 @@ from dashboards import panels, variables
 from dashboards.activity_panels import node_activity_rows
 from dashboards.fleet import MEMORY_STEPS, TEMPERATURE_STEPS, temperature_graph
 from dashboards.gpu_health_panels import GPU_LEGEND, node_health_rows, node_mig_rows
+from dashboards.nvlink_panels import node_nvlink_rows
 from dashboards.promql import NOT_OVERFLOW, idle_process_filter, num, seconds, sel
 from exporter.catalogue import metrics, records, thresholds
 from exporter.catalogue.metrics import allocator
@@ -20,6 +21,8 @@ PROCESS_LEGEND = "GPU {{gpu}} {{process}} ({{pid}}, {{user}})"
 #: Lines in the per-process graphs: the processes with the most memory (or utilisation) at each
 #: moment; a node with hundreds of processes would otherwise draw hundreds of lines.
 TOP_PROCESSES = 10
+#: The throttle-time reasons that mean a working GPU was slowed (not idle, not the totals).
+SLOWING = 'reason!~"low_utilization|below_application_clocks|below_base_clocks"'
 #: Rows in the forgotten-process tables.
 TOP_TABLE = 20
 NVML_GAP = (
@@ -101,6 +104,15 @@ def _device(grid: panels.Layout) -> None:
         "sw/hw thermal slowdown means too hot, sw_power_cap means at the power limit, "
         "hw_slowdown or power brake point to power delivery.", "short",
         [panels.query(f"{_on_gpus(metrics.THROTTLE_ACTIVE)} > 0", f"{GPU_LEGEND} {{{{reason}}}}")],
+        min_val=0, max_val=1,
+    ), 12)
+    grid.add(panels.timeseries_panel(
+        "Throttle time", "Share of each interval the clocks were held back, per reason, from "
+        "the driver's counters (--collector.throttle_time): unlike the reasons active above, "
+        "short events between two scrapes count too. low_utilization (an idle GPU) and the "
+        "below-clocks totals are left out.", "percentunit",
+        [panels.query(f"rate({sel(metrics.THROTTLE_TIME, HOST_GPU, SLOWING)}"
+                      f"[$__rate_interval]) > 0", f"{GPU_LEGEND} {{{{reason}}}}")],
         min_val=0, max_val=1,
     ), 12)
     grid.add(panels.timeseries_panel(
@@ -309,5 +321,6 @@ def build() -> dashboard.Dashboard:
     _forgotten(grid)
     _inside(grid)
     node_health_rows(grid, HOST_GPU)
+    node_nvlink_rows(grid, HOST_GPU)
     node_mig_rows(grid, HOST_GPU)
     return built

@@ -48,6 +48,17 @@ def reason_in(reasons: tuple[str, ...]) -> str:
     return 'reason=~"' + "|".join(reasons) + '"'
 
 
+def throttled(reasons: tuple[str, ...], share: float, window: str) -> str:
+    """GPUs whose clocks one of ``reasons`` holds back: by the time counters where the GPU
+    reports them (``gpu_throttle_seconds_total``: slowed more than ``share`` of ``window``), by
+    the active-reason gauge for the reasons it does not count (no time counter, or
+    ``--collector.throttle_time`` off)."""
+    matcher = reason_in(reasons)
+    counted = sel(metrics.THROTTLE_TIME, matcher)
+    return (f"rate({counted}[{window}]) > {num(share)} or ({sel(metrics.THROTTLE_ACTIVE, matcher)}"
+            f" > 0 unless on (job, instance, uuid, reason) {counted})")
+
+
 def seconds(duration: str) -> int:
     """A simple Prometheus duration ("30m", "1h", "15s") in seconds.
 

@@ -139,6 +139,25 @@ def _allocations(grid: Layout) -> None:
     ), 12, 8)
 
 
+def _claims(grid: Layout) -> None:
+    """Dynamic Resource Allocation: each claim's GPUs with what they do now."""
+    claims = sel(metrics.ALLOCATION_CLAIM_INFO, K8S)
+
+    def on_claims(row: metrics.Metric) -> str:
+        return f"{claims} * on (job, instance, uuid) group_left () {sel(row, HOST)}"
+
+    grid.add(table_panel(
+        "GPUs by DRA claim", "Devices a ResourceClaim (Dynamic Resource Allocation) gave the "
+        "selected pods, as the kubelet reports them: the claim, its driver, pool and device, "
+        "and what the GPU does now (the whole GPU's figures: a claim shared with other pods "
+        "shares them). A claim's GPU at 0 % for long is what GpuAllocatedIdle reports.",
+        [Column("GPU utilisation", on_claims(metrics.UTILIZATION), "percentunit"),
+         Column("GPU memory used", on_claims(metrics.MEMORY_USED), "bytes"),
+         Column("GPU power", on_claims(metrics.POWER_USAGE), "watt")],
+        hidden=HIDDEN, sort_by="GPU utilisation",
+    ), 24, 7)
+
+
 def _usage(grid: Layout) -> None:
     grid.row("Namespaces and pods")
     grid.add(timeseries_panel(
@@ -227,6 +246,7 @@ def build() -> dashboard.Dashboard:
     )
     grid = Layout(built)
     _allocations(grid)
+    _claims(grid)
     _usage(grid)
     _jobs(grid)
     return built

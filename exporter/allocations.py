@@ -23,6 +23,17 @@ both itself. A device that matches nothing (another node's id, a plugin that nam
 differently, MIG devices the source did not read) keeps its kubelet id with empty
 ``gpu``/``uuid``: an allocation is never dropped.
 
+Dynamic Resource Allocation: the kubelet also lists, per container, the devices its
+ResourceClaims were allocated (``dynamic_resources``: claim name and namespace, and per device
+the driver, pool and device name). Devices of a GPU driver (``DRA_GPU_DRIVERS``, plus the extra
+resource names configured) become allocations like a device plugin's, with the driver as
+``resource``, the device name as ``device_id`` and the claim kept (``gpu_allocation_claim_info``).
+NVIDIA's DRA driver names a whole GPU ``gpu-<minor>`` and a MIG device
+``gpu-<minor>-mig-...`` after the GPU's minor number (``/dev/nvidia<minor>``): the join finds the
+(parent) GPU by that number (the MIG GPU instance is not in the name: left empty); a device
+named by its UUID joins as a device plugin's id does. A device shared through consumable
+capacity (a ``share_id``) or by several containers is ``shared``.
+
 Sharing: a device is ``shared`` when the kubelet lists it with a replica suffix (time-slicing
 or MPS) or for more than one container, else ``exclusive``. Only an exclusive whole GPU's
 device metrics belong to one pod; that is what the recording rules join on.
@@ -30,12 +41,13 @@ device metrics belong to one pod; that is what the recording rules join on.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from exporter.health import MigDevice
-from exporter.snapshot import AllocationRow, GpuReading
+from exporter.snapshot import AllocationRow, DraClaim, GpuReading
 
 #: Resource names counted as NVIDIA GPUs besides the ``nvidia.com/mig-`` prefix.
 DEFAULT_RESOURCE_NAMES: frozenset[str] = frozenset({"nvidia.com/gpu", "nvidia.com/gpu.shared"})
@@ -45,6 +57,10 @@ _REPLICA_SEPARATOR = "::"
 EXCLUSIVE = "exclusive"
 SHARED = "shared"
 _LEGACY_MIG_PREFIX = "MIG-GPU-"
+#: DRA drivers whose devices are NVIDIA GPUs (NVIDIA's DRA driver) besides the extra names.
+DRA_GPU_DRIVERS: frozenset[str] = frozenset({"gpu.nvidia.com"})
+#: NVIDIA's DRA device names: ``gpu-<minor>`` and ``gpu-<minor>-mig-...``.
+_DRA_DEVICE = re.compile(r"^gpu-(\d+)(-mig-.+)?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,11 +70,12 @@ class DeviceId:
     device: str  # the id without a replica suffix: "GPU-...", "MIG-..." or another plugin's id
     replica: str | None = None  # "3" for "GPU-...::3" (time-slicing / MPS replicas)
     parent_uuid: str | None = None  # the GPU's UUID when the id itself names it
+    parent_minor: int | None = None  # the GPU's minor number when the id names it (DRA)
 
     @property
     def is_mig(self) -> bool:
-        """True for MIG device ids (either form)."""
-        return self.device.startswith("MIG-")
+        """True for MIG device ids (either form, and DRA's ``gpu-<minor>-mig-...``)."""
+        return self.device.startswith("MIG-") or "-mig-" in self.device
 
 
 def parse_device_id(raw: str) -> DeviceId:
@@ -72,15 +89,27 @@ def parse_device_id(raw: str) -> DeviceId:
     return DeviceId(device, replica if separator else None, parent)
 
 
+def parse_dra_device(name: str, share_id: str | None = None) -> DeviceId:
+    """A DRA device name as a ``DeviceId``: ``gpu-<minor>[-mig-...]`` names its GPU's minor
+    number, a UUID names itself; ``share_id`` (consumable capacity) makes it a replica."""
+    found = _DRA_DEVICE.match(name)
+    if found is not None:
+        return DeviceId(name, share_id, None, int(found.group(1)))
+    parsed = parse_device_id(name)
+    return DeviceId(parsed.device, share_id if share_id is not None else parsed.replica,
+                    parsed.parent_uuid)
+
+
 @dataclass(frozen=True, slots=True)
 class Allocation:
     """One device handed to one container of one pod."""
 
     device: DeviceId
-    resource: str  # e.g. "nvidia.com/gpu", "nvidia.com/mig-1g.18gb"
+    resource: str  # e.g. "nvidia.com/gpu", "nvidia.com/mig-1g.18gb"; a DRA driver's name
     namespace: str
     pod: str
     container: str
+    claim: DraClaim | None = None  # the DRA claim (None: a device plugin's allocation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +134,10 @@ class AllocationTable:
         return len(rows) > 1 or any(row.device.replica is not None for row in rows)
 
 
-def _sort_key(row: Allocation) -> tuple[str, str, str, str, str]:
-    return (row.device.device, row.namespace, row.pod, row.container, row.device.replica or "")
+def _sort_key(row: Allocation) -> tuple[str, str, str, str, str, str, str]:
+    claim = row.claim
+    return (row.device.device, row.namespace, row.pod, row.container, row.device.replica or "",
+            "" if claim is None else claim.namespace, "" if claim is None else claim.name)
 
 
 # Structural view of the generated protobuf classes (keeps this module free of gRPC imports).
@@ -115,9 +146,25 @@ class _Devices(Protocol):
     device_ids: Iterable[str]
 
 
+class _ClaimResource(Protocol):
+    driver_name: str
+    pool_name: str
+    device_name: str
+    share_id: str
+
+    def HasField(self, name: str) -> bool: ...  # protobuf's name
+
+
+class _DynamicResource(Protocol):
+    claim_name: str
+    claim_namespace: str
+    claim_resources: Iterable[_ClaimResource]
+
+
 class _Container(Protocol):
     name: str
     devices: Iterable[_Devices]
+    dynamic_resources: Iterable[_DynamicResource]
 
 
 class _Pod(Protocol):
@@ -138,7 +185,8 @@ def is_gpu_resource(name: str, extra_names: frozenset[str] = frozenset()) -> boo
 def allocations_from_pods(
     pods: Iterable[_Pod], extra_resource_names: frozenset[str] = frozenset()
 ) -> AllocationTable:
-    """GPU allocations of a ``ListPodResourcesResponse.pod_resources`` sequence."""
+    """GPU allocations of a ``ListPodResourcesResponse.pod_resources`` sequence: the device
+    plugins' and the DRA claims' (drivers in ``DRA_GPU_DRIVERS`` or ``extra_resource_names``)."""
     rows: list[Allocation] = []
     for pod in pods:
         for container in pod.containers:
@@ -150,7 +198,23 @@ def allocations_from_pods(
                     if device.device:
                         rows.append(Allocation(device, devices.resource_name, pod.namespace,
                                                pod.name, container.name))
+            rows += _claimed(pod, container, extra_resource_names)
     return AllocationTable.of(rows)
+
+
+def _claimed(pod: _Pod, container: _Container, extra_names: frozenset[str]
+             ) -> Iterable[Allocation]:
+    """The GPUs a container's DRA claims were allocated."""
+    for claimed in container.dynamic_resources:
+        for resource in claimed.claim_resources:
+            driver, name = resource.driver_name, resource.device_name
+            if not name or not (driver in DRA_GPU_DRIVERS or driver in extra_names):
+                continue
+            share = resource.share_id if resource.HasField("share_id") else None
+            claim = DraClaim(claimed.claim_namespace or pod.namespace, claimed.claim_name,
+                             driver, resource.pool_name, name)
+            yield Allocation(parse_dra_device(name, share or None), driver, pod.namespace,
+                             pod.name, container.name, claim)
 
 
 def join_allocations(table: AllocationTable,
@@ -158,9 +222,12 @@ def join_allocations(table: AllocationTable,
     """Rows for every allocation in ``table`` (unique), joined with the GPUs of a snapshot
     and the MIG devices read on them."""
     whole: dict[str, int] = {}
+    minors: dict[int, GpuReading] = {}
     migs: dict[str, tuple[GpuReading, MigDevice]] = {}
     for reading in gpus:
         whole[reading.identity.uuid] = reading.identity.index
+        if reading.identity.minor_number is not None:
+            minors[reading.identity.minor_number] = reading
         migs.update((device.uuid, (reading, device)) for device in reading.mig or ())
     rows: list[AllocationRow] = []
     for allocation in table.allocations:
@@ -178,6 +245,9 @@ def join_allocations(table: AllocationTable,
                 gpu_instance = device.device.split("/")[1] if device.device.count("/") == 2 else ""
             if not gpu:
                 uuid = ""
+        elif device.parent_minor is not None and device.parent_minor in minors:
+            identity = minors[device.parent_minor].identity  # DRA: gpu-<minor>[-mig-...]
+            gpu, uuid = str(identity.index), identity.uuid
         rows.append(AllocationRow(
             gpu=gpu,
             uuid=uuid,
@@ -188,6 +258,7 @@ def join_allocations(table: AllocationTable,
             pod=allocation.pod,
             container=allocation.container,
             sharing=SHARED if table.shared(device.device) else EXCLUSIVE,
+            claim=allocation.claim,
         ))
     # Two replicas of one GPU in one container are one row (the replica is not a label).
     return tuple(dict.fromkeys(rows))

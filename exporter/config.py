@@ -122,9 +122,12 @@ def _group_flags() -> list[Flag]:
 
 
 def _workload_flags() -> list[Flag]:
-    """``--<kind>`` for every workload kind (``exporter.catalogue.workloads``)."""
-    return [Flag(name=kind.name, dest=f"workload_{kind.name}", help=kind.help, default=False)
-            for kind in KINDS]
+    """``--<kind>`` for every workload kind (``exporter.catalogue.workloads``), and the flag of
+    each of its id labels."""
+    return [flag for kind in KINDS for flag in (
+        Flag(name=kind.name, dest=f"workload_{kind.name}", help=kind.help, default=False),
+        *(Flag(name=label.flag, dest=f"id_label_{label.name}", help=label.help, default=False)
+          for label in kind.id_labels))]
 
 
 FLAGS: tuple[Flag, ...] = (
@@ -393,7 +396,9 @@ def resolve(namespace: argparse.Namespace, environ: Mapping[str, str]) -> Config
             values[flag.dest] = _value(flag, flag.default, f"--{flag.name} default")
     groups = frozenset(g for g in SWITCHABLE_GROUPS if values.pop(f"collector_{g.value}"))
     kinds = tuple(kind for kind in KINDS if values.pop(f"workload_{kind.name}"))
-    config = Config(groups=groups, workload_labels=WorkloadLabels(kinds), **values)
+    ids = frozenset(label.name for kind in KINDS for label in kind.id_labels
+                    if values.pop(f"id_label_{label.name}"))
+    config = Config(groups=groups, workload_labels=WorkloadLabels(kinds, ids), **values)
     _check(config)
     return config
 

@@ -171,6 +171,7 @@ class Scheduler:
         self._timeout_counted = False
         self._generation = 0
         self._created = clock()
+        self._created_wall = wall()  # what the error counters count from
 
         self._initialised = False
         self._init_failures = 0
@@ -395,6 +396,7 @@ class Scheduler:
             last_success_timestamp=self._last_success_ts,
             errors_total=dict(self._errors),
             web_config_reload_successful=self._web_config_ok,
+            counting_since=self._created_wall,
         )
 
     def _apply(self, out: _Outcome) -> None:

@@ -58,6 +58,17 @@ class Workload:
 
 
 @dataclass(frozen=True, slots=True)
+class DraClaim:
+    """The Dynamic Resource Allocation claim behind an allocation, as the kubelet reports it."""
+
+    namespace: str  # the ResourceClaim's namespace
+    name: str  # the ResourceClaim's name
+    driver: str  # e.g. gpu.nvidia.com
+    pool: str  # the driver's pool (NVIDIA's driver: the node's name)
+    device: str  # the device in the pool, e.g. gpu-0
+
+
+@dataclass(frozen=True, slots=True)
 class AllocationRow:
     """One device the kubelet allocated to one container, or Slurm to one job (label values;
     "" = unknown, or another kind's). The workload fields are named as the labels of
@@ -72,6 +83,7 @@ class AllocationRow:
     pod: str
     container: str
     sharing: str  # "exclusive" or "shared" (time-sliced/MPS replicas, several containers)
+    claim: DraClaim | None = None  # the DRA claim that allocated it (None: a device plugin)
     slurm_job: str = ""  # the Slurm job id (the prolog's allocation file)
     user: str = ""  # the job owner's user name (its uid where the passwd file has none)
     uid: str = ""
@@ -114,7 +126,7 @@ class GpuIdentity:
     serial: str | None = None
     vbios_version: str | None = None
     power_limit_default_watts: float | None = None
-    minor_number: int | None = None  # N of /dev/nvidia<N> (Jobstats' GPU key)
+    minor_number: int | None = None  # N of /dev/nvidiaN (DRA drivers and Jobstats name GPUs by it)
 
 
 @slot_init  # built on every collection: see exporter.frozeninit
@@ -173,6 +185,7 @@ class AccountingRow:
     user: str
     workload: Mapping[str, str] = field(default_factory=dict)
     totals: Mapping[str, float] = field(default_factory=dict)
+    since: float | None = None  # Unix seconds the row's totals count from
 
 
 @slot_init  # built on every collection: see exporter.frozeninit
@@ -184,7 +197,8 @@ class Snapshot:
     then ``gpus`` is empty and ``source_error`` says why.
     ``errors`` counts problems met during this collection by kind (for example
     ``{"garbled_process_entry": 2, "gpu_lost": 1}``); the scheduler accumulates them into
-    the ``gpu_exporter_errors_total`` counter.
+    the ``gpu_exporter_errors_total`` counter. ``booted_at`` (the host's boot) and
+    ``started_at`` (the source's start) are Unix seconds.
     """
 
     source: str  # "nvml" or "simulated"
@@ -201,3 +215,7 @@ class Snapshot:
     allocations: tuple[AllocationRow, ...] = ()  # the kubelet's and Slurm's device allocations
     pod_resources: PodResourcesHealth | None = None  # None when PodResources is not polled
     accounting: tuple[AccountingRow, ...] = ()  # filled by exporter.attribution.accounting
+    #: Where counters count from (their OpenMetrics ``_created``): NVML's since-the-driver-
+    #: loaded counters from about the host's boot, the source's own from its start.
+    booted_at: float | None = None
+    started_at: float | None = None

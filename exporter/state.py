@@ -26,6 +26,7 @@ class ExporterState:
     last_success_timestamp: float | None
     errors_total: Mapping[str, int] = field(default_factory=dict)
     web_config_reload_successful: bool | None = None
+    counting_since: float | None = None  # Unix seconds ``errors_total`` counts from
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,14 +70,15 @@ Key = tuple[str, ...]
 class _Row:
     """One row's running totals (``energy``: None until a power reading was split)."""
 
-    __slots__ = ("energy", "held_bytes", "held_gpus", "idle_bytes", "idle_gpus", "seen",
+    __slots__ = ("energy", "held_bytes", "held_gpus", "idle_bytes", "idle_gpus", "seen", "since",
                  "used_gpus")
 
-    def __init__(self, seen: float) -> None:
+    def __init__(self, seen: float, since: float) -> None:
         self.held_bytes = self.held_gpus = self.idle_bytes = self.idle_gpus = 0.0
         self.used_gpus = 0.0
         self.energy: float | None = None
         self.seen = seen
+        self.since = since  # the start of the first interval it counts
 
     def snapshot_row(self, key: Key, group_by: tuple[str, ...]) -> AccountingRow:
         totals = {HELD_MEMORY_SECONDS.name: self.held_bytes, HELD_GPU_SECONDS.name: self.held_gpus,
@@ -85,7 +86,8 @@ class _Row:
                   USED_GPU_SECONDS.name: self.used_gpus}
         if self.energy is not None:
             totals[ATTRIBUTED_ENERGY.name] = self.energy
-        return AccountingRow(key[0], dict(zip(group_by, key[1:], strict=True)), totals)
+        return AccountingRow(key[0], dict(zip(group_by, key[1:], strict=True)), totals,
+                             self.since)
 
 
 class IdleAccounting:
@@ -145,7 +147,7 @@ class IdleAccounting:
                 key = self._allocation_key(allocation)
                 row = rows.get(key)
                 if row is None:
-                    row = rows[key] = _Row(now)
+                    row = rows[key] = _Row(now, now - elapsed)
                 row.seen = now
                 if elapsed == 0.0:
                     continue
@@ -188,7 +190,7 @@ class IdleAccounting:
         for key, (held_bytes, idle_bytes, used) in sums.items():
             row = rows.get(key)
             if row is None:
-                row = rows[key] = _Row(now)
+                row = rows[key] = _Row(now, now - elapsed)
             row.seen = now
             if elapsed == 0.0:
                 continue  # the first collection only opens the rows at 0

@@ -25,6 +25,7 @@ from exporter.catalogue.workloads import (
     CgroupIdentity,
     WorkloadKind,
     group_by_names,
+    id_label_names,
     label_names,
 )
 from exporter.snapshot import Workload
@@ -90,17 +91,19 @@ def workload(kind: WorkloadKind, identity: CgroupIdentity,
     return Workload(kind.name, labels, ids)
 
 
-def select(*names: str) -> WorkloadLabels:
-    """The labels of the kinds ``names`` (table order, whatever the order given).
+def select(*names: str, ids: frozenset[str] = frozenset()) -> WorkloadLabels:
+    """The labels of the kinds ``names`` (table order, whatever the order given), with the id
+    labels ``ids`` switched on.
 
     Raises:
-        KeyError: a name is no workload kind.
+        KeyError: a name is no workload kind, or an id no kind's id label.
     """
     known = {kind.name for kind in KINDS}
-    for name in names:
-        if name not in known:
+    known_ids = {label.name for kind in KINDS for label in kind.id_labels}
+    for name in (*names, *ids):
+        if name not in known and name not in known_ids:
             raise KeyError(name)
-    return WorkloadLabels(tuple(kind for kind in KINDS if kind.name in names))
+    return WorkloadLabels(tuple(kind for kind in KINDS if kind.name in names), ids)
 
 
 def _get(labels: Mapping[str, str], names: tuple[str, ...]) -> tuple[str, ...]:
@@ -139,10 +142,18 @@ def _picker(names: tuple[str, ...], own: tuple[str, ...]) -> Picker:
 Projection: TypeAlias = Callable[[Workload | None], tuple[str, ...]]
 
 
-def _projection(names: tuple[str, ...], kinds: Iterable[WorkloadKind]) -> Projection:
+def _projection(names: tuple[str, ...], kinds: Iterable[WorkloadKind],
+                ids: frozenset[str] = frozenset()) -> Projection:
     """The values of ``names`` for a process in a workload: all "" for a host process or a
-    workload of a kind not in ``kinds``."""
-    pickers = {kind.name: _picker(names, kind.labels) for kind in kinds}
+    workload of a kind not in ``kinds``. A kind's id labels among ``ids`` read the workload's
+    ids (its cgroup's)."""
+    pickers: dict[str, Picker] = {}
+    extras: dict[str, tuple[str, ...]] = {}
+    for kind in kinds:
+        extra = id_label_names(kind, ids)
+        pickers[kind.name] = _picker(names, (*kind.labels, *extra))
+        if extra:
+            extras[kind.name] = extra
     blank = ("",) * len(names)
 
     def values(workload: Workload | None) -> tuple[str, ...]:
@@ -151,10 +162,14 @@ def _projection(names: tuple[str, ...], kinds: Iterable[WorkloadKind]) -> Projec
         pick = pickers.get(workload.kind)
         if pick is None:
             return blank
+        labels = workload.labels
+        extra = extras.get(workload.kind)
+        if extra is not None:
+            labels = {**labels, **{name: workload.ids.get(name, "") for name in extra}}
         try:
-            return pick(workload.labels)
+            return pick(labels)
         except KeyError:  # a workload lacking some of its kind's labels: those are ""
-            return _get(workload.labels, names)
+            return _get(labels, names)
 
     return values
 
@@ -164,11 +179,13 @@ class WorkloadLabels:
     """The workload kinds switched on and the labels they put on series.
 
     ``names``: the labels of process series (after the owner's) and of the per-workload
-    families (after the GPU's), every kind's labels in table order, each once. ``group_by``:
-    the labels of the accounting counters (after ``user``).
+    families (after the GPU's), every kind's labels in table order, each once, each kind's id
+    labels switched on (``ids``) after its own. ``group_by``: the labels of the accounting
+    counters (after ``user``).
     """
 
     kinds: tuple[WorkloadKind, ...] = ()
+    ids: frozenset[str] = frozenset()  # id labels switched on (``--kubernetes.pod-uid``)
     names: tuple[str, ...] = field(init=False)
     group_by: tuple[str, ...] = field(init=False)
     #: The values of ``names`` (of ``group_by``) for a process in a workload, all "" for a host
@@ -177,11 +194,11 @@ class WorkloadLabels:
     group_values: Projection = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        names = label_names(self.kinds)
-        group_by = group_by_names(self.kinds)
+        names = label_names(self.kinds, self.ids)
+        group_by = group_by_names(self.kinds, self.ids)
         for attribute, value in (("names", names), ("group_by", group_by),
-                                 ("values", _projection(names, self.kinds)),
-                                 ("group_values", _projection(group_by, self.kinds))):
+                                 ("values", _projection(names, self.kinds, self.ids)),
+                                 ("group_values", _projection(group_by, self.kinds, self.ids))):
             object.__setattr__(self, attribute, value)
 
     def on(self, kind: WorkloadKind) -> bool:

@@ -74,6 +74,9 @@ TEMPERATURE_WARNING_FOR: Final = "5m"
 TEMPERATURE_CRITICAL_CELSIUS: Final = 90.0
 TEMPERATURE_CRITICAL_FOR: Final = "2m"
 THROTTLE_FOR: Final = "5m"
+#: Where the GPU counts throttle time: the share of the last THROTTLE_FOR a reason must hold
+#: the clocks back (elsewhere the reason must be active at each evaluation).
+THROTTLE_TIME_SHARE: Final = 0.5
 POWER_CAP_FOR: Final = "30m"
 
 # --- health ---------------------------------------------------------------------------------

@@ -51,6 +51,17 @@ class CgroupIdentity:
     ids: Mapping[str, str]
 
 
+@dataclass(frozen=True, slots=True)
+class IdLabel:
+    """A label a kind can add from what its cgroup path names (``CgroupIdentity.ids[name]``),
+    switched on with a flag of its own (``--<flag>``, off by default: an id is new for every
+    workload, so the label makes series of the same name distinct over time)."""
+
+    name: str  # the label, and the key of ``CgroupIdentity.ids`` it reads
+    flag: str
+    help: str
+
+
 @dataclass(frozen=True, slots=True, eq=False)  # a row is its own identity
 class WorkloadKind:
     """One kind of workload: the single declaration everything else follows from.
@@ -62,9 +73,12 @@ class WorkloadKind:
     (``<group_by joined by _>:gpu_workload_memory_used_bytes:sum``) and get dashboard
     variables; empty: the kind's processes are accounted per user only.
     ``match`` recognises the kind's cgroup paths. ``fallback``: matched after every other kind
-    (a container inside a Slurm job belongs to the job). ``allocation_labels``: for a kind
-    whose scheduler says which GPUs it *gave* a workload (the kubelet's PodResources, Slurm's
-    prolog files), the labels those allocations carry on ``gpu_allocation_info``.
+    (a container inside a Slurm job belongs to the job). ``id_labels``: labels from the path's
+    ids, each behind its own flag; switched on, one follows the kind's labels and its
+    ``group_by`` (accounting rows keep two workloads of the same name apart).
+    ``allocation_labels``: for a kind whose scheduler says which GPUs it *gave* a workload (the
+    kubelet's PodResources, Slurm's prolog files), the labels those allocations carry on
+    ``gpu_allocation_info``.
     """
 
     name: str
@@ -73,6 +87,7 @@ class WorkloadKind:
     match: Matcher
     group_by: tuple[str, ...] = ()
     fallback: bool = False
+    id_labels: tuple[IdLabel, ...] = ()
     allocation_labels: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -154,6 +169,11 @@ KUBERNETES = WorkloadKind(
     labels=("namespace", "pod", "container"),
     match=kubernetes_path,
     group_by=("namespace", "pod"),
+    id_labels=(IdLabel(
+        "pod_uid", "kubernetes.pod-uid",
+        "With --kubernetes: add the pod_uid label (the pod's UID, from its cgroup) to process, "
+        "per-workload and accounting series, so that two pods of one name over time (a "
+        "StatefulSet's pod, a restarted Job's) stay apart."),),
     allocation_labels=("namespace", "pod", "container"),
 )
 
@@ -268,10 +288,17 @@ KINDS: tuple[WorkloadKind, ...] = (KUBERNETES, CONTAINERS, SLURM)
 
 
 # --- what follows from the table ----------------------------------------------------------------
-def label_names(kinds: Iterable[WorkloadKind]) -> tuple[str, ...]:
+def id_label_names(kind: WorkloadKind, ids: Iterable[str]) -> tuple[str, ...]:
+    """The id labels of ``kind`` among the names ``ids`` switched on, in the kind's order."""
+    wanted = set(ids)
+    return tuple(label.name for label in kind.id_labels if label.name in wanted)
+
+
+def label_names(kinds: Iterable[WorkloadKind], ids: Iterable[str] = ()) -> tuple[str, ...]:
     """The labels of ``kinds`` in their order, each once (pods and containers share
-    ``container``)."""
-    return _union(kind.labels for kind in kinds)
+    ``container``), each kind's id labels among ``ids`` after its own."""
+    ids = tuple(ids)
+    return _union((*kind.labels, *id_label_names(kind, ids)) for kind in kinds)
 
 
 def allocation_label_names(kinds: Iterable[WorkloadKind]) -> tuple[str, ...]:
@@ -279,9 +306,12 @@ def allocation_label_names(kinds: Iterable[WorkloadKind]) -> tuple[str, ...]:
     return _union(kind.allocation_labels for kind in kinds)
 
 
-def group_by_names(kinds: Iterable[WorkloadKind]) -> tuple[str, ...]:
-    """The ``group_by`` labels of ``kinds`` in their order, each once."""
-    return _union(kind.group_by for kind in kinds)
+def group_by_names(kinds: Iterable[WorkloadKind], ids: Iterable[str] = ()) -> tuple[str, ...]:
+    """The ``group_by`` labels of ``kinds`` in their order, each once, each kind's id labels
+    among ``ids`` after them (for kinds that group at all)."""
+    ids = tuple(ids)
+    return _union((*kind.group_by, *id_label_names(kind, ids)) for kind in kinds
+                  if kind.group_by)
 
 
 def _union(groups: Iterable[Sequence[str]]) -> tuple[str, ...]:

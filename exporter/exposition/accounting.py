@@ -34,8 +34,11 @@ def accounting_families(snapshot: Snapshot, options: ExpositionOptions) -> list[
         if metric.group not in options.groups:
             continue
         result = family(metric, names)
-        result.rows = [(key, total) for key, row in zip(keys, snapshot.accounting, strict=True)
-                       if (total := row.totals.get(metric.name)) is not None]
+        counted = [(key, total, row.since)
+                   for key, row in zip(keys, snapshot.accounting, strict=True)
+                   if (total := row.totals.get(metric.name)) is not None]
+        result.rows = [(key, total) for key, total, _ in counted]
+        result.created = [since for _, _, since in counted]
         if result.rows:
             found.append(result)
     return found

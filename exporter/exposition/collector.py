@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client import CollectorRegistry, ProcessCollector
 
 from exporter.exposition.accounting import accounting_families
+from exporter.exposition.created import stamp_created
 from exporter.exposition.families import Family, FamilyData
 from exporter.exposition.gpu import gpu_families
 from exporter.exposition.health import health_families
@@ -28,10 +29,14 @@ StateProvider = Callable[[], ExporterState]
 
 
 def snapshot_families(snapshot: Snapshot, options: ExpositionOptions) -> list[FamilyData]:
-    """Every per-GPU and per-process family of ``snapshot`` under ``options`` (as data)."""
-    return [*gpu_families(snapshot, options.groups), *health_families(snapshot, options.groups),
-            *process_families(snapshot, options), *accounting_families(snapshot, options),
-            *jobstats_families(snapshot, options.groups)]
+    """Every per-GPU and per-process family of ``snapshot`` under ``options`` (as data),
+    counters with the time each series counts from."""
+    families = [*gpu_families(snapshot, options.groups),
+                *health_families(snapshot, options.groups),
+                *process_families(snapshot, options), *accounting_families(snapshot, options),
+                *jobstats_families(snapshot, options.groups)]
+    stamp_created(families, snapshot)
+    return families
 
 
 class ExporterCollector:
@@ -42,17 +47,20 @@ class ExporterCollector:
     ``get_state`` is called once per collect; whatever it raises propagates to the caller.
     """
 
-    def __init__(self, get_state: StateProvider, options: ExpositionOptions) -> None:
+    def __init__(self, get_state: StateProvider, options: ExpositionOptions, *,
+                 created: bool = False) -> None:
+        """``created``: counters carry ``_created`` (for the OpenMetrics encoder only)."""
         self._get_state = get_state
         self._options = options
+        self._created = created
 
     def collect(self) -> Iterator[Family]:
         """Fresh snapshot and self-metric families for the current state."""
         state = self._get_state()
         for data in snapshot_families(state.snapshot, self._options):
-            yield data.to_family()
+            yield data.to_family(self._created)
         for data in self_families(state):
-            yield data.to_family()
+            yield data.to_family(self._created)
 
     def describe(self) -> list[Family]:
         """Nothing: registration must not collect."""
@@ -60,14 +68,16 @@ class ExporterCollector:
 
 
 def build_registry(
-    get_state: StateProvider, options: ExpositionOptions, *, process_metrics: bool = True
+    get_state: StateProvider, options: ExpositionOptions, *, process_metrics: bool = True,
+    created: bool = False,
 ) -> CollectorRegistry:
     """A fresh registry with ``ExporterCollector`` and, if asked, the ``process_*`` collector.
 
-    No other default collectors (no ``python_gc_*``, no ``python_info``).
+    No other default collectors (no ``python_gc_*``, no ``python_info``). ``created``: counters
+    carry ``_created`` (what the OpenMetrics encoder should write).
     """
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ExporterCollector(get_state, options))
+    registry.register(ExporterCollector(get_state, options, created=created))
     if process_metrics:
         ProcessCollector(registry=registry)
     return registry

@@ -13,7 +13,8 @@ The two formats, for one family (``metric``, label names, rows):
   ``"``. The closing ``# EOF`` is the renderer's business.
 - samples:     ``<name>{<label>="<value>",...} <value>``, labels sorted by name, values
   escaped (backslash, newline, double quote), numbers as Go formats floats (``format_value``),
-  info samples always ``1.0``;
+  info samples always ``1.0``; in OpenMetrics a counter row with a ``created`` time is
+  followed by ``<family>_created{...} <time>`` (the text format leaves it out);
 - names are escaped as the Accept header's ``escaping=`` asks, by prometheus_client's own
   functions (once per family shape).
 
@@ -91,6 +92,7 @@ class _Shape:
     names: tuple[str, ...]  # label names, sorted
     order: tuple[int, ...]  # for each sorted name, its position in the family's label values
     fixed: str | None  # info samples: always this value
+    created: str | None  # OpenMetrics counters: the ``_created`` sample name
 
 
 @lru_cache(maxsize=512)
@@ -104,14 +106,17 @@ def _shape(metric: Metric, labels: tuple[str, ...], openmetrics: bool,
         if metric.unit:
             header += f"# UNIT {name} {metric.unit}\n"
         sample = _escape_sample_name(metric.name, escaping, _legacy_rune)
+        created = (_escape_sample_name(metric.family_name + "_created", escaping, _legacy_rune)
+                   if metric.kind is Kind.COUNTER else None)
     else:
         kind = "gauge" if metric.kind is Kind.INFO else metric.kind.value
         sample = _escape_metric_name(metric.name, escaping)
         header = f"# HELP {sample} {help_text}\n# TYPE {sample} {kind}\n"
+        created = None
     order = tuple(sorted(range(len(labels)), key=lambda index: labels[index]))
     names = tuple(_escape_label_name(labels[i], escaping) for i in order)
     fixed = format_value(1.0) if metric.kind is Kind.INFO else None
-    return _Shape(header, sample, names, order, fixed)
+    return _Shape(header, sample, names, order, fixed, created)
 
 
 def _label_text(shape: _Shape, values: tuple[str, ...]) -> str:
@@ -126,9 +131,24 @@ def _label_text(shape: _Shape, values: tuple[str, ...]) -> str:
 def encode(data: FamilyData, openmetrics: bool, escaping: str = UNDERSCORES) -> str:
     """One family in one format (the reference the cached ``Encoder`` must equal)."""
     shape = _shape(data.metric, data.labels, openmetrics, escaping)
+    created = _created(shape, data)
     return shape.header + "".join(
         f"{shape.sample}{_label_text(shape, values)} {_number(shape, value)}\n"
-        for values, value in data.rows)
+        + _created_line(shape, values, created[index])
+        for index, (values, value) in enumerate(data.rows))
+
+
+def _created(shape: _Shape, data: FamilyData) -> list[float | None]:
+    """Each row's ``_created`` time where the format writes one (None elsewhere)."""
+    if shape.created is None or data.created is None:
+        return [None] * len(data.rows)
+    return data.created
+
+
+def _created_line(shape: _Shape, values: tuple[str, ...], created: float | None) -> str:
+    if created is None:
+        return ""
+    return f"{shape.created}{_label_text(shape, values)} {format_value(created)}\n"
 
 
 def _number(shape: _Shape, value: float) -> str:
@@ -142,6 +162,7 @@ class _Encoded(NamedTuple):
     text: str
     zeros: tuple[int, ...]  # rows whose value is 0: only their sign can differ in equal rows
     lines: dict[Row, str]  # the lines of nonzero rows (0 == -0.0, written apart)
+    created: list[float | None] | None  # the rows' ``_created`` times as written
 
 
 class Encoder:
@@ -172,11 +193,18 @@ class Encoder:
             for data in families:
                 key = (data.metric, data.labels)
                 previous = self._families.get(key)
-                if previous is not None and _same(previous, data.rows):
+                shape = _shape(data.metric, data.labels, self.openmetrics, self.escaping)
+                created = data.created if shape.created is not None else None
+                if (previous is not None and _same(previous, data.rows)
+                        and previous.created == created):
                     parts.append(previous.text)
                     encoded[key] = previous
                     continue
-                shape = _shape(data.metric, data.labels, self.openmetrics, self.escaping)
+                if created is not None:  # counters with _created lines: written afresh
+                    text = encode(data, self.openmetrics, self.escaping)
+                    parts.append(text)
+                    encoded[key] = _Encoded(data.rows, text, (), {}, list(created))
+                    continue
                 sample, fixed = shape.sample, shape.fixed
                 before = previous.lines if previous is not None else {}
                 labels_before = self._label_texts.get(data.labels, {})
@@ -203,7 +231,7 @@ class Encoder:
                     out.append(line)
                 text = "".join(out)
                 parts.append(text)
-                encoded[key] = _Encoded(data.rows, text, tuple(zeros), lines)
+                encoded[key] = _Encoded(data.rows, text, tuple(zeros), lines, None)
             self._families, self._label_texts = encoded, label_texts
             return parts
 

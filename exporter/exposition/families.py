@@ -1,9 +1,11 @@
 """Metric families as plain data, built fresh from catalogue entries for every snapshot.
 
 Every family's name, type, help and unit comes from its row in ``exporter.catalogue.metrics``;
-nothing here types a metric name. A ``FamilyData`` is a list of (label values, value) rows; it
-becomes a prometheus_client family with ``to_family()`` (for the collector and the fallback
-encoder) or is encoded directly by ``exporter.exposition.encode`` (the fast path, byte-identical).
+nothing here types a metric name. A ``FamilyData`` is a list of (label values, value) rows
+(a counter's also the Unix time each row counts from: its OpenMetrics ``_created``,
+``exporter.exposition.created``); it becomes a prometheus_client family with ``to_family()``
+(for the collector and the fallback encoder) or is encoded directly by
+``exporter.exposition.encode`` (the fast path, byte-identical).
 """
 
 from __future__ import annotations
@@ -30,12 +32,15 @@ Row = tuple[tuple[str, ...], float]
 class FamilyData:
     """One family: a catalogue metric, its label names, and its samples.
 
-    For info metrics the value of each row is ignored (always exposed as 1).
+    For info metrics the value of each row is ignored (always exposed as 1). ``created``
+    (counters only; None: no row has one) holds per row the Unix time it counts from (None
+    for a row without one), which OpenMetrics exposes as ``<family>_created``.
     """
 
     metric: Metric
     labels: tuple[str, ...]
     rows: list[Row] = field(default_factory=list)
+    created: list[float | None] | None = None
 
     def add(self, values: tuple[str, ...], value: float) -> None:
         """Append one sample; ``values`` are in the order of ``labels``."""
@@ -54,8 +59,10 @@ class FamilyData:
             if labelled is not None:
                 rows.append(((*values, label), labelled))
 
-    def to_family(self) -> Family:
-        """The equivalent prometheus_client family (fresh object).
+    def to_family(self, created: bool = False) -> Family:
+        """The equivalent prometheus_client family (fresh object); with ``created``, counters
+        carry their ``_created`` samples (OpenMetrics: the text format would turn them into
+        gauges of their own, so they are left out there).
 
         Raises:
             ValueError: the catalogue entry is not a valid Prometheus metric (a catalogue bug).
@@ -70,8 +77,10 @@ class FamilyData:
             counter = CounterMetricFamily(
                 metric.family_name, metric.help, labels=names, unit=metric.unit
             )
-            for values, value in self.rows:
-                counter.add_metric(values, value)
+            starts = self.created if created and self.created is not None else None
+            for index, (values, value) in enumerate(self.rows):
+                counter.add_metric(values, value,
+                                   created=None if starts is None else starts[index])
             return counter
         gauge = GaugeMetricFamily(metric.family_name, metric.help, labels=names, unit=metric.unit)
         for values, value in self.rows:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from exporter.catalogue import metrics, thresholds
-from exporter.catalogue.metrics import PROCESS_ROWS, Fold, Group, Metric
+from exporter.catalogue.metrics import PROCESS_ROWS, Fold, Group, Metric, Since
 from exporter.catalogue.metrics.allocator import USER_COUNTERS
 from exporter.exposition.families import FamilyData, family, gpu_label_values
 from exporter.snapshot import GpuProcess, GpuReading, Snapshot
@@ -260,6 +260,26 @@ def _allocations(snapshot: Snapshot) -> FamilyData:
     return allocations
 
 
+def _process_starts(per_process: list[FamilyData]) -> None:
+    """A process's own counters count from its start: their series' ``created`` is the start
+    time of the same series (the oldest of a merged series)."""
+    starts = dict(per_process[PROCESS_ROWS.index(metrics.PROCESS_START_TIME)].rows)
+    for data in per_process:
+        if data.metric.since is Since.PROCESS and data.rows:
+            data.created = [starts.get(labels) for labels, _ in data.rows]
+
+
+def _claims(snapshot: Snapshot) -> FamilyData:
+    """``gpu_allocation_claim_info``: the DRA claim of each allocation that has one."""
+    claims = family(metrics.ALLOCATION_CLAIM_INFO)
+    for row in snapshot.allocations:
+        claim = row.claim
+        if claim is not None:
+            claims.add((row.gpu, row.uuid, row.namespace, row.pod, row.container,
+                        claim.namespace, claim.name, claim.driver, claim.pool, claim.device), 1.0)
+    return claims
+
+
 def process_families(snapshot: Snapshot, options: ExpositionOptions) -> Iterator[FamilyData]:
     """Families of the ``processes`` and ``process_utilization`` groups plus the overflow gauge.
 
@@ -290,12 +310,14 @@ def process_families(snapshot: Snapshot, options: ExpositionOptions) -> Iterator
                 value = series.values[index]
                 if value is not None:
                     target.add(series.labels, value)
+    _process_starts(per_process)
     workload_memory, workload_utilization = _workload_totals(healthy, options)
     user_memory, user_count, user_idle, user_busiest = _user_figures(healthy)
     chosen: list[FamilyData] = []
     if with_processes:
         chosen += [count, *(f for f in per_process if f.metric.group is Group.PROCESSES),
-                   user_memory, user_count, workload_memory, _allocations(snapshot)]
+                   user_memory, user_count, workload_memory, _allocations(snapshot),
+                   _claims(snapshot)]
     chosen += [f for f in per_process if f.metric.group is not Group.PROCESSES
                and f.metric.group in groups]
     if Group.PROCESS_UTILIZATION in groups:

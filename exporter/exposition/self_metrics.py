@@ -87,5 +87,7 @@ def self_families(state: ExporterState) -> Iterator[FamilyData]:
     errors = family(metrics.ERRORS)
     for kind in sorted(state.errors_total):
         errors.add((kind,), state.errors_total[kind])
+    if state.counting_since is not None:
+        errors.created = [state.counting_since] * len(errors.rows)
     if errors.rows:
         yield errors

@@ -46,3 +46,18 @@ class Source(Protocol):
     def close(self) -> None:
         """Release resources (idempotent)."""
         ...
+
+
+def boot_time(stat: str = "/proc/stat") -> float | None:
+    """The host's boot time in Unix seconds, ``btime`` of ``/proc/stat`` (the host's in a
+    container too; None: unreadable): NVML's counters that count since the driver loaded start
+    about then (the driver loads at boot; a later reload resets them, which Prometheus reads as
+    a counter reset)."""
+    try:
+        with open(stat, "rb") as lines:
+            for line in lines:
+                if line.startswith(b"btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

@@ -54,6 +54,7 @@ SPEEDS = {
     "xid-storm": 2.0,  # XID 31 every 2 s from 10 s, XID 48/94 at 15/16 s simulated
     "mig-node": 1.0,
     "remap-pending": 2.0,  # remap pending from 20 s, remap failure at 30 s simulated
+    "dra-node": 1.0,
 }
 
 #: Seconds of real time after an exporter came up at which its alerts are evaluated.

@@ -14,6 +14,7 @@ from exporter.catalogue.workloads import KUBERNETES
 from exporter.health import MigDevice, MigProcess, XidKey, XidStat
 from exporter.snapshot import (
     AllocationRow,
+    DraClaim,
     GpuIdentity,
     GpuProcess,
     GpuReading,
@@ -155,6 +156,8 @@ def snapshot(*gpus: GpuReading, **fields: object) -> Snapshot:
         cuda_driver_version="12.6",
         nvml_version="12.560.35.03",
         gpus=gpus,
+        booted_at=1_699_000_000.0,
+        started_at=1_699_999_000.5,
     )
     return replace(base, **fields)  # type: ignore[arg-type]
 
@@ -166,6 +169,7 @@ def state(snap: Snapshot, age: float = 1.5, **fields: object) -> ExporterState:
         stale=False,
         last_success_timestamp=snap.taken_at,
         errors_total={"garbled_process_entry": 2},
+        counting_since=1_699_999_000.25,
     )
     return replace(base, **fields)  # type: ignore[arg-type]
 
@@ -191,15 +195,23 @@ def fleet(gpus: int = 8, processes_per_gpu: int = 32) -> Snapshot:
                 )
             )
         readings.append(reading(index, tuple(procs)))
-    # The kubelet gave each GPU to one pod (the exporter's allocation series), except the last
-    # of several: Slurm gave that one to a job (the prolog's allocation file).
+    # The kubelet gave each GPU to one pod (the exporter's allocation series), the last one
+    # through a DRA claim; of several GPUs, Slurm also gave the last one to a job (the prolog's
+    # allocation file).
     allocations = tuple(
         AllocationRow(str(r.identity.index), r.identity.uuid, r.identity.uuid, "",
                       "nvidia.com/gpu", "ml", f"train-{r.identity.index}", "main", "exclusive")
-        if r.identity.index < gpus - 1 or gpus == 1 else
+        for r in readings[:-1]
+    ) + tuple(
+        AllocationRow(str(r.identity.index), r.identity.uuid, f"gpu-{r.identity.index}", "",
+                      "gpu.nvidia.com", "ml", f"train-{r.identity.index}", "main", "exclusive",
+                      DraClaim("ml", f"train-{r.identity.index}-gpu", "gpu.nvidia.com", "node-1",
+                               f"gpu-{r.identity.index}"))
+        for r in readings[-1:]
+    ) + tuple(
         AllocationRow(str(r.identity.index), r.identity.uuid, r.identity.uuid, "", "gres/gpu",
                       "", "", "", "exclusive", slurm_job="913377", user="alice", uid="2001")
-        for r in readings
+        for r in readings[-1:] if len(readings) > 1
     )
     if readings:
         readings[0] = with_health(readings[0])

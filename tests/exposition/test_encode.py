@@ -40,16 +40,19 @@ ODD_VALUES = ('quote"d', "back\\slash", "new\nline", "braces{0}}{", "ünï €",
 
 
 class _Registry:
-    def __init__(self, data: list[FamilyData]) -> None:
+    def __init__(self, data: list[FamilyData], created: bool) -> None:
         self.data = data
+        self.created = created
 
     def collect(self) -> list[object]:
-        return [d.to_family() for d in self.data]
+        return [d.to_family(self.created) for d in self.data]
 
 
 def _reference(encoder: object, content_type: str, data: list[FamilyData]) -> str:
-    out = encoder(_Registry(data)).decode()  # type: ignore[operator]
-    return out.removesuffix(EOF) if content_type.startswith("application/openmetrics") else out
+    """What prometheus_client writes (counters with ``_created`` in OpenMetrics)."""
+    openmetrics = content_type.startswith("application/openmetrics")
+    out = encoder(_Registry(data, openmetrics)).decode()  # type: ignore[operator]
+    return out.removesuffix(EOF) if openmetrics else out
 
 
 def _odd_snapshot() -> factory.Snapshot:

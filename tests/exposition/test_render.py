@@ -26,8 +26,9 @@ OPTIONS = ExpositionOptions(workload_labels=select("kubernetes"))
 
 def _uncached(state: ExporterState, accept: str | None) -> bytes:
     registry = CollectorRegistry()
-    registry.register(ExporterCollector(lambda: state, OPTIONS))
-    encoder, _ = choose_encoder(accept or "")
+    encoder, content_type = choose_encoder(accept or "")
+    openmetrics = content_type.startswith("application/openmetrics")
+    registry.register(ExporterCollector(lambda: state, OPTIONS, created=openmetrics))
     return encoder(registry)
 
 

@@ -40,6 +40,8 @@ Scripting (every knob may be changed between collections):
 - GPM (``fake_nvml_gpm``): ``gpu.gpm`` (metric id -> value of the window ending at the second
   sample), ``gpu.gpm_instances`` (per MIG GPU instance), ``gpu.gpm_supported``,
   ``gpu.gpm_unsupported`` (metric ids), ``gpu.nvlink``; ``fake.samples_allocated``.
+- Field values (``fake_nvml_fields``): ``gpu.fields``, ``gpu.field_errors``,
+  ``gpu.violations``, ``gpu.nvlink_links``; ``gpu.minor`` for ``nvmlDeviceGetMinorNumber``.
 - ``missing_pynvml(monkeypatch)``: ``import pynvml`` raises ImportError.
 """
 
@@ -53,6 +55,7 @@ from typing import Any
 
 import pytest
 
+from tests.sources.fake_nvml_fields import FakeFields
 from tests.sources.fake_nvml_gpm import FakeGpm
 from tests.sources.fake_nvml_parts import (
     ERROR_CLASSES,
@@ -95,7 +98,7 @@ class _Reading:
         return lambda h, *_args: getattr(fake._enter(self.symbol, h), self.field)
 
 
-class FakeNvml(FakeGpm, types.ModuleType):
+class FakeNvml(FakeGpm, FakeFields, types.ModuleType):
     """The fake module. See the module docstring for the scripting API."""
 
     NVMLError = NVMLError
@@ -128,6 +131,7 @@ class FakeNvml(FakeGpm, types.ModuleType):
         self._hangs: dict[tuple[str, int | None], threading.Event] = {}
         self._release = threading.Event()
         self.samples_allocated = []
+        self.field_requests = []
 
     def __getattribute__(self, name: str) -> Any:
         if name.startswith("nvml") and name in object.__getattribute__(self, "_absent"):

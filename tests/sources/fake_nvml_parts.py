@@ -139,6 +139,15 @@ class FakeGpu:
     gpm_instances: dict[int, dict[int, float]] = field(default_factory=dict)
     gpm_unsupported: set[int] = field(default_factory=set)
     nvlink: bool = False
+    # Field values (``tests.sources.fake_nvml_fields``): (field id, scope) -> value, on top of
+    # what an H100 answers (the throttle-time fields; with ``nvlink``, NVLink fields of
+    # ``nvlink_links`` links); (field id, scope) -> the code that entry answers instead;
+    # perf policy -> violation time in ns (absent: NOT_SUPPORTED).
+    fields: dict[tuple[int, int], float] = field(default_factory=dict)
+    field_errors: dict[tuple[int, int], int] = field(default_factory=dict)
+    violations: dict[int, int] = field(default_factory=dict)
+    nvlink_links: int = 4
+    minor: int | None = None  # nvmlDeviceGetMinorNumber (None: NOT_SUPPORTED)
 
 
 def h200(index: int, **changes: Any) -> FakeGpu:

@@ -11,7 +11,7 @@ processes. Counters start at 0 when the exporter starts.
 
 from __future__ import annotations
 
-from exporter.catalogue.metrics.core import Group, Kind, Metric, Scope
+from exporter.catalogue.metrics.core import Group, Kind, Metric, Scope, Since
 from exporter.catalogue.workloads import KINDS, group_by_names
 
 #: Labels of the accounting counters: ``user``, then the ``group_by`` labels of every workload
@@ -24,7 +24,7 @@ def _counter(name: str, group: Group, help_text: str) -> Metric:
     # Dashboards chart them through the accounting records, not by name.
     return Metric(name, Kind.COUNTER, group, help_text + " Since the exporter started; "
                   "its rate() is the quantity held per second.",
-                  labels=_LABELS, scope=Scope.ACCOUNTING, charted=False)
+                  labels=_LABELS, scope=Scope.ACCOUNTING, charted=False, since=Since.SERIES)
 
 
 HELD_MEMORY_SECONDS = _counter(

@@ -18,6 +18,7 @@ from exporter.catalogue.metrics.core import (
     Metric,
     ProcessView,
     Scope,
+    Since,
 )
 
 
@@ -26,6 +27,7 @@ def _row(name: str, kind: Kind, help_text: str, json_field: str) -> Metric:
         name, kind, Group.TORCH, help_text, labels=PROCESS_LABELS, scope=Scope.PROCESS,
         process_value=lambda process: process.values.get(name), fold=Fold.SUM,
         json_field=json_field, json_type=int,
+        since=Since.PROCESS if kind is Kind.COUNTER else None,
     )
 
 
@@ -100,7 +102,7 @@ def _user_counter(name: str, what: str) -> Metric:
         f"{what} in this user's processes on this GPU since the exporter started, processes "
         "that have exited included (processes already running then count from that moment). "
         "Summed here so that alerts need not read every process's series.",
-        labels=(*GPU_LABELS, "user"), scope=Scope.GPU_SUMMARY,
+        labels=(*GPU_LABELS, "user"), scope=Scope.GPU_SUMMARY, since=Since.EXPORTER,
     )
 
 

@@ -28,6 +28,18 @@ ALLOCATION_INFO = Metric(
     "time-sliced/MPS replicas and devices listed for several containers. Value is always 1.",
     labels=ALLOCATION_LABELS, scope=Scope.ALLOCATION,
 )
+#: Labels of ``gpu_allocation_claim_info``.
+CLAIM_LABELS: tuple[str, ...] = (*GPU_LABELS, "namespace", "pod", "container", "claim_namespace",
+                                 "claim", "driver", "pool", "device")
+
+ALLOCATION_CLAIM_INFO = Metric(
+    "gpu_allocation_claim_info", Kind.INFO, Group.PROCESSES,
+    "A device a Dynamic Resource Allocation claim gave a pod's container (PodResources API): "
+    "the ResourceClaim (claim_namespace, claim), its driver, pool and device, joined to the "
+    "GPU as in gpu_allocation_info (which lists the same allocation with resource=driver and "
+    "device_id=device). Value is always 1. dcgm-exporter: the dra_claim_* labels.",
+    labels=CLAIM_LABELS, scope=Scope.ALLOCATION,
+)
 #: The per-workload families carry the labels of every workload kind (those switched on).
 _WORKLOAD_LABELS = (*GPU_LABELS, *label_names(KINDS))
 

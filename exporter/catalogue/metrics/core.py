@@ -44,7 +44,9 @@ class Group(str, Enum):
     FAN = "fan"
     CLOCKS = "clocks"
     THROTTLE = "throttle"
+    THROTTLE_TIME = "throttle_time"  # time the clocks were held back, per reason (field values)
     ECC = "ecc"
+    NVLINK = "nvlink"  # NVLink errors and state per link (field values; GPUs with NVLink)
     PROCESSES = "processes"
     PROCESS_UTILIZATION = "process_utilization"
     TORCH = "torch"  # PyTorch allocator figures published by the processes themselves
@@ -60,9 +62,12 @@ class Group(str, Enum):
 #: Groups that cost much more than the rest per GPU and are therefore off unless asked for
 #: (H200: energy ~2.8 ms, PCIe ~21 ms, BAR1 ~0.36 ms, GPM's graphics-engine metric ~1.5 ms,
 #: against ~0.03 ms for all default reads); torch needs the publisher in the training
-#: processes and a directory shared with them.
+#: processes and a directory shared with them; throttle time (1.6 ms per GPU on an H100, and
+#: 11 series per GPU) and NVLink (5 series per link, 18 links on an H100 SXM) would grow a
+#: node's series by more than a tenth.
 OPT_IN_GROUPS: frozenset[Group] = frozenset({Group.ENERGY, Group.PCIE, Group.BAR1, Group.TORCH,
-                                             Group.GPM_ENGINE, Group.JOBSTATS})
+                                             Group.GPM_ENGINE, Group.THROTTLE_TIME,
+                                             Group.NVLINK, Group.JOBSTATS})
 #: Groups with ``--collector.<group>`` flags (the exporter's own metrics are always on).
 SWITCHABLE_GROUPS: tuple[Group, ...] = tuple(g for g in Group if g is not Group.EXPORTER)
 
@@ -85,6 +90,17 @@ class Scope(str, Enum):
     ACCOUNTING = "accounting"  # per user (pod, job) on the host, from ``Snapshot.accounting``
     JOBSTATS = "jobstats"  # per GPU and MIG device under a peer's names (exposition/jobstats.py)
     EXPORTER = "exporter"  # the exporter's own health
+
+
+class Since(str, Enum):
+    """Where a counter's zero lies, which is what its OpenMetrics ``_created`` says
+    (``exporter.exposition.created``)."""
+
+    DRIVER = "driver"  # NVML counts since the driver loaded: the host's boot time
+    EXPORTER = "exporter"  # the exporter counts since it (its source) started
+    SERIES = "series"  # each series counts from its own start (an accounting row)
+    PROCESS = "process"  # the process counts since it started (its start time)
+    LIFETIME = "lifetime"  # the GPU's whole life (InfoROM): no ``_created``, as none is known
 
 
 class Fold(str, Enum):
@@ -213,6 +229,41 @@ class Alias:
     allocation: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class FieldId:
+    """One NVML field value: its nvml.h name and id, and the scope (a link for per-link
+    fields). The id is nvml.h's, never the binding's constant: nvidia-ml-py renumbered some
+    (the clock-event durations moved from 251-253 to 269-271)."""
+
+    name: str
+    id: int
+    scope: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FieldRead:
+    """One value of a field-value row (``label``: the value of its extra label, None: the
+    row's one value): the fields that may answer it, newest first (a GPU keeps the first that
+    answers), and the perf policy whose ``nvmlDeviceGetViolationStatus`` is the same counter
+    (asked where no field answers)."""
+
+    label: str | None
+    fields: tuple[FieldId, ...]
+    policy: Constant | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NvmlFields:
+    """A per-GPU metric from ``nvmlDeviceGetFieldValues``: every such row of the groups
+    switched on is read in one call per GPU (``exporter.sources.nvml.fields``). The value is
+    the field's number divided by ``divisor``. ``nvlink`` rows are read only on GPUs with
+    NVLink, for the links they have (``NVML_FI_DEV_NVLINK_LINK_COUNT``)."""
+
+    reads: tuple[FieldRead, ...]
+    divisor: float = 1.0
+    nvlink: bool = False
+
+
 def nvml(function: str, *args: Argument, attribute: str | None = None, scale: float = 1.0,
          divisor: float = 1.0, fallback: tuple[str, ...] = (),
          per_label: Mapping[str, tuple[Argument, ...]] | None = None,
@@ -241,6 +292,8 @@ class Metric:
 
     ``charted`` False: no shipped dashboard shows it (otherwise a test requires one to).
     ``alias``: a compatibility row (``Scope.JOBSTATS``) serving another row's value.
+    ``since`` (counters only, and every counter has one): where the counter's zero lies, which
+    the OpenMetrics exposition states as the series' ``_created``.
     """
 
     name: str
@@ -250,7 +303,7 @@ class Metric:
     labels: tuple[str, ...] = GPU_LABELS
     scope: Scope = Scope.GPU
     label_values: tuple[str, ...] = ()
-    nvml: NvmlRead | NvmlGpm | NvmlSpecial | None = None
+    nvml: NvmlRead | NvmlGpm | NvmlSpecial | NvmlFields | None = None
     json_field: str | None = None
     json_type: type[float] | type[int] | type[bool] = float
     process_value: Callable[[ProcessView], float | None] | None = field(default=None,
@@ -258,6 +311,7 @@ class Metric:
     fold: Fold = Fold.SUM
     charted: bool = True  # a shipped dashboard shows it (tests check that one does)
     alias: Alias | None = None  # Scope.JOBSTATS rows: what they serve
+    since: Since | None = None  # counters: where their zero lies (their ``_created``)
 
     @property
     def unit(self) -> str:

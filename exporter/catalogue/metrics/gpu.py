@@ -13,6 +13,7 @@ from exporter.catalogue.metrics.core import (
     Metric,
     NvmlSpecial,
     Scope,
+    Since,
     nvml,
 )
 
@@ -134,7 +135,7 @@ ENERGY = Metric(
     "collection).",
     nvml=nvml("nvmlDeviceGetTotalEnergyConsumption", divisor=1000.0),
     json_field="energy_joules",
-    charted=False,
+    charted=False, since=Since.DRIVER,
 )
 PCIE_THROUGHPUT = Metric(
     "gpu_pcie_throughput_bytes_per_second", Kind.GAUGE, Group.PCIE,
@@ -190,14 +191,14 @@ THROTTLE_ACTIVE = Metric(
 )
 
 
-def ecc_row(name: str, help_text: str, json_field: str) -> Metric:
+def ecc_row(name: str, help_text: str, json_field: str, since: Since) -> Metric:
     """ECC errors by type from ``nvmlDeviceGetTotalEccErrors`` (volatile: since the driver
     loaded; aggregate: the GPU's lifetime), both rows read by the special reader ``ecc``."""
     return Metric(
         name, Kind.COUNTER, Group.ECC, help_text,
         labels=(*GPU_LABELS, "type"), label_values=("corrected", "uncorrected"),
         nvml=NvmlSpecial("ecc"),
-        json_field=json_field, json_type=int,
+        json_field=json_field, json_type=int, since=since,
     )
 
 
@@ -205,5 +206,5 @@ ECC_ERRORS = ecc_row(
     "gpu_ecc_errors_total",
     "ECC memory errors since the driver loaded; type is corrected or uncorrected. Any "
     "uncorrected error means data loss: drain the GPU.",
-    "ecc",
+    "ecc", Since.DRIVER,
 )

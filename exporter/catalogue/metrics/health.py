@@ -8,7 +8,15 @@ compute instance ID and ``mig_uuid`` the MIG device's UUID.
 
 from __future__ import annotations
 
-from exporter.catalogue.metrics.core import GPU_LABELS, Group, Kind, Metric, NvmlSpecial, Scope
+from exporter.catalogue.metrics.core import (
+    GPU_LABELS,
+    Group,
+    Kind,
+    Metric,
+    NvmlSpecial,
+    Scope,
+    Since,
+)
 from exporter.catalogue.metrics.gpu import ecc_row
 
 #: NVML health event types counted besides XIDs (``event`` label values), in exposition order.
@@ -30,7 +38,8 @@ MIG_DEVICE_LABELS: tuple[str, ...] = (*GPU_LABELS, "gpu_instance", "compute_inst
 
 def _xid_row(name: str, kind: Kind, help_text: str, labels: tuple[str, ...]) -> Metric:
     """A row filled from the background XID counts (``exporter.exposition.health``)."""
-    return Metric(name, kind, Group.XID, help_text, labels=labels, scope=Scope.XID)
+    return Metric(name, kind, Group.XID, help_text, labels=labels, scope=Scope.XID,
+                  since=Since.EXPORTER if kind is Kind.COUNTER else None)
 
 
 def _mig_row(name: str, kind: Kind, help_text: str, labels: tuple[str, ...]) -> Metric:
@@ -54,7 +63,7 @@ def _repair_counts(special: str, label: str, values: tuple[str, str], help_text:
         f"gpu_{special}_total", Kind.COUNTER, Group.REMAPPING, help_text,
         labels=(*GPU_LABELS, label), label_values=values,
         nvml=NvmlSpecial(special),
-        json_field=f"{special}_{{}}", json_type=int,
+        json_field=f"{special}_{{}}", json_type=int, since=Since.LIFETIME,
     )
 
 
@@ -91,7 +100,7 @@ ECC_AGGREGATE = ecc_row(
     "gpu_ecc_aggregate_errors_total",
     "ECC memory errors over the lifetime of the GPU (NVML's aggregate counters, kept across "
     "driver reloads and reboots); type is corrected or uncorrected.",
-    "ecc_aggregate",
+    "ecc_aggregate", Since.LIFETIME,
 )
 
 # --- XID errors and health events (NVML events, counted in the background) ----------------------
@@ -121,7 +130,7 @@ HEALTH_EVENT_COUNT = Metric(
     "types the GPU lets the exporter watch are present.",
     labels=(*GPU_LABELS, "event"), label_values=HEALTH_EVENTS,
     nvml=NvmlSpecial("events"),
-    json_field="health_events", json_type=int,
+    json_field="health_events", json_type=int, since=Since.EXPORTER,
 )
 
 # --- MIG ----------------------------------------------------------------------------------------

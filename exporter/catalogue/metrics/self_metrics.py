@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from exporter.catalogue.metrics.core import GPU_LABELS, Group, Kind, Metric, Scope
+from exporter.catalogue.metrics.core import GPU_LABELS, Group, Kind, Metric, Scope, Since
 
 
 def _own(name: str, kind: Kind, labels: tuple[str, ...], help_text: str,
          charted: bool = True) -> Metric:
     return Metric(name, kind, Group.EXPORTER, help_text, labels=labels, scope=Scope.EXPORTER,
-                  charted=charted)
+                  charted=charted, since=Since.EXPORTER if kind is Kind.COUNTER else None)
 
 
 BUILD_INFO = _own(

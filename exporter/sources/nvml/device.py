@@ -19,6 +19,7 @@ from exporter.catalogue.metrics import UNKNOWN_VALUE, Constant, Value
 from exporter.health import EventCounts
 from exporter.snapshot import GpuIdentity
 from exporter.sources.nvml.errors import Reaction, describe, raise_if_down
+from exporter.sources.nvml.fields import FieldState
 from exporter.sources.nvml.gpm import GpmState
 from exporter.sources.nvml.last_active import LastActive
 from exporter.sources.nvml.mig import MigReader
@@ -91,6 +92,7 @@ class GpuState:
     garbled_seen: bool = False  # garbled process entries were already reported in the log
     ecc_read: EccRead | None = None  # the last complete ECC read
     gpm: GpmState = field(default_factory=GpmState)  # GPM samples and status
+    fields: FieldState = field(default_factory=FieldState)  # what its field values answer
 
 
 def placeholder_identity(index: int) -> GpuIdentity:

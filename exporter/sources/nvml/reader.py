@@ -5,9 +5,10 @@ a set of groups are compiled once into one function (``exporter.sources.nvml.pla
 call per (function, args) per GPU read, shared by rows reading different attributes of one
 struct);
 ``NvmlSpecial`` rows go through the readers in ``exporter.sources.nvml.special``, GPM rows
-through ``exporter.sources.nvml.gpm``. Functions and constants are looked up once per
-``start``. The helpers get the collection's guarded calls and the GPU's state
-(``exporter.sources.nvml.device``) as arguments.
+through ``exporter.sources.nvml.gpm``, field-value rows (``NvmlFields``) through one
+``nvmlDeviceGetFieldValues`` call per GPU (``exporter.sources.nvml.fields``). Functions and
+constants are looked up once per ``start``. The helpers get the collection's guarded calls and
+the GPU's state (``exporter.sources.nvml.device``) as arguments.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any
 
-from exporter.catalogue.metrics import GPU_ROWS, Group, NvmlRead, NvmlSpecial, Value
+from exporter.catalogue.metrics import GPU_ROWS, Group, NvmlFields, NvmlRead, NvmlSpecial, Value
 from exporter.health import EventCounts, MigDevice, XidKey, XidStat
 from exporter.snapshot import GpuIdentity, GpuProcess, GpuReading, ProcessType
 from exporter.sources.nvml.device import Binding, FieldCalls, GpuState
 from exporter.sources.nvml.errors import describe
+from exporter.sources.nvml.fields import FieldPlan, read_fields
+from exporter.sources.nvml.fields import plan as fields_plan
 from exporter.sources.nvml.gpm import GpmPlan, GpmReader, Gpu
 from exporter.sources.nvml.gpm import plan as gpm_plan
 from exporter.sources.nvml.mig import MigReader
@@ -109,6 +112,8 @@ class NvmlCalls(Binding):
                                              if isinstance(row.nvml, NvmlSpecial))),
                 rows=frozenset(row.name for row in rows),
                 gpm=gpm_plan(groups, self.argument),
+                fields=fields_plan(((row.name, row.nvml) for row in rows
+                                    if isinstance(row.nvml, NvmlFields)), self.argument),
             )
         return found
 
@@ -121,6 +126,7 @@ class _Plan:
     specials: tuple[str, ...]
     rows: frozenset[str]  # every row of the groups (special readers may fill others)
     gpm: GpmPlan | None  # None: no GPM row is on
+    fields: FieldPlan | None  # None: no field-value row is on
 
 
 class GpuReader(FieldCalls):
@@ -147,6 +153,8 @@ class GpuReader(FieldCalls):
             for name, value in SPECIAL_READERS[special](self, gpu).items():
                 if name in rows:  # a special reader may fill rows of a group that is off
                     values[name] = value
+        if plan.fields is not None:
+            values.update(read_fields(self, gpu, plan.fields))
         mig = None
         if self.mig is not None and Group.MIG in groups:
             lister = self.calls.compute if Group.PROCESSES in groups else None

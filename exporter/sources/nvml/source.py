@@ -27,7 +27,7 @@ from typing import Any
 from exporter.catalogue.metrics import Group
 from exporter.health import EventCounts
 from exporter.snapshot import GpuReading, Snapshot
-from exporter.sources.base import SourceUnavailable
+from exporter.sources.base import SourceUnavailable, boot_time
 from exporter.sources.nvml.device import GpuState, placeholder_identity
 from exporter.sources.nvml.errors import (
     FATAL_CODES,
@@ -96,6 +96,8 @@ class NvmlSource:
         self._gpus: list[GpuState] = []
         self._throttle_cache: dict[int, dict[str, float]] = {}
         self._started = False
+        self._started_at: float | None = None  # Unix seconds of the last start
+        self._booted_at: float | None = None  # the host's boot (NVML's counters' zero)
         self._workers: GpuWorkers[_GpuResult] = GpuWorkers(gpu_timeout)
         self._lock = threading.Lock()  # start/close may come from another thread than collect
         self.driver_version: str | None = None
@@ -164,6 +166,7 @@ class NvmlSource:
                 self._acquire(gpu)
                 self._gpus.append(gpu)
             self._started = True
+            self._started_at, self._booted_at = time.time(), boot_time()
             if self._watch_events:
                 self._events = self._start_events(nvml)
             if shuffles_process_structs(self.driver_version):
@@ -233,6 +236,8 @@ class NvmlSource:
             nvml_version=self.nvml_version,
             gpus=tuple(readings),
             errors=errors,
+            booted_at=self._booted_at,
+            started_at=self._started_at,
         )
 
     def _read_gpu(self, calls: NvmlCalls, gpu: GpuState, groups: frozenset[Group],

@@ -31,6 +31,7 @@ class GpuModel:
     row_remapping: bool = False  # repairs memory by row remapping (Ampere+ data-centre GPUs)
     gpm: bool = False  # GPU Performance Monitoring (Hopper and newer)
     nvlink_bytes_per_second: float = 0.0  # NVLink bandwidth per direction (0: no NVLink)
+    nvlink_links: int = 0  # NVLink links (0: none)
 
 
 def _model(  # noqa: PLR0917 - one row of the table below
@@ -57,11 +58,13 @@ _ROW_REMAPPING = _MIG | {"NVIDIA L40S", "NVIDIA RTX A6000"}
 #: links; the H200 here is a board without links, as on the machine the project verifies on).
 _GPM = frozenset({"NVIDIA H100 80GB HBM3", "NVIDIA H200"})
 _NVLINK = {"NVIDIA H100 80GB HBM3": 450e9}
+_NVLINK_LINKS = {"NVIDIA H100 80GB HBM3": 18}
 
 #: Known models by the name NVML reports.
 GPU_MODELS: dict[str, GpuModel] = {
     m.name: replace(m, mig=m.name in _MIG, row_remapping=m.name in _ROW_REMAPPING,
-                    gpm=m.name in _GPM, nvlink_bytes_per_second=_NVLINK.get(m.name, 0.0))
+                    gpm=m.name in _GPM, nvlink_bytes_per_second=_NVLINK.get(m.name, 0.0),
+                    nvlink_links=_NVLINK_LINKS.get(m.name, 0))
     for m in (
         _model("NVIDIA H100 80GB HBM3", 81559, 529, 700, 72, (1980, 345), (2619, 2619),
                False, True, 0, 87, 92, 50),

@@ -11,6 +11,8 @@ Scenario keys (per GPU entry)::
     mig:                         # MIG on, with these GPU instances
       - {profile: 1g.18gb, gpu_instance: 7}
       - {profile: 3g.71gb, gpu_instance: 2, compute_instances: 2}
+    nvlink:                      # NVLink errors and state per link (GPUs with NVLink)
+      {links: 18, down: [7], faulty: [3], crc_per_hour: 1800}
 
 and per process ``gpu_instance: 7`` (``compute_instance: 0``) to run inside a MIG instance.
 Times are simulated seconds since the source started; XIDs before 0 are not counted (NVML does
@@ -25,15 +27,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from exporter.catalogue.metrics import nvlink as nvlink_rows
 from exporter.health import MigDevice, MigProcess, RemappedRows, RetiredPages, XidKey, XidStat
 from exporter.sources.simulated.scenario_fields import GiB, Reader, items
 
 #: The per-GPU scenario keys this module reads.
-HEALTH_KEYS = ("xids", "xid_events", "remapped_rows", "retired_pages", "mig")
+HEALTH_KEYS = ("xids", "xid_events", "remapped_rows", "retired_pages", "mig", "nvlink")
 XID_KEYS = ("at", "code", "count", "every", "gpu_instance", "compute_instance")
 REMAP_KEYS = ("corrected", "uncorrected", "pending_from", "failure_from")
 RETIRED_KEYS = ("single_bit", "double_bit", "pending_from")
 MIG_KEYS = ("profile", "gpu_instance", "compute_instances", "memory")
+NVLINK_KEYS = ("links", "down", "faulty", "crc_per_hour")
 _PROFILE = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.(\d+)gb(?:[+-][a-z.]+)?$")
 MAX_GPU_INSTANCES = 7  # NVIDIA's MIG GPUs hold at most 7 GPU instances
 
@@ -81,6 +85,18 @@ class MigSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class NvlinkSpec:
+    """``nvlink``: the GPU's links; ``down`` ones are inactive after one recovery; ``faulty``
+    ones count CRC errors at ``crc_per_hour`` (a replay per 8, a data CRC error per 50 on links
+    0-11); the rest are active and clean."""
+
+    links: int
+    down: tuple[int, ...] = ()
+    faulty: tuple[int, ...] = ()
+    crc_per_hour: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class HealthSpec:
     """Everything health-related of one simulated GPU (the defaults: a healthy GPU)."""
 
@@ -89,12 +105,14 @@ class HealthSpec:
     remapped_rows: RemapSpec | None = None
     retired_pages: RetiredSpec | None = None
     mig: tuple[MigSpec, ...] | None = None  # None: MIG off
+    nvlink: NvlinkSpec | None = None  # None: no NVLink series
 
 
 # --- parsing ------------------------------------------------------------------------------------
-def parse_health(r: Reader, memory_total: int, remapping: bool, mig: bool = True) -> HealthSpec:
+def parse_health(r: Reader, memory_total: int, remapping: bool, mig: bool = True,
+                 nvlink_links: int = 0) -> HealthSpec:
     """The health keys of one GPU entry (``remapping``: the model remaps rows, Ampere+;
-    ``mig``: the model supports MIG).
+    ``mig``: the model supports MIG; ``nvlink_links``: the model's NVLink links, 0: none).
 
     Raises:
         ScenarioError: an invalid field (the message names it).
@@ -130,7 +148,32 @@ def parse_health(r: Reader, memory_total: int, remapping: bool, mig: bool = True
                               sub.seconds("pending_from", None, negative=True))
     return HealthSpec(xids=tuple(sorted(xids, key=lambda x: x.at)),
                       xid_events=_flag(r, "xid_events", True), remapped_rows=remap,
-                      retired_pages=retired, mig=_parse_mig(r, memory_total, mig))
+                      retired_pages=retired, mig=_parse_mig(r, memory_total, mig),
+                      nvlink=_parse_nvlink(r, nvlink_links))
+
+
+def _parse_nvlink(r: Reader, model_links: int) -> NvlinkSpec | None:
+    if r.raw("nvlink") is None:
+        return None
+    if not model_links:
+        r.fail("this GPU model has no NVLink", "nvlink")
+    sub = Reader(r.raw("nvlink"), r.origin, f"{r.path}.nvlink", NVLINK_KEYS)
+    links = sub.integer("links", model_links, low=1)
+    if links > nvlink_rows.MAX_LINKS:
+        sub.fail(f"at most {nvlink_rows.MAX_LINKS} links", "links")
+    chosen: dict[str, tuple[int, ...]] = {}
+    for key in ("down", "faulty"):
+        found = []
+        for j, item in enumerate(items(sub.raw(key), sub, key)):
+            if not isinstance(item, int) or isinstance(item, bool) or not 0 <= item < links:
+                sub.fail(f"item {j}: expected a link number from 0 to {links - 1}", key)
+            found.append(item)
+        chosen[key] = tuple(found)
+    rate = sub.raw("crc_per_hour")
+    if rate is not None and (not isinstance(rate, (int, float)) or isinstance(rate, bool)
+                             or rate < 0):
+        sub.fail("expected a number of errors per hour, 0 or more", "crc_per_hour")
+    return NvlinkSpec(links, chosen["down"], chosen["faulty"], float(rate or 0.0))
 
 
 def _flag(r: Reader, key: str, default: bool) -> bool:
@@ -213,6 +256,26 @@ def retired_pages(spec: RetiredSpec | None, t: float) -> RetiredPages | None:
         return None
     return RetiredPages(single_bit=spec.single_bit, double_bit=spec.double_bit,
                         pending=spec.pending_from is not None and t >= spec.pending_from)
+
+
+def nvlink_values(spec: NvlinkSpec, t: float) -> dict[str, dict[str, float]]:
+    """The NVLink rows' values at ``t`` (simulated seconds since the start), by row name."""
+    crc = math.floor(spec.crc_per_hour * max(t, 0.0) / 3600.0)
+    values: dict[str, dict[str, float]] = {}
+    for link in range(spec.links):
+        label = str(link)
+        errors = crc if link in spec.faulty else 0
+        counts = {
+            nvlink_rows.NVLINK_CRC_FLIT_ERRORS.name: errors,
+            nvlink_rows.NVLINK_REPLAY_ERRORS.name: errors // 8,
+            nvlink_rows.NVLINK_RECOVERY_ERRORS.name: 1 if link in spec.down else 0,
+            nvlink_rows.NVLINK_STATE.name: 0 if link in spec.down else 1,
+        }
+        if link < 12:  # per-link data CRC fields exist for links 0-11 only
+            counts[nvlink_rows.NVLINK_CRC_DATA_ERRORS.name] = errors // 50
+        for name, value in counts.items():
+            values.setdefault(name, {})[label] = float(value)
+    return values
 
 
 def mig_devices(specs: tuple[MigSpec, ...] | None, gpu_index: int,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from exporter.health import RemappedRows, RetiredPages
 from exporter.sources.simulated.gpu_models import GpuModel
+from exporter.sources.simulated.throttle import ThrottleTimes
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +58,8 @@ class SimulatedGpu:
     xid_events: bool = True  # NVML delivers XID events for this GPU
     mig_enabled: bool = False
     activity: SimulatedActivity | None = None  # None: no GPM (before Hopper, or MIG on)
+    throttled: ThrottleTimes | None = None  # clock-event times since the driver loaded
+    nvlink: dict[str, dict[str, float]] | None = None  # NVLink rows by link (None: no series)
 
     @property
     def fan_speed_ratio(self) -> float | None:
@@ -64,6 +67,19 @@ class SimulatedGpu:
         if not self.model.has_fan:
             return None
         return round(min(1.0, max(0.3, 0.3 + (self.temperature_celsius - 40.0) * 0.016)), 2)
+
+    @property
+    def throttle_seconds(self) -> dict[str, float] | None:
+        """Seconds the clocks were held back per reason (``gpu_throttle_seconds_total``)."""
+        times = self.throttled
+        if times is None:
+            return None
+        return {reason: round(value, 3) for reason, value in (
+            ("sw_power_cap", times.capped), ("sw_thermal_slowdown", times.sw_hot),
+            ("hw_thermal_slowdown", times.hw_hot), ("hw_power_brake_slowdown", 0.0),
+            ("sync_boost", 0.0), ("thermal", times.sw_hot), ("board_limit", 0.0),
+            ("reliability", 0.0), ("low_utilization", times.idle),
+            ("below_application_clocks", times.below), ("below_base_clocks", times.below))}
 
     @property
     def throttle_reasons(self) -> dict[str, float]:

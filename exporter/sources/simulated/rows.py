@@ -47,6 +47,11 @@ def _repair_counts(record: str, values: tuple[str, ...]) -> Simulate:
     return simulate
 
 
+def _nvlink(name: str) -> Simulate:
+    """One NVLink row's values by link (None: the scenario describes no links)."""
+    return lambda gpu: None if gpu.nvlink is None else gpu.nvlink.get(name)
+
+
 #: Every per-GPU row the simulator models, by row name.
 SIMULATE: dict[str, Simulate] = {
     metrics.MEMORY_TOTAL.name: lambda gpu: gpu.memory_total_bytes,
@@ -72,6 +77,7 @@ SIMULATE: dict[str, Simulate] = {
     metrics.GRAPHICS_CLOCK.name: lambda gpu: gpu.sm_clock_hertz,
     metrics.PERFORMANCE_STATE.name: lambda gpu: gpu.performance_state,
     metrics.THROTTLE_ACTIVE.name: lambda gpu: gpu.throttle_reasons,
+    metrics.THROTTLE_TIME.name: lambda gpu: gpu.throttle_seconds,
     metrics.ECC_ERRORS.name: _ecc,
     # memory repair, XID events, MIG
     metrics.REMAPPED_ROWS.name: _repair_counts("remapped_rows",
@@ -88,6 +94,10 @@ SIMULATE: dict[str, Simulate] = {
     metrics.HEALTH_EVENT_COUNT.name: lambda gpu: (
         dict.fromkeys(metrics.HEALTH_EVENTS, 0.0) if gpu.xid_events else None),
     metrics.MIG_ENABLED.name: lambda gpu: None if not gpu.model.mig else float(gpu.mig_enabled),
+    # NVLink links (only where the scenario describes them)
+    **{row.name: _nvlink(row.name) for row in (
+        metrics.NVLINK_CRC_FLIT_ERRORS, metrics.NVLINK_CRC_DATA_ERRORS,
+        metrics.NVLINK_REPLAY_ERRORS, metrics.NVLINK_RECOVERY_ERRORS, metrics.NVLINK_STATE)},
     # GPM activity
     metrics.GRAPHICS_ACTIVE.name: _activity(lambda a: a.graphics),
     metrics.SM_ACTIVE.name: _activity(lambda a: a.sm),

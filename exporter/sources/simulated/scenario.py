@@ -70,6 +70,8 @@ The health keys (XIDs, memory repair, MIG) are described in
         container: worker
         resource: nvidia.com/gpu   # default nvidia.com/gpu
         replica: 0             # time-slicing replica (the device id gets "::0"): shared
+        claim: {name: gpus}    # a DRA claim instead of a device plugin: namespace (the pod's),
+                               # driver (gpu.nvidia.com), pool (the host), device (gpu-<gpu>)
       - gpu: 7                 # or what Slurm's prolog wrote (/run/gpustat/<GPU-uuid>)
         slurm_job: "913520"
         user: dave             # the job's owner
@@ -97,7 +99,7 @@ from exporter.boundedyaml import MAX_BYTES, YamlLimitError, load_bounded
 from exporter.catalogue import workloads
 from exporter.catalogue.workloads import container_labels
 from exporter.files import describe, read_file
-from exporter.snapshot import ProcessType, Workload
+from exporter.snapshot import DraClaim, ProcessType, Workload
 from exporter.sources.simulated import list_presets
 from exporter.sources.simulated.gpu_models import GPU_MODELS, GpuModel
 from exporter.sources.simulated.health import HEALTH_KEYS, HealthSpec, parse_health
@@ -189,6 +191,7 @@ class AllocationSpec:
     container: str = ""
     resource: str = "nvidia.com/gpu"
     replica: int | None = None
+    claim: DraClaim | None = None  # allocated through a DRA claim
     slurm_job: str = ""
     user: str = ""
     uid: int | None = None
@@ -251,8 +254,9 @@ _KERNELS = ("sm", "occupancy", "tensor", "precision")
 _WORKLOAD_KEYS = ("pod", "slurm_job", "container", "workload")
 _TORCH = ("cache", "fragmentation", "retries_per_hour", "ooms")
 _CONTAINER = ("name", "id")
-_ALLOCATION = ("gpu", "namespace", "pod", "container", "resource", "replica", "slurm_job",
-               "user", "uid")
+_ALLOCATION = ("gpu", "namespace", "pod", "container", "resource", "replica", "claim",
+               "slurm_job", "user", "uid")
+_CLAIM = ("name", "namespace", "driver", "pool", "device")
 _CONTAINER_ID = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -273,7 +277,8 @@ def parse_scenario(data: object, origin: str, default_name: str = "scenario") ->
     for i, entry in enumerate(items(top.raw("processes"), top, "processes")):
         processes.extend(_parse_process(Reader(entry, origin, f"processes[{i}]", _PROC), i, gpus))
     allocations = [
-        _parse_allocation(Reader(entry, origin, f"allocations[{i}]", _ALLOCATION), gpus)
+        _parse_allocation(Reader(entry, origin, f"allocations[{i}]", _ALLOCATION), gpus,
+                          top.text("hostname") or "node")
         for i, entry in enumerate(items(top.raw("allocations"), top, "allocations"))
     ]
     seen: set[tuple[int, int]] = set()
@@ -294,12 +299,12 @@ def parse_scenario(data: object, origin: str, default_name: str = "scenario") ->
     return scenario
 
 
-def _parse_allocation(r: Reader, gpus: list[GpuSpec]) -> AllocationSpec:
+def _parse_allocation(r: Reader, gpus: list[GpuSpec], hostname: str) -> AllocationSpec:
     gpu = r.integer("gpu", 0, low=0)
     if not r.has("gpu") or gpu >= len(gpus):
         r.fail(f"needs the index of one of the scenario's {len(gpus)} GPUs", "gpu")
     if r.has("slurm_job"):
-        for key in ("namespace", "pod", "container", "resource", "replica"):
+        for key in ("namespace", "pod", "container", "resource", "replica", "claim"):
             if r.has(key):
                 r.fail("a Slurm job's allocation has no pod fields", key)
         user = r.text("user", required=True) or ""
@@ -310,18 +315,28 @@ def _parse_allocation(r: Reader, gpus: list[GpuSpec]) -> AllocationSpec:
         if r.has(key):
             r.fail("only a Slurm job's allocation (slurm_job) names a user", key)
     replica = r.integer("replica", 0, low=0) if r.has("replica") else None
+    namespace = r.text("namespace", required=True) or ""
+    claim = None
+    if r.has("claim"):
+        sub = Reader(r.raw("claim"), r.origin, f"{r.path}.claim", _CLAIM)
+        claim = DraClaim(sub.text("namespace", namespace) or namespace,
+                         sub.text("name", required=True) or "",
+                         sub.text("driver", "gpu.nvidia.com") or "gpu.nvidia.com",
+                         sub.text("pool", hostname) or hostname,
+                         sub.text("device", f"gpu-{gpu}") or f"gpu-{gpu}")
     return AllocationSpec(
-        gpu=gpu, namespace=r.text("namespace", required=True) or "",
+        gpu=gpu, namespace=namespace,
         pod=r.text("pod", required=True) or "",
         container=r.text("container", required=True) or "",
         resource=r.text("resource", "nvidia.com/gpu") or "nvidia.com/gpu", replica=replica,
+        claim=claim,
     )
 
 
 def _flags(top: Reader) -> tuple[str, ...]:
     flags = items(top.raw("exporter_flags"), top, "exporter_flags")
     for flag in flags:
-        if not isinstance(flag, str) or not re.fullmatch(r"--[a-z][a-z0-9.-]*", flag):
+        if not isinstance(flag, str) or not re.fullmatch(r"--[a-z][a-z0-9._-]*", flag):
             top.fail(f"expected flags such as --slurm, got {flag!r}", "exporter_flags")
     return tuple(flags)
 
@@ -350,7 +365,8 @@ def _parse_gpu(r: Reader, first_index: int) -> list[GpuSpec]:
         ecc_corrected_per_hour=r.number("ecc_corrected_per_hour", 0.0),
         ecc_uncorrected=_bursts(r, "ecc_uncorrected"),
         lost_at=r.seconds("lost_at", None),
-        health=parse_health(r, model.memory_bytes, model.row_remapping, model.mig),
+        health=parse_health(r, model.memory_bytes, model.row_remapping, model.mig,
+                            model.nvlink_links),
     )
     return [replace(spec, index=first_index + k) for k in range(count)]
 

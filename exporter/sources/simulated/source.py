@@ -41,6 +41,7 @@ from exporter.allocations import (
     AllocationTable,
     DeviceId,
     join_allocations,
+    parse_dra_device,
 )
 from exporter.catalogue.metrics import (
     GPU_ROWS,
@@ -65,6 +66,7 @@ from exporter.sources.simulated.health import (
     RemapSpec,
     RetiredSpec,
     mig_devices,
+    nvlink_values,
     remapped_rows,
     retired_pages,
     xid_counts,
@@ -89,6 +91,8 @@ _RESTART_PID_STEP = 101
 LOADED_AFTER = 60.0
 _BUS_IDS = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)  # a typical 8-GPU HGX board
 _GPM_GROUPS = frozenset({Group.GPM, Group.GPM_ENGINE})
+#: Seconds the simulated host has been up when the source starts (its counters' zero).
+SIMULATED_UPTIME = 30 * 86400.0
 
 
 class SimulatedSource:
@@ -125,6 +129,9 @@ class SimulatedSource:
         table = AllocationTable.of(
             Allocation(DeviceId(uuids[a.gpu], None if a.replica is None else str(a.replica),
                                 uuids[a.gpu]), a.resource, a.namespace, a.pod, a.container)
+            if a.claim is None else
+            Allocation(parse_dra_device(a.claim.device), a.claim.driver, a.namespace, a.pod,
+                       a.container, a.claim)
             for a in pods
         )
         jobs = tuple(
@@ -198,6 +205,7 @@ class SimulatedSource:
             nvml_version=f"13.{self.scenario.driver_version}",
             gpus=tuple(readings), errors={"gpu_lost": lost} if lost else {},
             allocations=self._allocations, pod_resources=self._pod_resources,
+            booted_at=start - SIMULATED_UPTIME, started_at=start,
         )
 
     # --- one GPU -----------------------------------------------------------------------------
@@ -319,6 +327,8 @@ class SimulatedSource:
             mig_enabled=mig_on,
             # Under MIG, GPM is read per GPU instance only.
             activity=activity.result(model) if activity is not None and not mig_on else None,
+            throttled=gpu.throttled(t),
+            nvlink=None if health.nvlink is None else nvlink_values(health.nvlink, t),
         )
         gpu_rows, instance_rows = self._plan(groups)
         values = simulated_values(gpu_rows, state)

@@ -26,6 +26,7 @@ from exporter.sources.simulated.scenario import (
     ProcessSpec,
     TorchSpec,
 )
+from exporter.sources.simulated.throttle import CAP_SHARE, ThrottleTimes, segment
 
 _M64 = (1 << 64) - 1
 BUCKET = 5.0  # seconds of simulated time between independent noise values
@@ -225,7 +226,7 @@ class GpuTimeline:
     """One GPU's precomputed facts plus its thermal/energy integrator (cached per event)."""
 
     __slots__ = ("e_evt", "identity", "key", "limit", "next_b", "noise", "procs", "seg_busy",
-                 "seg_load", "spec", "t_evt", "temp_evt", "tnoise")
+                 "seg_load", "spec", "t_evt", "temp_evt", "throttled_evt", "tnoise")
 
     def __init__(self, spec: GpuSpec, identity: GpuIdentity, procs: list[ProcessTimeline],
                  key: int) -> None:
@@ -241,6 +242,7 @@ class GpuTimeline:
         self.seg_load, self.seg_busy = self.base_load(self.t_evt)
         self.temp_evt = self.target(self.seg_load, self.seg_busy)
         self.e_evt = float(3.0e8 + self.key % 100_000_000)  # energy since driver load
+        self.throttled_evt = ThrottleTimes()  # clock-event times since then
         self.next_b = min([_INF] + [p.next_boundary(self.t_evt) for p in self.procs])
 
     def base_load(self, t: float) -> tuple[float, bool]:
@@ -275,7 +277,19 @@ class GpuTimeline:
         power = min(self.limit, self.demand(self.seg_load, self.seg_busy))
         return temp, self.e_evt + power * dt
 
+    def throttled(self, t: float) -> ThrottleTimes:
+        """The clock-event times at ``t`` (call ``thermal(t)`` first: it advances the cache)."""
+        return self.throttled_evt.plus(self._segment(t - self.t_evt))
+
+    def _segment(self, length: float) -> ThrottleTimes:
+        load, busy, model = self.seg_load, self.seg_busy, self.spec.model
+        return segment(length, load, self.demand(load, busy) >= CAP_SHARE * self.limit,
+                       start=self.temp_evt, goal=self.target(load, busy),
+                       tau=self.spec.thermal_time_constant, slowdown=model.slowdown_celsius,
+                       hw_slowdown=model.hw_slowdown_celsius)
+
     def _advance(self, boundary: float) -> None:
+        self.throttled_evt = self.throttled(boundary)
         self.temp_evt, self.e_evt = self._state_at(boundary)
         self.t_evt = boundary
         self.next_b = min([_INF] + [p.next_boundary(boundary) for p in self.procs])
