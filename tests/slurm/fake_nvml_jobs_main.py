@@ -27,7 +27,7 @@ def _follow(fake: FakeNvml, path: Path) -> None:
 
 
 def main() -> int:
-    fake = FakeNvml([h200(0, memory_used=4 << 30, util_gpu=60), h200(1)])
+    fake = FakeNvml([h200(0, memory_used=4 << 30, util_gpu=60, minor=0), h200(1, minor=1)])
     pid_file = Path(os.environ.pop("GPU_EXPORTER_TEST_PID_FILE"))
     threading.Thread(target=_follow, args=(fake, pid_file), daemon=True).start()
     sys.modules["pynvml"] = fake

@@ -270,10 +270,6 @@ class FakeNvml(FakeGpm, FakeFields, types.ModuleType):
     nvmlDeviceGetFanSpeed = _Reading("fan_percent")
     nvmlDeviceGetTotalEnergyConsumption = _Reading("energy_mj")
 
-    def nvmlDeviceGetMinorNumber(self, h: FakeHandle) -> int:
-        minor = self._enter("nvmlDeviceGetMinorNumber", h).minor_number
-        return h.index if minor is None else minor
-
     def nvmlDeviceGetPciInfo(self, h: FakeHandle) -> types.SimpleNamespace:
         return types.SimpleNamespace(busId=self._enter("nvmlDeviceGetPciInfo_v3", h).pci_bus_id)
 

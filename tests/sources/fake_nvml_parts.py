@@ -101,7 +101,6 @@ class FakeGpu:
     pci_bus_id: str = "00000000:19:00.0"
     serial: str = "1650924000001"
     vbios: str = "96.00.99.00.01"
-    minor_number: int | None = None  # None: the GPU's index (as on most hosts)
     memory_total: int = 150_754_820_096
     memory_used: int = 1_048_576
     memory_reserved: int = 594_411_520

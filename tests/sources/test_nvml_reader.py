@@ -85,8 +85,7 @@ def test_the_identity_carries_the_minor_number_where_nvml_gives_it() -> None:
     from exporter.sources.nvml.reader import read_identity  # noqa: PLC0415
     from tests.sources.fake_nvml import FakeNvml, h200  # noqa: PLC0415
 
-    fake = FakeNvml([h200(0), h200(1, minor_number=5),
-                     h200(2, unsupported={"nvmlDeviceGetMinorNumber"})])
+    fake = FakeNvml([h200(0, minor=0), h200(1, minor=5), h200(2)])
     fake.nvmlInit()
     minors = [read_identity(fake, i, fake.nvmlDeviceGetHandleByIndex(i)).minor_number
               for i in range(3)]
