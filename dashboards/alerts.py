@@ -314,11 +314,13 @@ the data loader, storage or the network, or feeds the GPU batches too small to f
         for_=thresholds.IDLE_FOR,
         severity="warning",
         audience="owner",
-        summary="A pod holds an allocated GPU and does nothing with it.",
+        summary="A pod or Slurm job holds an allocated GPU and does nothing with it.",
         description=(
-            "Pod {{ $labels.namespace }}/{{ $labels.pod }} (container {{ $labels.container }}) was "
-            f"given {GPU_TEXT} by the kubelet, and for {thresholds.IDLE_FOR} either none of its "
-            "processes was on that GPU or the GPU, its alone, stayed under "
+            "{{ if $labels.slurm_job }}Slurm job {{ $labels.slurm_job }} (user "
+            "{{ $labels.user }}) was given " + GPU_TEXT + " by Slurm{{ else }}Pod "
+            "{{ $labels.namespace }}/{{ $labels.pod }} (container {{ $labels.container }}) was "
+            f"given {GPU_TEXT} by the kubelet{{{{ end }}}}, and for {thresholds.IDLE_FOR} either "
+            "none of its processes was on that GPU or the GPU, its alone, stayed under "
             f"{thresholds.IDLE_UTILIZATION_RATIO:.0%} {ACTIVITY_TEXT}. Nobody else can be "
             "scheduled on it."
         ),
@@ -329,30 +331,40 @@ the data loader, storage or the network, or feeds the GPU batches too small to f
             ("cost", cost.idle_cost_note("GpuAllocatedIdle", records.POD)),
         ),
         when=(
-            "a GPU the kubelet allocated to a pod had no process of that pod, or (allocated to one "
-            "container alone) averaged under 5 % activity over 15m, for 1h"
+            "a GPU the kubelet allocated to a pod (or Slurm to a job) had no process of that pod "
+            "(job), or (allocated to one container or job alone) averaged under 5 % activity over "
+            "15m, for 1h"
         ),
-        # notebook-alice-0's GPU idles; sweep-trial-3 holds a replica of GPU 3 with no process.
-        live=fires_under("kubernetes-node/2", "kubernetes-node/3", "dra-node/3"),
+        # notebook-alice-0's GPU idles; sweep-trial-3 holds a replica of GPU 3 with no process;
+        # Slurm job 913402 idles on GPU 4, job 913520 holds GPU 7 and runs nothing.
+        live=fires_under("kubernetes-node/2", "kubernetes-node/3", "dra-node/3", "slurm-node/4",
+                         "slurm-node/7"),
         runbook="""\
-**Meaning:** the kubelet allocated a GPU to a pod (`gpu_allocation_info`), and for an hour
-either no process of that pod held memory on the GPU, or the GPU was the pod's alone
+**Meaning:** the kubelet allocated a GPU to a pod, or Slurm to a job (`gpu_allocation_info`,
+with `slurm_job` and `user` for a job: its prolog's allocation file), and for an hour either no
+process of that pod (job) held memory on the GPU, or the GPU was its alone
 (`sharing="exclusive"`) and its activity (SM activity with GPM, else utilisation) averaged
 under 5 %. **Impact:** the most expensive
-waste on a cluster: the scheduler will not give that GPU to anybody else while the pod runs,
-whatever it does with it.
+waste on a cluster: the scheduler will not give that GPU to anybody else while the pod or job
+runs, whatever it does with it.
 
 1. Global: **GPU workloads** dashboard (`uid gpu-exporter-workloads`) → *Allocated but idle*
-   lists namespace, pod, container, node and GPU, and which of the two conditions holds.
+   lists namespace, pod, container, node and GPU (*Slurm jobs holding GPUs idle*: job, user,
+   node and GPU), and which of the two conditions holds.
 2. No process on the GPU: the pod requested `nvidia.com/gpu` but never touched CUDA (a CPU-only
    image, a crashed worker inside a still-running pod, an init step waiting on something), or it
    runs its GPU work in a container whose cgroup the exporter cannot match (check
    `gpu_process_memory_used_bytes{pod=""}` on that GPU). `kubectl -n <ns> logs <pod> -c <container>`
-   and `kubectl -n <ns> describe pod <pod>` usually say which.
+   and `kubectl -n <ns> describe pod <pod>` usually say which. A Slurm job: an interactive
+   `salloc` left open, a batch script still in its CPU phase, or a job that asked for more GPUs
+   than its code uses (`gpu-exporter report job <id>` shows it per GPU;
+   `scontrol show job <id>` its command and start). The exporter needs `--slurm` to see the
+   job's processes: without it every job allocation looks empty.
 3. A process but zero utilisation: see [GpuMemoryHeldIdle](#gpumemoryheldidle) (forgotten
    notebooks, hung collectives, idle inference servers). For notebooks, an idle-culler
    (JupyterHub's `cull_idle`, Kubeflow's notebook culling) releases the allocation.
-4. Ask the owner to scale the workload down or delete the pod; the allocation ends with the pod.
+4. Ask the owner to scale the workload down or delete the pod (cancel the job: `scancel <id>`);
+   the allocation ends with the pod or job.
 
 Shared (time-sliced or MPS) GPUs are only checked for "no process of the pod": their device
 utilisation belongs to every pod sharing them. See `docs/attribution.md` §4.
@@ -758,7 +770,8 @@ process list and the `/proc` lookup: harmless in small numbers), `pod_resources`
 PodResources polls), `container_name` (a Docker or Podman file that exists but cannot be read),
 `passwd_file` (the `--passwd-file` cannot be read: users show as numeric uids until it can),
 `web_config` (a changed `--web.config.file` failed to load: the previous one stays in force),
-`torch_stats_file` (a rejected PyTorch statistics file).
+`torch_stats_file` (a rejected PyTorch statistics file), `slurm_allocation` (a refused Slurm
+allocation file, or a `--slurm.allocation-dir` that cannot be read; docs/slurm.md).
 Health dashboard → *Errors by kind*; the exporter log has the details.
 """,
     )

@@ -20,7 +20,7 @@ from exporter.attribution.accounting import IdleAccounting
 from exporter.attribution.torchtotals import TorchUserTotals
 from exporter.attribution.workloads import WorkloadLabels
 from exporter.catalogue.metrics import SWITCHABLE_GROUPS, Group
-from exporter.catalogue.workloads import KUBERNETES
+from exporter.catalogue.workloads import KUBERNETES, SLURM
 from exporter.exposition.collector import snapshot_families
 from exporter.exposition.encode import Encoder
 from exporter.sources.simulated.scenario import list_presets, load_scenario
@@ -36,6 +36,7 @@ COLLECTION_INTERVAL = 60.0
 WORKLOADS = {
     "kubernetes-node": WorkloadLabels((KUBERNETES,)),
     "dra-node": WorkloadLabels((KUBERNETES,), frozenset({"pod_uid"})),
+    "slurm-node": WorkloadLabels((SLURM,)),
 }
 #: Presets with an OpenMetrics golden file too.
 OPENMETRICS = ("dra-node", "kubernetes-node", "torch-memory-pressure", "xid-storm")

@@ -176,8 +176,10 @@ def commands(processes: str) -> str:
 
 
 def pod_command() -> str:
-    """The ``commands`` annotation of an alert that names a pod itself (its labels)."""
-    return "kubectl delete pod -n {{ $labels.namespace }} {{ $labels.pod }}"
+    """The ``commands`` annotation of an alert that names a pod (or a Slurm job) itself (its
+    labels: a job's allocation carries ``slurm_job``)."""
+    return ("{{ if $labels.slurm_job }}scancel {{ $labels.slurm_job }}{{ else }}"
+            "kubectl delete pod -n {{ $labels.namespace }} {{ $labels.pod }}{{ end }}")
 
 
 def escalation_note() -> str:

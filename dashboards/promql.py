@@ -9,6 +9,13 @@ from __future__ import annotations
 from dashboards.settings import Token
 from exporter.catalogue import metrics
 from exporter.catalogue.settings import TOKEN_CLOSE, TOKEN_OPEN
+from exporter.catalogue.workloads import KINDS, group_by_names
+
+#: The labels that name an allocation's workload on ``gpu_allocation_info`` and on the
+#: per-workload families alike (``namespace, pod`` for pods, ``slurm_job`` for Slurm jobs).
+ALLOCATION_KEYS = ", ".join(group_by_names(k for k in KINDS if k.allocation_labels))
+#: An allocation of a pod (not a Slurm job's).
+POD_ALLOCATION = 'pod!=""'
 
 #: Labels a per-GPU series carries beyond the target's own (job, instance, node, ...).
 GPU_LABELS = ", ".join(metrics.GPU_LABELS)
@@ -115,29 +122,30 @@ def activity_average(matchers: str, window: str) -> str:
 
 
 def exclusive_allocation(host: str, *matchers: str) -> str:
-    """Allocations of whole GPUs (not MIG devices) that one container owns alone."""
+    """Allocations of whole GPUs (not MIG devices) that one container (or Slurm job) owns
+    alone."""
     return sel(metrics.ALLOCATION_INFO, host, *matchers, 'sharing="exclusive"', 'gpu_instance=""',
                'uuid!=""')
 
 
 def owned(metric: metrics.Metric, host: str, *matchers: str) -> str:
-    """A per-GPU ``metric`` of the GPUs one container owns alone, with that container's
+    """A per-GPU ``metric`` of the GPUs one pod container owns alone, with that container's
     ``namespace``, ``pod`` and ``container`` labels (a shared GPU's numbers are not split)."""
     return (f"{sel(metric, host)} * on (job, instance, uuid) group_left (namespace, pod, "
-            f"container) {exclusive_allocation(host, *matchers)}")
+            f"container) {exclusive_allocation(host, *matchers, POD_ALLOCATION)}")
 
 
 def allocated_idle(host: str, *matchers: str, ratio: float, window: str,
                    average: str | None = None) -> str:
     """Allocations (series of ``gpu_allocation_info``) holding a GPU for nothing: no process of
-    the pod on the GPU, or a GPU the container owns alone with average activity under
-    ``ratio`` over ``window`` (``average``: a recorded per-GPU average over that window, read
-    instead of the raw window)."""
+    the pod (or Slurm job) on the GPU, or a GPU the container (or job) owns alone with average
+    activity under ``ratio`` over ``window`` (``average``: a recorded per-GPU average over
+    that window, read instead of the raw window)."""
     allocated = sel(metrics.ALLOCATION_INFO, host, *matchers, 'uuid!=""')
     processes = sel(metrics.WORKLOAD_MEMORY, host)
     activity = average or f"({activity_average(host, window)})"
     return (
-        f"({allocated} unless on (job, instance, uuid, namespace, pod) {processes})\n"
+        f"({allocated} unless on (job, instance, uuid, {ALLOCATION_KEYS}) {processes})\n"
         f"or ({exclusive_allocation(host, *matchers)} and on (job, instance, uuid) "
         f"{activity} < {num(ratio)})"
     )

@@ -10,10 +10,10 @@ without these.
 
 from __future__ import annotations
 
-from dashboards.promql import HOSTNAME_RECORD, owned, sel
+from dashboards.promql import HOSTNAME_RECORD, POD_ALLOCATION, owned, sel
 from dashboards.rules import RecordingRule, RuleGroup
 from exporter.catalogue import metrics
-from exporter.catalogue.workloads import KINDS, WorkloadKind, label_names
+from exporter.catalogue.workloads import KINDS, SLURM, WorkloadKind, label_names
 
 _GPU = ", ".join(metrics.GPU_LABELS)
 used, total = metrics.MEMORY_USED.name, metrics.MEMORY_TOTAL.name
@@ -129,7 +129,8 @@ def workload_group() -> RuleGroup:
                       f"sum without (pod) ({POD_POWER})"),
         RecordingRule("namespace_pod:gpu_allocated:count",
                       f"count without ({_GPU}, device_id, gpu_instance, resource, container, "
-                      f"sharing) ({metrics.ALLOCATION_INFO.name})"),
+                      f"sharing, {', '.join(SLURM.allocation_labels)}) "
+                      f"({sel(metrics.ALLOCATION_INFO, POD_ALLOCATION)})"),
         *(rule for kind in KINDS for rule in workload_memory_rules(kind)),
     )
     return RuleGroup("gpu-exporter-recording-workloads", rules)

@@ -1,5 +1,8 @@
 """Dashboard 5: workloads - which pod, Slurm job or container holds each GPU, allocated or not.
 
+Allocations come from the kubelet (pods) and from Slurm's prolog files (jobs); both feed the
+*allocated but idle* views.
+
 Device metrics are attributed to a pod only for GPUs it owns alone (``sharing="exclusive"``
 whole GPUs, see docs/attribution.md §4); memory per namespace, pod, job and container comes
 from the process series, which is exact on shared GPUs too.
@@ -44,6 +47,9 @@ SHARED_ALLOC = sel(metrics.ALLOCATION_INFO, K8S, SHARED)
 IDLE = allocated_idle(HOST, *WORKLOAD, ratio=thresholds.IDLE_UTILIZATION_RATIO,
                       window=thresholds.IDLE_AVG_WINDOW,
                       average=sel_record(alerts.GPU_ACTIVITY_AVG, HOST))
+JOB_IDLE = allocated_idle(HOST, SLURM_JOB, IN_JOB, ratio=thresholds.IDLE_UTILIZATION_RATIO,
+                          window=thresholds.IDLE_AVG_WINDOW,
+                          average=sel_record(alerts.GPU_ACTIVITY_AVG, HOST))
 
 
 def _allocations(grid: Layout) -> None:
@@ -183,6 +189,28 @@ def _jobs(grid: Layout) -> None:
     grid.row("Slurm jobs and containers")
     job_mem = sel(metrics.WORKLOAD_MEMORY, HOST, SLURM_JOB, IN_JOB)
     job_util = sel(metrics.WORKLOAD_UTILIZATION, HOST, SLURM_JOB, IN_JOB)
+    job_alloc = sel(metrics.ALLOCATION_INFO, HOST, SLURM_JOB, IN_JOB)
+    grid.add(stat_panel(
+        "GPUs allocated to Slurm jobs", "Devices the selected jobs were given, from the "
+        "prolog's allocation files (--slurm.allocation-dir).", "short",
+        query(count_or_zero(job_alloc)),
+    ), 6, 4)
+    grid.add(stat_panel(
+        "Slurm allocations idle", "Allocations of the selected jobs with no process of the job "
+        "on the GPU, or a GPU the job holds alone averaging under "
+        f"{thresholds.IDLE_UTILIZATION_RATIO:.0%} activity over {thresholds.IDLE_AVG_WINDOW} "
+        f"(alert GpuAllocatedIdle after {thresholds.IDLE_FOR}).", "short",
+        query(count_or_zero(JOB_IDLE)), thresholds=steps(*COUNT_WARN),
+    ), 6, 4)
+    grid.add(table_panel(
+        "Slurm jobs holding GPUs idle", "Per job, user and GPU: allocations holding a GPU for "
+        "nothing right now (no process of the job on it, or the job's GPU alone under "
+        f"{thresholds.IDLE_UTILIZATION_RATIO:.0%} activity); `gpu-exporter report job <id>` "
+        "summarises a job.",
+        [Column("Idle", f"max by (job, instance, gpu, uuid, slurm_job, user) ({JOB_IDLE})",
+                "short")],
+        hidden=HIDDEN,
+    ), 12, 4)
     grid.add(timeseries_panel(
         "GPU memory by Slurm job", "Memory held by each Slurm job's GPU processes (job id from "
         "the process's cgroup).", "bytes",

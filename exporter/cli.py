@@ -27,7 +27,7 @@ from exporter.attribution.passwd import PasswdFileError, check_passwd_file
 from exporter.attribution.passwd import request_reload as request_passwd_reload
 from exporter.attribution.torchtotals import TorchUserTotals
 from exporter.catalogue.metrics import Group
-from exporter.catalogue.workloads import KUBERNETES
+from exporter.catalogue.workloads import KUBERNETES, SLURM
 from exporter.config import Config, ConfigError, build_parser, resolve, unknown_env
 from exporter.logs import setup_logging
 from exporter.memory import release_free_heap, tune_malloc
@@ -149,7 +149,7 @@ def build_accounting(config: Config) -> IdleAccounting | None:
 
 
 def build_enricher(config: Config, poller: PodResourcesPoller | None = None) -> Enricher | None:
-    """Owner, cgroup (the workload kinds switched on) and allocation enrichment, then the published
+    """Owner, cgroup (the kinds switched on) and allocation (kubelet, Slurm) enrichment, then the
     PyTorch allocator figures and their per-user counters (``--collector.torch``). The
     simulated source gets the per-user counters only (None when torch is off)."""
     if config.source == "simulated":  # its processes carry owners and workloads; /proc is unrelated
@@ -159,8 +159,12 @@ def build_enricher(config: Config, poller: PodResourcesPoller | None = None) -> 
         procfs=config.procfs, passwd_file=config.passwd_file,
         include_cmdline=config.cmdline, cgroups=bool(workloads.kinds),
     )
-    enricher = ProcessEnricher(owners, workloads.kinds, workloads.resolvers(config),
-                               allocations=poller)
+    enricher: Enricher = ProcessEnricher(owners, workloads.kinds, workloads.resolvers(config),
+                                         allocations=poller)
+    if workloads.on(SLURM) and config.slurm_allocation_dir:
+        from exporter.attribution.slurm_allocations import reading  # noqa: PLC0415 (when on)
+
+        enricher = chain(enricher, reading(config.slurm_allocation_dir, owners.user_name))
     if Group.TORCH not in config.groups:
         return enricher
     from exporter.attribution.torchstats import (  # noqa: PLC0415 (only when on)

@@ -28,6 +28,7 @@ from exporter.catalogue.defaults import (
     DEFAULT_PODMAN_STORAGE,
     DEFAULT_SOCKET,
 )
+from exporter.catalogue.gpustat import DEFAULT_DIRECTORY as DEFAULT_SLURM_ALLOCATION_DIR
 from exporter.catalogue.metrics import OPT_IN_GROUPS, SWITCHABLE_GROUPS, Group
 from exporter.catalogue.workloads import KINDS
 from exporter.sources.simulated import list_presets  # not .scenario: YAML loads lazily
@@ -104,6 +105,8 @@ _OPT_IN_NOTES = {
     **{group: " (opt-in: costs milliseconds per GPU)." for group in OPT_IN_GROUPS},
     Group.TORCH: " (opt-in: PyTorch allocator figures published by processes running "
     "gpu_exporter_torch into --torch.dir; see docs/pytorch-allocator.md).",
+    Group.JOBSTATS: " (opt-in: also serve the nvidia_gpu_* series Jobstats' tools query, "
+    "with jobid/userid from --slurm.allocation-dir; see docs/slurm.md).",
 }
 
 
@@ -207,6 +210,11 @@ FLAGS: tuple[Flag, ...] = (
     Flag("kubernetes.gpu-resource", "gpu_resources", "Extra device-plugin resource names "
          "counted as GPUs besides nvidia.com/gpu, nvidia.com/gpu.shared and nvidia.com/mig-* "
          "(comma-separated).", "", parse_names, "NAMES"),
+    Flag("slurm.allocation-dir", "slurm_allocation_dir", "With --slurm: the directory where "
+         "the Slurm prolog writes one file per GPU it gives a job (<index>, GPU-<uuid> or "
+         "MIG-<uuid> holding \"<job id> <uid>\", Jobstats' convention), read for "
+         "gpu_allocation_info; empty turns it off.", DEFAULT_SLURM_ALLOCATION_DIR,
+         parse_optional_path, "DIR"),
     Flag("containers.docker-root", "docker_root", "Docker's data root, read for container "
          "names (containers/<id>/config.v2.json); empty: no Docker names.", DEFAULT_DOCKER_ROOT,
          parse_optional_path, "DIR"),
@@ -291,6 +299,7 @@ class Config:
     pod_resources_interval: float = 5.0
     pod_resources_max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     gpu_resources: frozenset[str] = frozenset()
+    slurm_allocation_dir: str = DEFAULT_SLURM_ALLOCATION_DIR
     docker_root: str = DEFAULT_DOCKER_ROOT
     podman_storage: str = DEFAULT_PODMAN_STORAGE
     log_level: str = "info"

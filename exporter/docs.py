@@ -1,6 +1,6 @@
 """Generated tables in the docs (written by ``python -m dashboards.generate``): the README's
-headline metrics, docs/metrics.md's table of every metric, docs/flags.md's table of every flag,
-and docs/gpu-activity.md's map of the GPM rows to dcgm-exporter fields.
+headline metrics and bundled scenarios, docs/metrics.md's table of every metric, docs/flags.md's
+table of every flag, and docs/gpu-activity.md's map of the GPM rows to dcgm-exporter fields.
 
 A generated part sits between ``<!-- BEGIN <NAME> ... -->`` and ``<!-- END <NAME> -->`` (the
 names end in ``TABLE``, or ``SECTIONS`` for the runbook's alerts); the marker lines stay as
@@ -31,6 +31,7 @@ from exporter.catalogue.metrics import (
     NvmlGpm,
 )
 from exporter.config import flags_markdown_table
+from exporter.sources.simulated.scenario import list_presets, load_scenario
 
 __all__ = ["DOCS", "DocsError", "render", "render_parts"]
 
@@ -63,6 +64,17 @@ def headline_table() -> str:
     return "\n".join(lines)
 
 
+def scenarios_table() -> str:
+    """The README's table of the bundled scenarios: name, what it shows, the flags it is
+    meant to run with (the scenario's ``description`` and ``exporter_flags``)."""
+    lines = ["| `--scenario` | what it shows | run it with |", "|---|---|---|"]
+    for name in list_presets():
+        scenario = load_scenario(name)
+        flags = " ".join(f"`{flag}`" for flag in scenario.exporter_flags) or "-"
+        lines.append(f"| `{name}` | {scenario.description} | {flags} |")
+    return "\n".join(lines)
+
+
 def dcgm_table() -> str:
     """docs/gpu-activity.md's map: every GPM row, the GPM metric behind it, dcgm-exporter's
     field for the same figure, and the unit change between the two."""
@@ -84,7 +96,8 @@ def dcgm_table() -> str:
 
 #: Each document with generated tables (path from the repository root) -> its tables by marker.
 DOCS: dict[str, Callable[[], dict[str, str]]] = {
-    "README.md": lambda: {"HEADLINE TABLE": headline_table()},
+    "README.md": lambda: {"HEADLINE TABLE": headline_table(),
+                          "SCENARIOS TABLE": scenarios_table()},
     "docs/metrics.md": lambda: {"METRICS TABLE": metrics_table()},
     "docs/flags.md": lambda: {"FLAGS TABLE": flags_markdown_table()},
     "docs/gpu-activity.md": lambda: {"DCGM TABLE": dcgm_table()},

@@ -70,18 +70,23 @@ class DraClaim:
 
 @dataclass(frozen=True, slots=True)
 class AllocationRow:
-    """One device the kubelet allocated to one container (label values; "" = unknown)."""
+    """One device the kubelet allocated to one container, or Slurm to one job (label values;
+    "" = unknown, or another kind's). The workload fields are named as the labels of
+    ``exporter.catalogue.metrics.ALLOCATION_WORKLOAD_LABELS``."""
 
     gpu: str  # index of the (parent) GPU on this host
     uuid: str  # the (parent) GPU's UUID
-    device_id: str  # the device plugin's id without a replica suffix: GPU-..., MIG-...
+    device_id: str  # the device's id without a replica suffix: GPU-..., MIG-...
     gpu_instance: str  # MIG GPU instance id
-    resource: str  # e.g. nvidia.com/gpu, nvidia.com/mig-1g.18gb
+    resource: str  # e.g. nvidia.com/gpu, nvidia.com/mig-1g.18gb, gres/gpu
     namespace: str
     pod: str
     container: str
     sharing: str  # "exclusive" or "shared" (time-sliced/MPS replicas, several containers)
     claim: DraClaim | None = None  # the DRA claim that allocated it (None: a device plugin)
+    slurm_job: str = ""  # the Slurm job id (the prolog's allocation file)
+    user: str = ""  # the job owner's user name (its uid where the passwd file has none)
+    uid: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +126,7 @@ class GpuIdentity:
     serial: str | None = None
     vbios_version: str | None = None
     power_limit_default_watts: float | None = None
-    minor_number: int | None = None  # N of /dev/nvidiaN (DRA drivers name GPUs by it)
+    minor_number: int | None = None  # N of /dev/nvidiaN (DRA drivers and Jobstats name GPUs by it)
 
 
 @slot_init  # built on every collection: see exporter.frozeninit
@@ -207,7 +212,7 @@ class Snapshot:
     nvml_version: str | None = None
     gpus: tuple[GpuReading, ...] = ()
     errors: Mapping[str, int] = field(default_factory=dict)
-    allocations: tuple[AllocationRow, ...] = ()  # the kubelet's device allocations
+    allocations: tuple[AllocationRow, ...] = ()  # the kubelet's and Slurm's device allocations
     pod_resources: PodResourcesHealth | None = None  # None when PodResources is not polled
     accounting: tuple[AccountingRow, ...] = ()  # filled by exporter.attribution.accounting
     #: Where counters count from (their OpenMetrics ``_created``): NVML's since-the-driver-

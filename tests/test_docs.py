@@ -6,7 +6,7 @@ import pytest
 
 from exporter.catalogue import metrics
 from exporter.config import FLAGS, flags_markdown_table
-from exporter.docs import HEADLINE, DocsError, metrics_table, render, render_parts
+from exporter.docs import DOCS, HEADLINE, DocsError, metrics_table, render_parts
 
 TEMPLATE = """# Title
 
@@ -58,6 +58,16 @@ def test_missing_or_repeated_markers_raise(broken: str) -> None:
 
 
 def test_the_readme_shows_ten_headline_metrics_and_links_the_full_tables() -> None:
-    text = render("README.md", "<!-- BEGIN HEADLINE TABLE -->\n<!-- END HEADLINE TABLE -->\n")
+    text = render_parts("<!-- BEGIN HEADLINE TABLE -->\n<!-- END HEADLINE TABLE -->\n",
+                        {"HEADLINE TABLE": DOCS["README.md"]()["HEADLINE TABLE"]})
     assert len(HEADLINE) == 10
     assert [line.split("`")[1] for line in text.splitlines()[3:-1]] == [m.name for m in HEADLINE]
+
+
+def test_the_readme_lists_every_bundled_scenario_with_its_flags() -> None:
+    table = DOCS["README.md"]()["SCENARIOS TABLE"]
+    from exporter.sources.simulated import list_presets  # noqa: PLC0415
+
+    assert [line.split("`")[1] for line in table.splitlines()[2:]] == list_presets()
+    assert "| `slurm-node` |" in table
+    assert "`--slurm` `--containers` `--collector.jobstats`" in table

@@ -21,7 +21,11 @@ alerts), applied to each collection over the time since the previous one:
 - **energy**: the GPU's power split by SM-utilisation shares, by memory shares when no
   kernel ran.
 
-A process without a utilisation sample counts as neither idle nor used. Each collection
+A process without a utilisation sample counts as neither idle nor used. A whole GPU allocated
+to a workload that names its user (a Slurm job: ``Snapshot.allocations``) with no process on
+it at all is held and idle by that job for the time (one GPU-second per second, split between
+its allocations, no memory; the GPU's power is the job's): the job that was given a GPU and
+runs nothing. Each collection
 accounts the time since the previous one (at most ``MAX_GAP_SECONDS``: what happened during a
 longer gap, with nobody scraping, is unknown) with the values it read, which describe that
 time (utilisation samples are those since the previous collection). A row without processes
@@ -44,7 +48,16 @@ from exporter.catalogue.metrics.accounting import (
     IDLE_MEMORY_SECONDS,
     USED_GPU_SECONDS,
 )
-from exporter.snapshot import AccountingRow, GpuProcess, GpuReading, Snapshot, gpu_activity
+from exporter.catalogue.workloads import SLURM
+from exporter.snapshot import (
+    AccountingRow,
+    AllocationRow,
+    GpuProcess,
+    GpuReading,
+    Snapshot,
+    Workload,
+    gpu_activity,
+)
 
 __all__ = ["FORGET_AFTER_SECONDS", "MAX_GAP_SECONDS", "IdleAccounting"]
 
@@ -95,6 +108,8 @@ class IdleAccounting:
         for gpu in snapshot.gpus:
             if gpu.up and gpu.processes:
                 self._account(gpu, now, elapsed)
+        if snapshot.allocations:
+            self._account_allocations(snapshot, now, elapsed)
         rows = self._rows
         for key in [key for key, row in rows.items() if now - row.seen > FORGET_AFTER_SECONDS]:
             del rows[key]
@@ -109,6 +124,37 @@ class IdleAccounting:
         owner = process.owner
         user = owner.user if owner is not None else UNKNOWN_VALUE
         return (user, *self._workloads.group_values(process.workload))
+
+    def _allocation_key(self, allocation: AllocationRow) -> Key:
+        """The row of a Slurm job's allocation: its user and its workload labels."""
+        job = Workload(SLURM.name, {label: allocation.slurm_job for label in SLURM.labels})
+        return (allocation.user, *self._workloads.group_values(job))
+
+    def _account_allocations(self, snapshot: Snapshot, now: float, elapsed: float) -> None:
+        """Whole GPUs given to a job (a user known) with no process on them: held and idle by
+        the job, split between its allocations of that GPU."""
+        idle_gpus = {gpu.identity.uuid: gpu for gpu in snapshot.gpus
+                     if gpu.up and not gpu.processes}
+        holders: dict[str, list[AllocationRow]] = {}
+        for allocation in snapshot.allocations:
+            if allocation.user and not allocation.gpu_instance and allocation.uuid in idle_gpus:
+                holders.setdefault(allocation.uuid, []).append(allocation)
+        rows = self._rows
+        for uuid, allocations in holders.items():
+            power = idle_gpus[uuid].value(POWER_USAGE.name)
+            share = 1.0 / len(allocations)
+            for allocation in allocations:
+                key = self._allocation_key(allocation)
+                row = rows.get(key)
+                if row is None:
+                    row = rows[key] = _Row(now, now - elapsed)
+                row.seen = now
+                if elapsed == 0.0:
+                    continue
+                row.held_gpus += share * elapsed
+                row.idle_gpus += share * elapsed
+                if power is not None:
+                    row.energy = (row.energy or 0.0) + power * share * elapsed
 
     def _gpu_sums(self, gpu: GpuReading) -> dict[Key, list[float]]:
         """Per row on ``gpu``: [memory held, memory held by idle processes, SM utilisation].

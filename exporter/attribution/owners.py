@@ -223,6 +223,10 @@ class OwnerResolver(CollectionScoped[_Entry, OwnerLookup]):
             return errors
 
     # --- lookups ------------------------------------------------------------------------------
+    def user_name(self, uid: int) -> str:
+        """The passwd file's name of ``uid`` (its number without an entry). Never raises."""
+        return self._passwd.name(uid)
+
     def resolve(self, pid: int) -> ProcessOwner | None:
         """The owner of ``pid``, or None if it vanished or cannot be read. Never raises."""
         return self.lookup(pid).owner

@@ -119,6 +119,19 @@ DATA_STALE_FOR: Final = "5m"
 ERRORS_WINDOW: Final = "15m"
 ERRORS_THRESHOLD: Final = 10
 
+# --- per-job summaries (``gpu-exporter report job``; notes in ``job_notes.py``) ----------------
+#: A job's GPU whose utilisation averaged under this while the job held it gets a note.
+JOB_LOW_UTILIZATION_RATIO: Final = 0.15
+#: Peak memory under this share of the GPU's: a smaller GPU or a MIG slice would do.
+JOB_SMALL_MEMORY_RATIO: Final = 0.25
+#: FP32 pipes busy at least this share of the time (with the SMs busy and the tensor cores not,
+#: ``TENSOR_UNUSED_*`` below): the job's math runs in FP32.
+JOB_FP32_PIPE_RATIO: Final = 0.1
+#: Allocated-but-idle time above this share of the time held gets a note; from
+#: JOB_MOSTLY_IDLE_SHARE on it is the GPU's only note (how it was used hardly matters).
+JOB_IDLE_SHARE: Final = 0.25
+JOB_MOSTLY_IDLE_SHARE: Final = 0.9
+
 # --- dashboards only ------------------------------------------------------------------------
 #: Colour step where a gauge turns amber before the alert threshold.
 MEMORY_AMBER_RATIO: Final = 0.75

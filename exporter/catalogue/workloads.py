@@ -76,6 +76,9 @@ class WorkloadKind:
     (a container inside a Slurm job belongs to the job). ``id_labels``: labels from the path's
     ids, each behind its own flag; switched on, one follows the kind's labels and its
     ``group_by`` (accounting rows keep two workloads of the same name apart).
+    ``allocation_labels``: for a kind whose scheduler says which GPUs it *gave* a workload (the
+    kubelet's PodResources, Slurm's prolog files), the labels those allocations carry on
+    ``gpu_allocation_info``.
     """
 
     name: str
@@ -85,6 +88,7 @@ class WorkloadKind:
     group_by: tuple[str, ...] = ()
     fallback: bool = False
     id_labels: tuple[IdLabel, ...] = ()
+    allocation_labels: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not set(self.group_by) <= set(self.labels):
@@ -170,6 +174,7 @@ KUBERNETES = WorkloadKind(
         "With --kubernetes: add the pod_uid label (the pod's UID, from its cgroup) to process, "
         "per-workload and accounting series, so that two pods of one name over time (a "
         "StatefulSet's pod, a restarted Job's) stay apart."),),
+    allocation_labels=("namespace", "pod", "container"),
 )
 
 
@@ -270,10 +275,12 @@ def _step(components: Sequence[str]) -> dict[str, str]:
 
 SLURM = WorkloadKind(
     "slurm",
-    "Add the slurm_job label to per-process series (the job id from the process's cgroup).",
+    "Add the slurm_job label to per-process series (the job id from the process's cgroup), "
+    "and read the GPUs Slurm allocated to jobs from --slurm.allocation-dir.",
     labels=("slurm_job",),
     match=slurm_path,
     group_by=("slurm_job",),
+    allocation_labels=("slurm_job", "user", "uid"),
 )
 
 #: Every workload kind, in exposition order.
@@ -292,6 +299,11 @@ def label_names(kinds: Iterable[WorkloadKind], ids: Iterable[str] = ()) -> tuple
     ``container``), each kind's id labels among ``ids`` after its own."""
     ids = tuple(ids)
     return _union((*kind.labels, *id_label_names(kind, ids)) for kind in kinds)
+
+
+def allocation_label_names(kinds: Iterable[WorkloadKind]) -> tuple[str, ...]:
+    """The ``allocation_labels`` of ``kinds`` in their order, each once."""
+    return _union(kind.allocation_labels for kind in kinds)
 
 
 def group_by_names(kinds: Iterable[WorkloadKind], ids: Iterable[str] = ()) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ from exporter.exposition.created import stamp_created
 from exporter.exposition.families import Family, FamilyData
 from exporter.exposition.gpu import gpu_families
 from exporter.exposition.health import health_families
+from exporter.exposition.jobstats import jobstats_families
 from exporter.exposition.processes import process_families
 from exporter.exposition.self_metrics import self_families
 from exporter.snapshot import Snapshot
@@ -32,7 +33,8 @@ def snapshot_families(snapshot: Snapshot, options: ExpositionOptions) -> list[Fa
     counters with the time each series counts from."""
     families = [*gpu_families(snapshot, options.groups),
                 *health_families(snapshot, options.groups),
-                *process_families(snapshot, options), *accounting_families(snapshot, options)]
+                *process_families(snapshot, options), *accounting_families(snapshot, options),
+                *jobstats_families(snapshot, options.groups)]
     stamp_created(families, snapshot)
     return families
 

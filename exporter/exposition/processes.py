@@ -250,11 +250,13 @@ def _workload_totals(gpus: Iterable[GpuReading], options: ExpositionOptions
 
 
 def _allocations(snapshot: Snapshot) -> FamilyData:
-    """``gpu_allocation_info``: one series per kubelet allocation (already unique)."""
+    """``gpu_allocation_info``: one series per kubelet or Slurm allocation (already unique);
+    the workload labels are the row's fields of the same names."""
     allocations = family(metrics.ALLOCATION_INFO)
+    workload = metrics.ALLOCATION_WORKLOAD_LABELS
     for row in snapshot.allocations:
         allocations.add((row.gpu, row.uuid, row.device_id, row.gpu_instance, row.resource,
-                         row.namespace, row.pod, row.container, row.sharing), 1.0)
+                         *(getattr(row, name) for name in workload), row.sharing), 1.0)
     return allocations
 
 

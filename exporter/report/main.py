@@ -1,4 +1,6 @@
-"""``gpu-exporter report``: who held GPUs idle, from the idle-accounting recording rules.
+"""``gpu-exporter report``: who held GPUs idle, from the idle-accounting recording rules
+(``gpu-exporter report job JOBID`` / ``report pod NAMESPACE/POD``: one workload's summary,
+``exporter.report.job_main``).
 
 Exit status: 0 with the report written; 2 with one ``gpu-exporter report: error: ...`` line
 for bad flags, an unreachable or refusing Prometheus, an empty range, or missing rules.
@@ -13,8 +15,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from exporter.report.client import Connection, PrometheusClient, ReportError
+from exporter.report.client import PrometheusClient, ReportError
 from exporter.report.collect import build_report
+from exporter.report.connection_flags import add_connection_flags, connection
 from exporter.report.formats import csv_text, json_text, markdown, text
 from exporter.report.html import render_html
 from exporter.report.model import Report
@@ -37,24 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         "range, what they cost (where the site set prices), and the top forgotten processes, "
         "from a Prometheus that runs gpu-exporter's idle-accounting recording rules.",
     )
-    conn = parser.add_argument_group("Prometheus")
-    conn.add_argument("--prometheus.url", dest="url", default="http://localhost:9090",
-                      help="base URL of the Prometheus HTTP API (default %(default)s)")
-    conn.add_argument("--prometheus.ca-file", dest="ca_file", type=Path,
-                      help="CA certificate(s) to verify the server's TLS certificate")
-    conn.add_argument("--prometheus.cert-file", dest="cert_file", type=Path,
-                      help="client certificate for mutual TLS")
-    conn.add_argument("--prometheus.key-file", dest="key_file", type=Path,
-                      help="key of the client certificate")
-    conn.add_argument("--prometheus.insecure-skip-verify", dest="insecure",
-                      action="store_true", help="do not verify the server's certificate")
-    conn.add_argument("--prometheus.username", dest="username", help="basic-auth user")
-    conn.add_argument("--prometheus.password-file", dest="password_file", type=Path,
-                      help="file holding the basic-auth password")
-    conn.add_argument("--prometheus.bearer-token-file", dest="token_file", type=Path,
-                      help="file holding a bearer token")
-    conn.add_argument("--prometheus.timeout", dest="timeout", default="60s",
-                      help="per-request timeout (default %(default)s)")
+    add_connection_flags(parser)
     span = parser.add_argument_group("time range")
     span.add_argument("--since", help="the range ending now: 7d, 36h, 1d12h (default 7d)")
     span.add_argument("--start", help="range start: RFC 3339, a date (UTC) or Unix seconds")
@@ -107,6 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Ctrl-C and SIGTERM stop a report at once (the exporter's entry point only records them).
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if argv and argv[0] in ("job", "pod"):  # one workload's summary
+        from exporter.report.job_main import main as job_main  # noqa: PLC0415
+
+        return job_main(argv)
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -121,15 +111,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail("--top must be 0 or more")
     if "{" in args.match or "}" in args.match:
         return _fail("--match takes matchers without braces, e.g. cluster=\"a\"")
-    connection = Connection(
-        url=args.url, ca_file=args.ca_file, cert_file=args.cert_file, key_file=args.key_file,
-        insecure_skip_verify=args.insecure, username=args.username,
-        password_file=args.password_file, bearer_token_file=args.token_file,
-        timeout_seconds=float(timeout),
-    )
     show = sys.stderr.isatty() if args.progress is None else args.progress
     try:
-        client = PrometheusClient(connection)
+        client = PrometheusClient(connection(args, float(timeout)))
         report = build_report(client, span, matchers=args.match, top=args.top,
                               progress=ProgressLine(sys.stderr) if show else None)
     except ReportError as exc:

@@ -8,7 +8,8 @@ torch processes (scripts/gpu/cuda_load.py): on one GPU a busy one as root and an
 the other user; on N GPUs one per GPU, alternating user and busy/idle, sizes differing. Then it
 scrapes /metrics and /api/v1/snapshot and compares with nvidia-smi: processes with user and
 uid, per-process memory (MiB), GPU memory used/total, plausible temperature/power/utilisation,
-busy > 0 and idle ~0 utilisation, per-user sums, every per-GPU metric row NVML reads exposed;
+busy > 0 and idle ~0 utilisation, per-user sums, every per-GPU metric row NVML reads exposed,
+the jobstats group's minor numbers;
 stops the processes and checks their series
 vanish; times a collection and scrapes. Prints a PASS/FAIL table; exit status 1 on any FAIL.
 """
@@ -230,6 +231,29 @@ def timings(base: str, n: int = 30) -> dict[str, Any]:
             "collection_max_ms": max(durations) * 1e3}
 
 
+def smi_minor_numbers() -> dict[str, str]:
+    """nvidia-smi's minor number (``/dev/nvidia<N>``) of each GPU, by UUID."""
+    found: dict[str, str] = {}
+    uuid = ""
+    for line in sh("nvidia-smi", "-q").splitlines():
+        key, _, text = (part.strip() for part in line.partition(":"))
+        if key == "GPU UUID":
+            uuid = text
+        elif key == "Minor Number" and uuid.startswith("GPU-"):
+            found.setdefault(uuid, text)
+    return found
+
+
+def check_minor_numbers(series: dict[str, list[Any]]) -> None:
+    """The jobstats group's minor_number (nvmlDeviceGetMinorNumber) is nvidia-smi's."""
+    ours = {s.labels["uuid"]: s.labels.get("minor_number", "")
+            for s in series.get(metrics.JOBSTATS_MEMORY_TOTAL.name, [])
+            if not s.labels.get("GPU_I_ID")}
+    smi = smi_minor_numbers()
+    check("jobstats minor_number is nvidia-smi's Minor Number", ours == smi,
+          f"ours {ours}, nvidia-smi {smi}")
+
+
 def run_checks(args: argparse.Namespace, base: str, *, exporter: subprocess.Popen[bytes],
                loads: list[Load], workdir: Path, result: dict[str, Any]) -> None:
     """Everything between the exporter being started and being stopped."""
@@ -266,6 +290,7 @@ def run_checks(args: argparse.Namespace, base: str, *, exporter: subprocess.Pope
     check_processes(series, snap, loads, apps)
     check_gpus(series, loads, smi_now)
     check_every_row(series, smi_features())
+    check_minor_numbers(series)
     check_accounting(base, loads, apps)
     result["timings_loaded"] = timings(base)
     print("timings with load:", result["timings_loaded"], flush=True)
@@ -305,7 +330,8 @@ def main() -> int:
     with log_path.open("wb") as log:
         exporter = subprocess.Popen(
             [sys.executable, "-m", "exporter", "--source", "nvml", "--web.listen-address",
-             f"127.0.0.1:{args.port}", "--collector.min-interval", "500ms"],
+             f"127.0.0.1:{args.port}", "--collector.min-interval", "500ms",
+             "--collector.jobstats"],
             cwd=ROOT, stderr=log)
     loads: list[Load] = []
     try:

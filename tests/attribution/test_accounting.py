@@ -16,7 +16,14 @@ from exporter.attribution.workloads import select
 from exporter.catalogue import metrics, thresholds
 from exporter.catalogue.metrics import accounting as counters
 from exporter.exposition import snapshot_families
-from exporter.snapshot import AccountingRow, GpuProcess, GpuReading, Snapshot, Workload
+from exporter.snapshot import (
+    AccountingRow,
+    AllocationRow,
+    GpuProcess,
+    GpuReading,
+    Snapshot,
+    Workload,
+)
 from exporter.state import ExpositionOptions
 from tests.exposition import factory
 
@@ -112,6 +119,34 @@ def test_pods_and_jobs_are_rows_only_when_their_labels_are_on() -> None:
     got = rows(accounting.enrich(snapshot(2.0, *GPUS)))
     assert set(got) == {("alice", "", "", ""), ("bob", "", "", "77"),
                         ("carol", "ml", "nb-0", "")}
+
+
+def test_a_job_given_a_gpu_it_runs_nothing_on_holds_it_idle() -> None:
+    """Slurm gave job 88 (dave) GPUs 2 and 3 and job 89 (erin) GPU 3 too; nothing runs on
+    either: the GPUs are held idle by the jobs (split on GPU 3), with their power. Job 77's
+    allocation of GPU 0 adds nothing: its processes are accounted as usual. Kubernetes
+    allocations (no user) and MIG devices are not accounted this way."""
+    def job(gpu_reading: GpuReading, job_id: str, user: str, instance: str = "",
+            namespace: str = "") -> AllocationRow:
+        return AllocationRow(str(gpu_reading.identity.index), gpu_reading.identity.uuid,
+                             gpu_reading.identity.uuid, instance, "gres/gpu", namespace,
+                             "p" if namespace else "", "", "exclusive", slurm_job=job_id,
+                             user=user, uid="")
+    empty2, empty3 = gpu(2, 0.0, 60.0), gpu(3, 0.0, 80.0)
+    empty4 = gpu(4, 0.0, 70.0)
+    allocations = (job(GPUS[0], "77", "bob"), job(empty2, "88", "dave"),
+                   job(empty3, "88", "dave"), job(empty3, "89", "erin"),
+                   job(empty4, "", "", namespace="ml"), job(empty4, "90", "frank", instance="7"))
+    accounting = IdleAccounting(select("slurm"))
+    taken = replace(snapshot(0.0, *GPUS, empty2, empty3, empty4), allocations=allocations)
+    accounting.enrich(taken)
+    got = rows(accounting.enrich(replace(taken, taken_at=10.0)))
+    dave, erin = got[("dave", "", "", "88")], got[("erin", "", "", "89")]
+    assert (dave[HELD_GPUS], dave[IDLE_GPUS], dave[ENERGY]) == pytest.approx((15.0, 15.0, 1000.0))
+    assert (erin[HELD_GPUS], erin[IDLE_GPUS], erin[ENERGY]) == pytest.approx((5.0, 5.0, 400.0))
+    assert (dave[HELD], dave[IDLE], dave[USED]) == (0, 0, 0)
+    assert got[("bob", "", "", "77")][HELD_GPUS] == pytest.approx(7.5)  # its process only
+    assert {user for user, *_ in got} == {"alice", "bob", "carol", "dave", "erin"}
 
 
 def test_a_process_without_samples_is_neither_idle_nor_used_and_gaps_are_capped() -> None:

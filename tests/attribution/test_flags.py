@@ -67,11 +67,20 @@ def test_poller_only_for_kubernetes_on_nvml_with_a_socket() -> None:
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.name)
 def test_cgroups_are_read_for_any_attribution_flag(kind: WorkloadKind) -> None:
-    enricher = build_enricher(config(f"--{kind.name}"))
+    enricher = build_enricher(config(f"--{kind.name}", "--slurm.allocation-dir="))
     assert getattr(enricher, "owners", None) is not None
     assert enricher.owners._cgroups  # type: ignore[union-attr]
     resolvers = enricher.resolvers  # type: ignore[union-attr]
     assert set(resolvers) == ({kind.name} & set(RESOLVERS))
+
+
+def test_slurm_reads_the_allocation_directory_after_the_processes() -> None:
+    chained = build_enricher(config("--slurm", "--slurm.allocation-dir=/run/jobs"))
+    first, second = chained.enrichers  # type: ignore[attr-defined]
+    assert first.owners._cgroups
+    assert second.files.directory == "/run/jobs"
+    assert second.user_name == first.owners.user_name
+    assert build_enricher(config("--slurm.allocation-dir=/run/jobs")).owners is not None
 
 
 def test_no_cgroups_without_an_attribution_flag() -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from exporter.sources.simulated.scenario import load_scenario
 from tests.dashboards.grafana import Json, variables
 from tests.processes import free_port, stop_all
 
@@ -30,10 +31,6 @@ RULE_FILES = sorted((ROOT / "dashboards" / "rules").glob("*.yaml"))
 JOB = "gpu-exporter"
 #: Concrete values for Grafana's interval variables (scrape interval 1 s).
 GRAFANA_BUILTINS = {"__rate_interval": "15s", "__interval": "5s", "__range": "1m"}
-#: Extra exporter flags per scenario: the Kubernetes node's exporter runs as the chart runs it.
-SCENARIO_FLAGS = {"kubernetes-node": ("--kubernetes",), "slurm-node": ("--slurm", "--containers"),
-                  "dra-node": ("--kubernetes", "--kubernetes.pod-uid",
-                               "--collector.throttle_time", "--collector.nvlink")}
 _LABEL_VALUES = re.compile(r"^label_values\((?:(.*),\s*)?(\w+)\)$", re.S)
 _REGEX_SPECIAL = re.compile(r"[\\^$*+?.()|{}\[\]]")
 
@@ -86,6 +83,43 @@ def wait_until(what: str, check: Any, deadline: float, interval: float = 0.25) -
         time.sleep(interval)
 
 
+def start_prometheus(tmp: Path, scrape_configs: list[dict[str, Any]],
+                     deadline: float, rule_files: tuple[Path, ...] = ()
+                     ) -> tuple[subprocess.Popen[bytes], int]:
+    """A Prometheus scraping and evaluating every second, with ``scrape_configs`` (and
+    ``rule_files``), its data in ``tmp``; returns it and its port once it is ready.
+
+    Raises:
+        RuntimeError: it exited.
+        TimeoutError: it was not ready before the deadline.
+    """
+    port = free_port()
+    config = tmp / "prometheus-scrape.yml"
+    config.write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s",
+                   "scrape_timeout": "900ms"},
+        "scrape_configs": scrape_configs,
+        **({"rule_files": [str(path) for path in rule_files]} if rule_files else {})}))
+    log = tmp / "prometheus-scrape.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [str(PROMETHEUS), f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
+             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+            stdout=out, stderr=subprocess.STDOUT)
+
+    def ready() -> bool:
+        if process.poll() is not None:
+            raise RuntimeError(log.read_text()[-2000:])
+        return http_get(f"http://127.0.0.1:{port}/-/ready", timeout=1.0)[0] == 200
+
+    try:
+        wait_until("Prometheus ready", ready, deadline)
+    except BaseException:
+        stop_all([process], timeout=5)
+        raise
+    return process, port
+
+
 @dataclass
 class Exporter:
     """One ``python -m exporter --source simulated`` process."""
@@ -130,7 +164,7 @@ class Stack:
                 process = subprocess.Popen(
                     [sys.executable, "-m", "exporter", "--source", "simulated",
                      "--scenario", scenario, "--simulate.speed", str(speed), "--collector.torch",
-                     *SCENARIO_FLAGS.get(scenario, ()),
+                     *load_scenario(scenario).exporter_flags,  # as the scenario says to
                      "--web.listen-address", f"127.0.0.1:{port}", "--log.level", "warning"],
                     cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                 )

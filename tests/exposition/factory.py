@@ -196,7 +196,8 @@ def fleet(gpus: int = 8, processes_per_gpu: int = 32) -> Snapshot:
             )
         readings.append(reading(index, tuple(procs)))
     # The kubelet gave each GPU to one pod (the exporter's allocation series), the last one
-    # through a DRA claim.
+    # through a DRA claim; of several GPUs, Slurm also gave the last one to a job (the prolog's
+    # allocation file).
     allocations = tuple(
         AllocationRow(str(r.identity.index), r.identity.uuid, r.identity.uuid, "",
                       "nvidia.com/gpu", "ml", f"train-{r.identity.index}", "main", "exclusive")
@@ -207,6 +208,10 @@ def fleet(gpus: int = 8, processes_per_gpu: int = 32) -> Snapshot:
                       DraClaim("ml", f"train-{r.identity.index}-gpu", "gpu.nvidia.com", "node-1",
                                f"gpu-{r.identity.index}"))
         for r in readings[-1:]
+    ) + tuple(
+        AllocationRow(str(r.identity.index), r.identity.uuid, r.identity.uuid, "", "gres/gpu",
+                      "", "", "", "exclusive", slurm_job="913377", user="alice", uid="2001")
+        for r in readings[-1:] if len(readings) > 1
     )
     if readings:
         readings[0] = with_health(readings[0])

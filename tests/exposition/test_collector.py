@@ -37,7 +37,8 @@ def test_every_family_is_in_the_catalogue_with_its_help_and_type() -> None:
     state = factory.state(factory.fleet(2, 3), web_config_reload_successful=True)
     text = generate_latest(build_registry(lambda: state, EVERYTHING)).decode()
     found = families(text)
-    ours = {name: fam for name, fam in found.items() if name.startswith(metrics.PREFIX)}
+    ours = {name: fam for name, fam in found.items()
+            if name.startswith((metrics.PREFIX, metrics.JOBSTATS_PREFIX))}
     # the text parser strips _total from counters and keeps _info on gauges
     by_parsed_name = {
         (m.family_name if m.kind is Kind.COUNTER else m.name): m for m in metrics.CATALOGUE

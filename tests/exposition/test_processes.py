@@ -170,7 +170,12 @@ def test_allocations_are_one_info_series_each() -> None:
     text = collect_text(f.state(snap), ExpositionOptions(groups=frozenset(Group)))
     found = series(text, cat.ALLOCATION_INFO.name)
     assert [(s["gpu"], s["pod"], s["sharing"]) for s in found] == [
-        ("0", "train-0", "exclusive"), ("1", "train-1", "exclusive")]
+        ("0", "train-0", "exclusive"), ("1", "train-1", "exclusive"), ("1", "", "exclusive")]
+    # a Slurm job's allocation: its job, user and uid; the pod labels empty (and vice versa)
+    assert {k: found[2][k] for k in ("slurm_job", "user", "uid", "resource", "namespace")} == {
+        "slurm_job": "913377", "user": "alice", "uid": "2001", "resource": "gres/gpu",
+        "namespace": ""}
+    assert (found[0]["slurm_job"], found[0]["user"]) == ("", "")
 
 
 def test_same_process_in_two_pods_stays_two_series_without_pid() -> None:

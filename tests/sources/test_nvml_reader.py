@@ -79,3 +79,14 @@ def test_compiled_plain_reads_refuse_what_is_not_a_name_or_number() -> None:
         compile_plain_reads((PlainRead("x", None, ("f",), None, (), "a.b", None, 1.0, 1.0),))
     with pytest.raises(ValueError, match="must be numbers"):
         compile_plain_reads((PlainRead("x", None, ("f",), None, ("0",), None, None, 1.0, 1.0),))  # type: ignore[arg-type]
+
+
+def test_the_identity_carries_the_minor_number_where_nvml_gives_it() -> None:
+    from exporter.sources.nvml.reader import read_identity  # noqa: PLC0415
+    from tests.sources.fake_nvml import FakeNvml, h200  # noqa: PLC0415
+
+    fake = FakeNvml([h200(0, minor=0), h200(1, minor=5), h200(2)])
+    fake.nvmlInit()
+    minors = [read_identity(fake, i, fake.nvmlDeviceGetHandleByIndex(i)).minor_number
+              for i in range(3)]
+    assert minors == [0, 5, None]

@@ -52,6 +52,15 @@ def test_preset_shapes() -> None:
     assert len(users) >= 3
 
 
+def test_slurm_node_has_job_allocations_without_processes() -> None:
+    slurm = load_scenario("slurm-node")
+    jobs = {(a.gpu, a.slurm_job, a.user, a.uid) for a in slurm.allocations}
+    assert (7, "913520", "dave", 2004) in jobs
+    busy_gpus = {p.gpu for p in slurm.processes}
+    assert 7 not in busy_gpus  # given to a job that runs nothing on it
+    assert {a.resource for a in slurm.allocations} == {"gres/gpu"}
+
+
 def test_list_of_gpus_expands_to_one_rank_per_gpu() -> None:
     data = {"gpus": [{"model": "Tesla T4", "count": 3}],
             "processes": [{"gpu": [0, 2], "pid": 500, "user": "bob", "memory": "2GiB"}]}
@@ -113,6 +122,14 @@ BAD_INPUTS: list[tuple[str, dict[str, Any] | list[int], str]] = [
      "gpus[0].power_limit_watts: 300 is out of range"),
     ("ecc injection", {"gpus": [{"model": "Tesla T4", "ecc_uncorrected": [{"at": 5, "n": 1}]}]},
      "gpus[0].ecc_uncorrected[0].n: unknown key"),
+    ("job allocation with a pod",
+     {**_base(), "allocations": [{"gpu": 0, "slurm_job": "7", "user": "a", "pod": "p"}]},
+     "allocations[0].pod: a Slurm job's allocation has no pod fields"),
+    ("job allocation without user", {**_base(), "allocations": [{"gpu": 0, "slurm_job": "7"}]},
+     "allocations[0].user: is required"),
+    ("pod allocation with a user", {**_base(), "allocations": [
+        {"gpu": 0, "namespace": "n", "pod": "p", "container": "c", "user": "a"}]},
+     "allocations[0].user: only a Slurm job's allocation"),
 ]
 
 

@@ -35,7 +35,8 @@ HELD_MEMORY_SECONDS = _counter(
 HELD_GPU_SECONDS = _counter(
     "gpu_accounting_held_gpu_seconds_total", Group.PROCESSES,
     "GPU time held by one user's processes on this host, in GPU-seconds: each GPU is shared "
-    "among its processes in proportion to the memory they hold.",
+    "among its processes in proportion to the memory they hold; a GPU Slurm gave a job that "
+    "runs nothing on it is the job's.",
 )
 IDLE_MEMORY_SECONDS = _counter(
     "gpu_accounting_idle_memory_byte_seconds_total", Group.PROCESS_UTILIZATION,
@@ -46,7 +47,7 @@ IDLE_GPU_SECONDS = _counter(
     "gpu_accounting_idle_gpu_seconds_total", Group.PROCESS_UTILIZATION,
     "GPU time held by one user's idle processes while the GPU itself idled (SM activity where "
     "the GPU reports it, else utilisation, under 5 %), in GPU-seconds (memory shares, as for "
-    "the time held).",
+    "the time held; a job's allocated GPU with no process on it counts whole).",
 )
 USED_GPU_SECONDS = _counter(
     "gpu_accounting_used_gpu_seconds_total", Group.PROCESS_UTILIZATION,

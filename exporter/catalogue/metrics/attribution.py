@@ -1,25 +1,31 @@
-"""Rows of who was *given* a GPU: the kubelet's allocations (PodResources API).
+"""Rows of who was *given* a GPU: the kubelet's allocations (PodResources API) and Slurm's
+(the prolog's allocation files).
 
 Process series carry who *uses* a GPU (``exporter.catalogue.metrics.process``, labels from the
-process's cgroup); these rows carry the allocation, one series per (device, container), and
-the health of the PodResources poller. docs/attribution.md §4 explains the labels.
+process's cgroup); these rows carry the allocation, one series per (device, pod container or
+Slurm job), and the health of the PodResources poller. docs/attribution.md §4 explains the
+labels, docs/slurm.md Slurm's.
 """
 
 from __future__ import annotations
 
 from exporter.catalogue.metrics.core import GPU_LABELS, Group, Kind, Metric, Scope
-from exporter.catalogue.workloads import KINDS, label_names
+from exporter.catalogue.workloads import KINDS, allocation_label_names, label_names
 
+#: The workload labels of ``gpu_allocation_info``: every kind's ``allocation_labels`` (pods:
+#: namespace, pod, container; Slurm jobs: slurm_job, user, uid), "" where another kind's.
+ALLOCATION_WORKLOAD_LABELS: tuple[str, ...] = allocation_label_names(KINDS)
 #: Labels of ``gpu_allocation_info``.
 ALLOCATION_LABELS: tuple[str, ...] = (*GPU_LABELS, "device_id", "gpu_instance", "resource",
-                                      "namespace", "pod", "container", "sharing")
+                                      *ALLOCATION_WORKLOAD_LABELS, "sharing")
 
 ALLOCATION_INFO = Metric(
     "gpu_allocation_info", Kind.INFO, Group.PROCESSES,
-    "A device the kubelet allocated to a pod's container (PodResources API). device_id is the "
-    "device plugin's id (GPU-/MIG-), gpu/uuid the (parent) GPU, gpu_instance the MIG GPU "
-    "instance; sharing is exclusive, or shared for time-sliced/MPS replicas and devices listed "
-    "for several containers. Value is always 1.",
+    "A device the kubelet allocated to a pod's container (PodResources API), or Slurm to a job "
+    "(the prolog's allocation file: slurm_job, and its owner's user and uid). device_id is the "
+    "device's id (GPU-/MIG-), gpu/uuid the (parent) GPU, gpu_instance the MIG GPU instance; "
+    "resource the device plugin's resource or gres/gpu; sharing is exclusive, or shared for "
+    "time-sliced/MPS replicas and devices listed for several containers. Value is always 1.",
     labels=ALLOCATION_LABELS, scope=Scope.ALLOCATION,
 )
 #: Labels of ``gpu_allocation_claim_info``.

@@ -55,6 +55,7 @@ class Group(str, Enum):
     MIG = "mig"  # MIG GPU / compute instances
     GPM = "gpm"  # SM, tensor-pipe and DRAM activity from NVML's GPU Performance Monitoring
     GPM_ENGINE = "gpm_engine"  # graphics-engine activity (GPM; a costly metric of its own)
+    JOBSTATS = "jobstats"  # the series Jobstats' tools query, under their names and labels
     EXPORTER = "exporter"  # self-metrics, always on
 
 
@@ -66,7 +67,7 @@ class Group(str, Enum):
 #: node's series by more than a tenth.
 OPT_IN_GROUPS: frozenset[Group] = frozenset({Group.ENERGY, Group.PCIE, Group.BAR1, Group.TORCH,
                                              Group.GPM_ENGINE, Group.THROTTLE_TIME,
-                                             Group.NVLINK})
+                                             Group.NVLINK, Group.JOBSTATS})
 #: Groups with ``--collector.<group>`` flags (the exporter's own metrics are always on).
 SWITCHABLE_GROUPS: tuple[Group, ...] = tuple(g for g in Group if g is not Group.EXPORTER)
 
@@ -87,6 +88,7 @@ class Scope(str, Enum):
     MIG = "mig"  # per MIG instance from ``GpuReading.mig`` (exposition/health.py)
     ALLOCATION = "allocation"  # one series per kubelet allocation (``Snapshot.allocations``)
     ACCOUNTING = "accounting"  # per user (pod, job) on the host, from ``Snapshot.accounting``
+    JOBSTATS = "jobstats"  # per GPU and MIG device under a peer's names (exposition/jobstats.py)
     EXPORTER = "exporter"  # the exporter's own health
 
 
@@ -217,6 +219,17 @@ class NvmlGpm:
 
 
 @dataclass(frozen=True, slots=True)
+class Alias:
+    """A row that serves another row's value under a peer exporter's name and unit, for tools
+    built on that peer: ``source``'s value times ``scale``. ``source`` None: the value is
+    ``allocation``, a number of the job holding the device (``"job_id"`` or ``"uid"``)."""
+
+    source: str | None
+    scale: float = 1.0
+    allocation: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class FieldId:
     """One NVML field value: its nvml.h name and id, and the scope (a link for per-link
     fields). The id is nvml.h's, never the binding's constant: nvidia-ml-py renumbered some
@@ -278,6 +291,7 @@ class Metric:
     (``ProcessView``: a ``GpuProcess``); ``fold`` merges processes that share a series.
 
     ``charted`` False: no shipped dashboard shows it (otherwise a test requires one to).
+    ``alias``: a compatibility row (``Scope.JOBSTATS``) serving another row's value.
     ``since`` (counters only, and every counter has one): where the counter's zero lies, which
     the OpenMetrics exposition states as the series' ``_created``.
     """
@@ -296,6 +310,7 @@ class Metric:
                                                                         compare=False)
     fold: Fold = Fold.SUM
     charted: bool = True  # a shipped dashboard shows it (tests check that one does)
+    alias: Alias | None = None  # Scope.JOBSTATS rows: what they serve
     since: Since | None = None  # counters: where their zero lies (their ``_created``)
 
     @property

@@ -10,6 +10,7 @@ running); they also accept ``30s``, ``15m``, ``2h``, ``3d``. Sizes are bytes or 
     hostname: str              # optional, the hostname the snapshot reports
     driver_version: str        # optional, default "580.95.05"
     cuda_driver_version: str   # optional, default "13.0"
+    exporter_flags: [--slurm]  # optional: the flags to run it with (README, live tests)
     gpus:                      # required, at least one
       - model: NVIDIA H100 80GB HBM3     # required, one of GPU_MODELS
         count: 1                         # repeat this entry (default 1)
@@ -71,6 +72,10 @@ The health keys (XIDs, memory repair, MIG) are described in
         replica: 0             # time-slicing replica (the device id gets "::0"): shared
         claim: {name: gpus}    # a DRA claim instead of a device plugin: namespace (the pod's),
                                # driver (gpu.nvidia.com), pool (the host), device (gpu-<gpu>)
+      - gpu: 7                 # or what Slurm's prolog wrote (/run/gpustat/<GPU-uuid>)
+        slurm_job: "913520"
+        user: dave             # the job's owner
+        uid: 2004              # optional (as for processes)
 
 Any mistake (unknown key, wrong type, negative size, unknown model, a process on a GPU that does
 not exist) raises ``ScenarioError`` with one line naming the file and the field.
@@ -177,15 +182,19 @@ class KernelSpec:
 
 @dataclass(frozen=True, slots=True)
 class AllocationSpec:
-    """One ``allocations`` entry: the pod container the kubelet gave a GPU to."""
+    """One ``allocations`` entry: the pod container the kubelet gave a GPU to, or the Slurm
+    job (and its owner) the prolog wrote an allocation file for."""
 
     gpu: int
-    namespace: str
-    pod: str
-    container: str
+    namespace: str = ""
+    pod: str = ""
+    container: str = ""
     resource: str = "nvidia.com/gpu"
     replica: int | None = None
     claim: DraClaim | None = None  # allocated through a DRA claim
+    slurm_job: str = ""
+    user: str = ""
+    uid: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,12 +236,13 @@ class Scenario:
     hostname: str | None = None
     driver_version: str = "580.95.05"
     cuda_driver_version: str = "13.0"
+    exporter_flags: tuple[str, ...] = ()  # the exporter's flags the scenario is meant for
     origin: str = "<code>"  # file path or "preset NAME": used in messages
 
 
 # --- parsing -----------------------------------------------------------------------------------
 _TOP = ("name", "description", "hostname", "driver_version", "cuda_driver_version", "gpus",
-        "processes", "allocations")
+        "processes", "allocations", "exporter_flags")
 _GPU = ("model", "count", "idle_celsius", "full_load_celsius", "thermal_time_constant",
         "power_limit_watts", "ecc_corrected_per_hour", "ecc_uncorrected", "lost_at",
         *HEALTH_KEYS)
@@ -244,7 +254,8 @@ _KERNELS = ("sm", "occupancy", "tensor", "precision")
 _WORKLOAD_KEYS = ("pod", "slurm_job", "container", "workload")
 _TORCH = ("cache", "fragmentation", "retries_per_hour", "ooms")
 _CONTAINER = ("name", "id")
-_ALLOCATION = ("gpu", "namespace", "pod", "container", "resource", "replica", "claim")
+_ALLOCATION = ("gpu", "namespace", "pod", "container", "resource", "replica", "claim",
+               "slurm_job", "user", "uid")
 _CLAIM = ("name", "namespace", "driver", "pool", "device")
 _CONTAINER_ID = re.compile(r"^[0-9a-f]{64}$")
 
@@ -282,7 +293,7 @@ def parse_scenario(data: object, origin: str, default_name: str = "scenario") ->
         driver_version=top.text("driver_version", "580.95.05") or "",
         cuda_driver_version=top.text("cuda_driver_version", "13.0") or "",
         gpus=tuple(gpus), processes=tuple(processes), allocations=tuple(allocations),
-        origin=origin,
+        exporter_flags=_flags(top), origin=origin,
     )
     _check_fits(scenario, top)
     return scenario
@@ -292,6 +303,17 @@ def _parse_allocation(r: Reader, gpus: list[GpuSpec], hostname: str) -> Allocati
     gpu = r.integer("gpu", 0, low=0)
     if not r.has("gpu") or gpu >= len(gpus):
         r.fail(f"needs the index of one of the scenario's {len(gpus)} GPUs", "gpu")
+    if r.has("slurm_job"):
+        for key in ("namespace", "pod", "container", "resource", "replica", "claim"):
+            if r.has(key):
+                r.fail("a Slurm job's allocation has no pod fields", key)
+        user = r.text("user", required=True) or ""
+        return AllocationSpec(gpu=gpu, slurm_job=r.text("slurm_job", required=True) or "",
+                              resource="gres/gpu", user=user,
+                              uid=r.integer("uid", _default_uid(user), high=(1 << 32) - 2))
+    for key in ("user", "uid"):
+        if r.has(key):
+            r.fail("only a Slurm job's allocation (slurm_job) names a user", key)
     replica = r.integer("replica", 0, low=0) if r.has("replica") else None
     namespace = r.text("namespace", required=True) or ""
     claim = None
@@ -309,6 +331,19 @@ def _parse_allocation(r: Reader, gpus: list[GpuSpec], hostname: str) -> Allocati
         resource=r.text("resource", "nvidia.com/gpu") or "nvidia.com/gpu", replica=replica,
         claim=claim,
     )
+
+
+def _flags(top: Reader) -> tuple[str, ...]:
+    flags = items(top.raw("exporter_flags"), top, "exporter_flags")
+    for flag in flags:
+        if not isinstance(flag, str) or not re.fullmatch(r"--[a-z][a-z0-9._-]*", flag):
+            top.fail(f"expected flags such as --slurm, got {flag!r}", "exporter_flags")
+    return tuple(flags)
+
+
+def _default_uid(user: str) -> int:
+    """A user's uid when the scenario gives none: root's 0, else one derived from the name."""
+    return 0 if user == "root" else 1000 + sum(map(ord, user)) % 8000
 
 
 def _parse_gpu(r: Reader, first_index: int) -> list[GpuSpec]:
@@ -348,7 +383,7 @@ def _parse_process(r: Reader, position: int, gpus: list[GpuSpec]) -> list[Proces
             have = "GPU 0" if len(gpus) == 1 else f"GPUs 0-{len(gpus) - 1}"
             r.fail(f"GPU {target} does not exist (the scenario has {have})", "gpu")
     user = r.text("user", required=True) or ""
-    default_uid = 0 if user == "root" else 1000 + sum(map(ord, user)) % 8000
+    default_uid = _default_uid(user)
     type_text = r.text("type", "compute") or "compute"
     try:
         ptype = ProcessType(type_text)

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from exporter.allocations import (
+    EXCLUSIVE,
     Allocation,
     AllocationTable,
     DeviceId,
@@ -114,26 +115,35 @@ class SimulatedSource:
         self._start: float | None = None
         self._gpus = [self._build_gpu(g) for g in scenario.gpus]
         self._allocations = self._build_allocations()
-        # What the simulated kubelet answers: healthy when the scenario has allocations.
-        self._pod_resources = PodResourcesHealth(True, "ok") if scenario.allocations else None
+        # What the simulated kubelet answers: healthy when the scenario has pod allocations.
+        self._pod_resources = (PodResourcesHealth(True, "ok") if any(
+            not a.slurm_job for a in scenario.allocations) else None)
         # The rows simulated with a set of groups on, per GPU and per MIG GPU instance.
         self._plans: dict[frozenset[Group], tuple[Plan, Plan]] = {}
 
     def _build_allocations(self) -> tuple[AllocationRow, ...]:
-        """The scenario's allocations as the PodResources join would give them."""
+        """The scenario's allocations as the PodResources join would give them, then the
+        Slurm jobs' as the prolog's allocation files would (a whole GPU each)."""
         uuids = [gpu.identity.uuid for gpu in self._gpus]
+        pods = [a for a in self.scenario.allocations if not a.slurm_job]
         table = AllocationTable.of(
             Allocation(DeviceId(uuids[a.gpu], None if a.replica is None else str(a.replica),
                                 uuids[a.gpu]), a.resource, a.namespace, a.pod, a.container)
             if a.claim is None else
             Allocation(parse_dra_device(a.claim.device), a.claim.driver, a.namespace, a.pod,
                        a.container, a.claim)
-            for a in self.scenario.allocations
+            for a in pods
         )
+        jobs = tuple(
+            AllocationRow(gpu=str(a.gpu), uuid=uuids[a.gpu], device_id=uuids[a.gpu],
+                          gpu_instance="", resource=a.resource, namespace="", pod="",
+                          container="", sharing=EXCLUSIVE, slurm_job=a.slurm_job, user=a.user,
+                          uid="" if a.uid is None else str(a.uid))
+            for a in self.scenario.allocations if a.slurm_job)
         return join_allocations(table, [
             GpuReading(identity=gpu.identity,
                        mig=mig_devices(gpu.spec.health.mig, gpu.identity.index, {}))
-            for gpu in self._gpus])
+            for gpu in self._gpus]) + jobs
 
     def _key(self, entity: str) -> int:
         return random.Random(f"{self.seed}/{self.scenario.name}/{entity}").getrandbits(64)
