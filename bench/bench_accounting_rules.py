@@ -1,13 +1,16 @@
-"""Cost of the idle-accounting rule group next to the other rule groups, on a real Prometheus.
+"""Cost of the idle-accounting rule group (and of the cost group a site's prices add) next to
+the other rule groups, on a real Prometheus.
 
 Usage (repository root)::
 
-    .venv/bin/python bench/bench_accounting_rules.py [--nodes 6] [--warmup 45]
+    .venv/bin/python bench/bench_accounting_rules.py [--nodes 6] [--warmup 45] \
+        [--settings dashboards/settings.example.yaml]
 
 Starts ``--nodes`` simulated exporters (``synthetic:8x32``: 8 GPUs and 256 processes each,
 half of them in pods) and a Prometheus scraping and evaluating every 5 s with every rule file of
-``dashboards/rules/`` plus the accounting group (run every 5 s here instead of every minute, so
-that several evaluations are seen; the cost of one evaluation does not depend on the interval).
+``dashboards/rules/`` plus the accounting group and the cost group of ``--settings`` (both run
+every 5 s here instead of every minute, so that several evaluations are seen; the cost of one
+evaluation does not depend on the interval).
 Prints each group's mean evaluation time over the evaluations seen after ``--warmup`` seconds,
 with the number of rules and of series it records. Run under ``flock /work/coord/bench.lock``
 on a shared machine.
@@ -30,6 +33,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from dashboards import cost, rules, settings  # noqa: E402
 from exporter.catalogue import records  # noqa: E402
 from tests.dashboards.live import PROMETHEUS, http_get, wait_until  # noqa: E402
 from tests.processes import free_port, stop_all  # noqa: E402
@@ -41,6 +45,8 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=6)
     parser.add_argument("--warmup", type=float, default=45.0)
     parser.add_argument("--samples", type=int, default=4, help="evaluations per group")
+    parser.add_argument("--settings", type=Path, default=ROOT / "dashboards" /
+                        "settings.example.yaml", help="the prices and teams of the cost group")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-accounting-"))
     processes: list[subprocess.Popen[bytes]] = []
@@ -57,8 +63,14 @@ def main() -> int:
         doc = yaml.safe_load((ROOT / "dashboards" / "rules" / records.RULE_FILE).read_text())
         doc["groups"][0]["interval"] = "5s"
         (tmp / records.RULE_FILE).write_text(yaml.safe_dump(doc))
+        priced = yaml.safe_load(rules.render(cost.groups(settings.load(args.settings)),
+                                             "cost.py"))
+        for group in priced["groups"]:
+            group["interval"] = "5s"
+        (tmp / records.COST_RULE_FILE).write_text(yaml.safe_dump(priced))
         rule_files = [*sorted(str(p) for p in (ROOT / "dashboards" / "rules").glob("*.yaml")
-                              if p.name != records.RULE_FILE), str(tmp / records.RULE_FILE)]
+                              if p.name != records.RULE_FILE), str(tmp / records.RULE_FILE),
+                      str(tmp / records.COST_RULE_FILE)]
         config = {"global": {"scrape_interval": "5s", "evaluation_interval": "5s"},
                   "rule_files": rule_files,
                   "scrape_configs": [{"job_name": "gpu-exporter",
@@ -83,7 +95,7 @@ def main() -> int:
                 seen.setdefault(group["name"], {})[group["lastEvaluation"]] = float(
                     group["evaluationTime"])
                 info[group["name"]] = (len(group["rules"]), 0)
-                if group["name"] == records.GROUP:
+                if group["name"] in (records.GROUP, records.COST_GROUP):
                     for rule in group["rules"]:
                         per_rule.setdefault(rule["name"], []).append(
                             float(rule["evaluationTime"]) * 1000)
@@ -103,7 +115,8 @@ def main() -> int:
         for name, times in sorted(per_rule.items(), key=lambda kv: -statistics.fmean(kv[1])):
             print(f"  {name:56} {statistics.fmean(times):8.1f} ms")
         median = statistics.median(means.values())
-        print(f"accounting / median group: {means[records.GROUP] / median:.1f}x "
+        print(f"accounting / median group: {means[records.GROUP] / median:.1f}x, "
+              f"cost / median group: {means.get(records.COST_GROUP, 0.0) / median:.1f}x "
               f"(median {median:.1f} ms)")
     finally:
         stop_all(processes, timeout=10)

@@ -33,15 +33,19 @@ COUNTERS: dict[str, metrics.Metric] = {
 }
 
 
-def _rule(level: records.Level, quantity: str) -> RecordingRule:
-    """``level``'s record of ``quantity``: the counter's rate, summed over the rows' other
-    labels; pods and jobs keep only rows that have them."""
+def level_rate(level: records.Level, counter: metrics.Metric) -> str:
+    """``counter``'s rate summed at ``level`` (over the rows' other labels); pods and jobs
+    keep only rows that have them."""
     labels = ("user", *group_by_names(KINDS))  # the counters' labels
     drop = ", ".join(x for x in labels if x not in level.keeps)
     only = ", ".join(f'{label}!=""' for label in level.keeps if label != "user")
-    counter = COUNTERS[quantity].name + (f"{{{only}}}" if only else "")
-    return RecordingRule(level.record(quantity),
-                         f"sum without ({drop}) (rate({counter}[{records.RATE_WINDOW}]))")
+    selected = counter.name + (f"{{{only}}}" if only else "")
+    return f"sum without ({drop}) (rate({selected}[{records.RATE_WINDOW}]))"
+
+
+def _rule(level: records.Level, quantity: str) -> RecordingRule:
+    """``level``'s record of ``quantity``: the counter's rate at that level."""
+    return RecordingRule(level.record(quantity), level_rate(level, COUNTERS[quantity]))
 
 
 def groups() -> tuple[RuleGroup, ...]:

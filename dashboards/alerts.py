@@ -9,11 +9,12 @@ user and host) and cheap at fleet scale. Thresholds come from ``exporter.catalog
 
 from __future__ import annotations
 
-from dashboards import escalation, health_alerts, owners
+from dashboards import cost, escalation, health_alerts, owners
 from dashboards.promql import (
     GPU_LABELS,
     activity_average,
     allocated_idle,
+    gib,
     num,
     sel,
     throttled,
@@ -27,14 +28,19 @@ from dashboards.rules import (
     fires_under,
     not_live,
 )
-from exporter.catalogue import metrics, thresholds
+from exporter.catalogue import metrics, records, thresholds
 from exporter.catalogue.metrics import allocator
 
 UNCORRECTED = 'type="uncorrected"'
 _HW_POWER_REASONS = tuple(r for r in metrics.POWER_THROTTLE_REASONS if r.startswith("hw_"))
 _SW_POWER_REASONS = tuple(r for r in metrics.POWER_THROTTLE_REASONS if not r.startswith("hw_"))
-#: Where the GPU counts throttle time: the share of the window a reason must hold the clocks.
-_THROTTLE_TIME = (thresholds.THROTTLE_TIME_SHARE, thresholds.THROTTLE_FOR)
+
+
+def _throttle_time() -> tuple[float, str]:
+    """Where the GPU counts throttle time: the share of the window a reason must hold the
+    clocks, and the window (read when the rules build: a site may set THROTTLE_FOR)."""
+    return thresholds.THROTTLE_TIME_SHARE, thresholds.THROTTLE_FOR
+
 
 used, total = metrics.MEMORY_USED.name, metrics.MEMORY_TOTAL.name
 
@@ -219,7 +225,8 @@ def idle_group() -> RuleGroup:
             "tiny kernel shows high utilisation but no SM activity), is blocking it for everyone "
             "else.{{ with $labels.user }} User {{ . }} holds memory on it.{{ end }}"
         ),
-        details=owners.details(owners.all_processes(), idle=True, end_commands=True),
+        details=(*owners.details(owners.all_processes(), idle=True, end_commands=True),
+                 ("cost", cost.idle_cost_note("GpuMemoryHeldIdle", records.USER))),
         when=(
             "> 10 % of a GPU's memory used, activity (15m average; SM activity where the GPU "
             "reports it, else utilisation: `docs/gpu-activity.md`) < 5 %, for 1h"
@@ -321,6 +328,7 @@ the data loader, storage or the network, or feeds the GPU batches too small to f
             ("processes", owners.process_list(owners.all_processes(), idle=True)),
             ("commands", owners.pod_command()),
             ("escalation", owners.escalation_note()),
+            ("cost", cost.idle_cost_note("GpuAllocatedIdle", records.POD)),
         ),
         when=(
             "a GPU the kubelet allocated to a pod (or Slurm to a job) had no process of that pod "
@@ -389,7 +397,8 @@ def idle_users_group() -> RuleGroup:
             "gpu-exporter report) the processes. If they are no longer needed, stop them or free "
             "the memory."
         ),
-        details=owners.details(owners.idle_processes(), idle=True, end_commands=True),
+        details=(*owners.details(owners.idle_processes(), idle=True, end_commands=True),
+                 ("cost", cost.idle_cost_note("GpuProcessIdle", records.USER))),
         when=(
             "one alert per user across the fleet: their processes holding > 1 GiB each stayed "
             "under 5 % utilisation for 15m, on one or more hosts, for 1h (value: the memory they "
@@ -435,12 +444,13 @@ no single host idled that long. That is the intended nudge.
         summary="A user holds GPU memory on hosts where none of their processes compute.",
         description=(
             "User {{ $labels.user }} holds {{ $value | humanize1024 }}B of GPU memory on hosts "
-            f"where they hold over {num(thresholds.IDLE_USER_MEMORY_BYTES / thresholds.GIB)} GiB "
+            f"where they hold over {gib(thresholds.IDLE_USER_MEMORY_BYTES)} GiB "
             f"and none of their GPU processes exceeded {thresholds.IDLE_UTILIZATION_RATIO:.0%} "
             f"utilisation for {thresholds.IDLE_FOR}. The users dashboard (user {{{{ $labels.user "
             "}}) lists the hosts."
         ),
-        details=owners.details(owners.all_processes(), idle=True, end_commands=True),
+        details=(*owners.details(owners.all_processes(), idle=True, end_commands=True),
+                 ("cost", cost.idle_cost_note("GpuUserMemoryIdle", records.USER))),
         when=(
             "one alert per user across the fleet: on some host the user holds > 4 GiB and none of "
             "their processes there exceeded 5 % in 15m, for 1h"
@@ -507,7 +517,7 @@ crash the job (Xid errors in `dmesg`). Move the work off the GPU now, then fix c
     )
     thermal = AlertRule(
         alert="GpuThermalThrottling",
-        expr=throttled(metrics.THERMAL_THROTTLE_REASONS, *_THROTTLE_TIME),
+        expr=throttled(metrics.THERMAL_THROTTLE_REASONS, *_throttle_time()),
         for_=thresholds.THROTTLE_FOR,
         severity="warning",
         audience="operator",
@@ -529,7 +539,7 @@ scrapes count too). Node dashboard → *Throttle time*, *Throttle reasons active
     )
     hardware = AlertRule(
         alert="GpuHardwareSlowdown",
-        expr=throttled(_HW_POWER_REASONS, *_THROTTLE_TIME),
+        expr=throttled(_HW_POWER_REASONS, *_throttle_time()),
         for_=thresholds.THROTTLE_FOR,
         severity="warning",
         audience="operator",
@@ -551,7 +561,7 @@ a cool GPU, open a hardware ticket.
     )
     power_cap = AlertRule(
         alert="GpuPowerCapped",
-        expr=throttled(_SW_POWER_REASONS, *_THROTTLE_TIME),
+        expr=throttled(_SW_POWER_REASONS, *_throttle_time()),
         for_=thresholds.POWER_CAP_FOR,
         severity="info",
         audience="operator",

@@ -1,4 +1,5 @@
-"""Dashboard 5: GPU efficiency - held versus used over the chosen range, and who holds it idle.
+"""Dashboard 5: GPU efficiency - held versus used over the chosen range, who holds it idle, and
+what it costs (with prices: ``dashboards/cost_panels.py``).
 
 Range panels read the idle-accounting records (``dashboards/accounting.py``): one
 ``sum_over_time`` over per-minute records, never raw series over the range.
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
-from dashboards import panels, variables
+from dashboards import cost_panels, panels, variables
 from dashboards.promql import num, sel_record
 from dashboards.variables import HOST_USER
 from exporter.catalogue import records, thresholds
@@ -112,4 +113,5 @@ def build() -> dashboard.Dashboard:
     grid = panels.Layout(built)
     _summary(grid)
     _tables(grid)
+    cost_panels.add_row(grid)
     return built

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dashboards import owners
-from dashboards.promql import num, seconds
+from dashboards.promql import seconds_text
 from dashboards.rules import HOST_TEXT, AlertRule, RuleGroup, not_live
 from exporter.catalogue import thresholds
 
@@ -78,13 +78,12 @@ def owner_alert_names(groups: Sequence[RuleGroup]) -> list[str]:
 def _unresolved(rules: Sequence[AlertRule]) -> str:
     """Owner alerts firing for OWNER_ESCALATE_AFTER: active (``ALERTS_FOR_STATE``, its value
     the time the alert became pending) for their own ``for`` plus that time; the value is how
-    long each has been active. One comparison per distinct ``for``."""
-    after = seconds(thresholds.OWNER_ESCALATE_AFTER)
-    by_for: dict[int, list[str]] = {}
-    for rule in rules:
-        by_for.setdefault(seconds(rule.for_) if rule.for_ else 0, []).append(rule.alert)
-    parts = [f'time() - ALERTS_FOR_STATE{{audience="owner", alertname=~"{"|".join(names)}"}} '
-             f"> {num(hold + after)}" for hold, names in sorted(by_for.items())]
+    long each has been active. One comparison per alert, in file order (the same text whether
+    a ``for`` is a site's value or, in the chart's copy, a placeholder: ``dashboards.settings``)."""
+    after = seconds_text(thresholds.OWNER_ESCALATE_AFTER)
+    parts = [f'time() - ALERTS_FOR_STATE{{audience="owner", alertname="{rule.alert}"}} '
+             f"> {seconds_text(rule.for_) + ' + ' if rule.for_ not in ('', '0s') else ''}{after}"
+             for rule in rules]
     return "\n    or ".join(parts)
 
 

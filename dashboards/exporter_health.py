@@ -11,7 +11,9 @@ from dashboards.variables import HOST
 from exporter.catalogue import metrics, thresholds
 
 UID = "gpu-exporter-health"
-STALE = (("green", None), ("red", thresholds.DATA_STALE_SECONDS))
+def _stale() -> tuple[panels.Step, ...]:
+    """Data age colours: red from the stale-data alert's threshold."""
+    return (("green", None), ("red", thresholds.DATA_STALE_SECONDS))
 
 
 def _targets(grid: panels.Layout) -> None:
@@ -38,7 +40,7 @@ def _targets(grid: panels.Layout) -> None:
         "collections hang and the last good snapshot is served; red past "
         f"{thresholds.DATA_STALE_SECONDS:.0f} s (alert GpuExporterDataStale).", "s",
         panels.query(f"max({sel(metrics.DATA_AGE, HOST)})"),
-        thresholds=panels.steps(*STALE),
+        thresholds=panels.steps(*_stale()),
     ), 4, 4)
     grid.add(panels.stat_panel(
         "Slowest collection", "Duration of the slowest last collection among the selected "
@@ -67,7 +69,7 @@ def _collections(grid: panels.Layout) -> None:
     grid.add(panels.timeseries_panel(
         "Data age", "Age of the data in each scrape. Dashed line: the stale-data alert "
         "threshold.", "s", [panels.query(sel(metrics.DATA_AGE, HOST), "{{instance}}")],
-        thresholds=panels.steps(*STALE), min_val=0,
+        thresholds=panels.steps(*_stale()), min_val=0,
     ), 8)
     grid.add(panels.timeseries_panel(
         "Scrape duration", "How long Prometheus's scrape of each exporter took (measured by "

@@ -14,13 +14,19 @@ from exporter.catalogue import thresholds
 
 UID = "gpu-exporter-fleet"
 
-MEMORY_STEPS = (("green", None), ("orange", thresholds.MEMORY_AMBER_RATIO),
-                ("red", thresholds.MEMORY_USED_RATIO))
-TEMPERATURE_STEPS = (
-    ("green", None),
-    ("orange", thresholds.TEMPERATURE_WARNING_CELSIUS),
-    ("red", thresholds.TEMPERATURE_CRITICAL_CELSIUS),
-)
+def memory_steps() -> tuple[panels.Step, ...]:
+    """Memory colours: amber before, red from the alert threshold (read when a board builds:
+    a site's settings may move it)."""
+    return (("green", None), ("orange", thresholds.MEMORY_AMBER_RATIO),
+            ("red", thresholds.MEMORY_USED_RATIO))
+
+
+def temperature_steps() -> tuple[panels.Step, ...]:
+    """Temperature colours at the two alert thresholds."""
+    return (("green", None), ("orange", thresholds.TEMPERATURE_WARNING_CELSIUS),
+            ("red", thresholds.TEMPERATURE_CRITICAL_CELSIUS))
+
+
 COUNT_BAD = (("green", None), ("red", 1.0))
 COUNT_WARN = (("green", None), ("orange", 1.0))
 NODE_LEGEND = "{{hostname}}"
@@ -30,7 +36,7 @@ def temperature_graph(title: str, description: str,
                       target: prometheus.Dataquery) -> timeseries.Panel:
     """Temperatures over time, the alert thresholds drawn as dashed lines."""
     return panels.timeseries_panel(title, description, "celsius", [target],
-                                   thresholds=panels.steps(*TEMPERATURE_STEPS))
+                                   thresholds=panels.steps(*temperature_steps()))
 
 
 def _rec(record: str) -> str:
@@ -75,7 +81,7 @@ def _summary(grid: panels.Layout) -> None:
     grid.add(panels.stat_panel(
         "Fleet memory used", f"Used share of all selected GPU memory. Turns red at "
         f"{thresholds.MEMORY_USED_RATIO:.0%}, the per-GPU alert threshold.", "percentunit",
-        panels.query(f"{used} / {total}"), thresholds=panels.steps(*MEMORY_STEPS),
+        panels.query(f"{used} / {total}"), thresholds=panels.steps(*memory_steps()),
     ), 3, 4)
     grid.add(panels.stat_panel(
         f"GPUs above {thresholds.MEMORY_USED_RATIO:.0%} memory",
@@ -111,7 +117,7 @@ def _per_node(grid: panels.Layout) -> None:
         f"{thresholds.MEMORY_USED_RATIO:.0%} per-GPU alert threshold; the node dashboard shows "
         "each GPU (a line climbing steadily towards 100 % is a leak).", "percentunit",
         [panels.query(_by_node(recording.INSTANCE_MEMORY_RATIO), NODE_LEGEND)],
-        thresholds=panels.steps(*MEMORY_STEPS), min_val=0, max_val=1,
+        thresholds=panels.steps(*memory_steps()), min_val=0, max_val=1,
     ), 12)
     grid.add(panels.timeseries_panel(
         "Utilisation and SM activity per node", "Utilisation: share of time at least one kernel "
@@ -159,11 +165,11 @@ def _nodes(grid: panels.Layout) -> None:
             panels.Column("Memory used", _by_node(recording.INSTANCE_MEMORY_USED), "bytes"),
             panels.Column("Memory total", _by_node(recording.INSTANCE_MEMORY_TOTAL), "bytes"),
             panels.Column("Memory used %", _by_node(recording.INSTANCE_MEMORY_RATIO), "percentunit",
-                   panels.steps(*MEMORY_STEPS)),
+                   panels.steps(*memory_steps())),
             panels.Column("Avg utilisation", _by_node(recording.INSTANCE_UTILIZATION),
                           "percentunit"),
             panels.Column("Max temperature", _by_node(recording.INSTANCE_TEMPERATURE), "celsius",
-                   panels.steps(*TEMPERATURE_STEPS)),
+                   panels.steps(*temperature_steps())),
             panels.Column("Power", _by_node(recording.INSTANCE_POWER), "watt"),
         ],
         hidden=("Time", "__name__", "job", "instance"),

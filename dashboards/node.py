@@ -7,7 +7,7 @@ from grafana_foundation_sdk.builders import dashboard, prometheus
 
 from dashboards import panels, variables
 from dashboards.activity_panels import node_activity_rows
-from dashboards.fleet import MEMORY_STEPS, TEMPERATURE_STEPS, temperature_graph
+from dashboards.fleet import memory_steps, temperature_graph, temperature_steps
 from dashboards.gpu_health_panels import GPU_LEGEND, node_health_rows, node_mig_rows
 from dashboards.nvlink_panels import node_nvlink_rows
 from dashboards.promql import NOT_OVERFLOW, idle_process_filter, num, seconds, sel
@@ -49,7 +49,7 @@ def _device(grid: panels.Layout) -> None:
     grid.add(panels.stat_panel(
         "Memory used", "Used share of each GPU's memory; red from the "
         f"{thresholds.MEMORY_USED_RATIO:.0%} alert threshold.", "percentunit",
-        panels.query(f"{USED} / {TOTAL}", GPU_LEGEND), thresholds=panels.steps(*MEMORY_STEPS),
+        panels.query(f"{USED} / {TOTAL}", GPU_LEGEND), thresholds=panels.steps(*memory_steps()),
     ), 6, 5)
     grid.add(panels.stat_panel(
         "Temperature", "Current core temperature per GPU (orange from "
@@ -57,7 +57,7 @@ def _device(grid: panels.Layout) -> None:
         f"{thresholds.TEMPERATURE_CRITICAL_CELSIUS:.0f} "
         "°C: the alert thresholds).", "celsius",
         panels.query(_on_gpus(metrics.TEMPERATURE), GPU_LEGEND),
-        thresholds=panels.steps(*TEMPERATURE_STEPS),
+        thresholds=panels.steps(*temperature_steps()),
     ), 6, 5)
     grid.add(panels.table_panel(
         "GPUs", "Model, PCI bus id and driver of each GPU (from gpu_info), with its memory.",

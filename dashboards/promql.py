@@ -6,7 +6,9 @@ types one.
 
 from __future__ import annotations
 
+from dashboards.settings import Token
 from exporter.catalogue import metrics
+from exporter.catalogue.settings import TOKEN_CLOSE, TOKEN_OPEN
 from exporter.catalogue.workloads import KINDS, group_by_names
 
 #: The labels that name an allocation's workload on ``gpu_allocation_info`` and on the
@@ -21,10 +23,20 @@ NOT_OVERFLOW = f'process!="{metrics.OVERFLOW_VALUE}"'
 
 
 def num(value: float) -> str:
-    """A number as PromQL literal text: ``0.9``, ``80``, ``1073741824``."""
+    """A number as PromQL literal text: ``0.9``, ``80``, ``1073741824`` (a setting while the
+    chart's copy is built: its placeholder, ``dashboards.settings``)."""
+    if isinstance(value, Token):
+        return format(value, "")
     if float(value).is_integer():
         return str(int(value))
     return repr(float(value))
+
+
+def gib(value: float) -> str:
+    """A byte count in GiB, as ``num`` writes it: ``4``, ``1.5``."""
+    if isinstance(value, Token):
+        return format(value, "gib")
+    return num(value / 1024**3)
 
 
 def sel(metric: metrics.Metric, *matchers: str) -> str:
@@ -60,16 +72,24 @@ def throttled(reasons: tuple[str, ...], share: float, window: str) -> str:
 
 
 def seconds(duration: str) -> int:
-    """A simple Prometheus duration ("30m", "1h", "15s") in seconds.
+    """A simple Prometheus duration ("30m", "1h", "15s", "1w") in seconds.
 
     Raises:
-        ValueError: not a single number followed by s, m, h or d.
+        ValueError: not a single number followed by s, m, h, d or w.
     """
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
     number, unit = duration[:-1], duration[-1:]
     if unit not in units or not number.isdigit():
         raise ValueError(f"unsupported duration {duration!r}")
     return int(number) * units[unit]
+
+
+def seconds_text(duration: str) -> str:
+    """A duration's seconds as PromQL number text (a setting's placeholder while the chart's
+    copy is built: ``⟦idleFor|seconds⟧``)."""
+    if duration.startswith(TOKEN_OPEN):
+        return duration.removesuffix(TOKEN_CLOSE) + "|seconds" + TOKEN_CLOSE
+    return str(seconds(duration))
 
 
 #: Recorded by dashboards.recording: one series per scrape target carrying gpu_info's hostname.

@@ -111,14 +111,19 @@ class AlertRule:
 
 @dataclass(frozen=True, slots=True)
 class RecordingRule:
-    """One recording rule, named ``level:metric:operations``."""
+    """One recording rule, named ``level:metric:operations``; ``labels`` are added to what it
+    records (a static series' identity, a currency)."""
 
     record: str
     expr: str
+    labels: tuple[tuple[str, str], ...] = ()
 
     def to_dict(self, annotations: bool = True) -> dict[str, Any]:
         """The rule as it appears in a rule file (recording rules have no annotations)."""
-        return {"record": self.record, "expr": self.expr}
+        rule: dict[str, Any] = {"record": self.record, "expr": self.expr}
+        if self.labels:
+            rule["labels"] = dict(self.labels)
+        return rule
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard
 
 from dashboards import alerts, panels, recording, variables
-from dashboards.fleet import COUNT_BAD, MEMORY_STEPS, NODE_LEGEND
+from dashboards.fleet import COUNT_BAD, NODE_LEGEND, memory_steps
 from dashboards.promql import (
     count_or_zero,
     num,
@@ -135,7 +135,7 @@ def _forecast(grid: panels.Layout) -> None:
         "Fleet memory used", "Used share of all selected GPU memory.", "percentunit",
         panels.query(f"sum({sel_record(recording.INSTANCE_MEMORY_USED, variables.HOST)}) / "
               f"sum({sel_record(recording.INSTANCE_MEMORY_TOTAL, variables.HOST)})"),
-        thresholds=panels.steps(*MEMORY_STEPS),
+        thresholds=panels.steps(*memory_steps()),
     ), 6, 5)
 
 

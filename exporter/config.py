@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
@@ -227,6 +228,36 @@ FLAGS: tuple[Flag, ...] = (
 )
 
 
+#: ``--help``'s sections, in order, as node_exporter groups its flags: (title, the flag names
+#: or name prefixes ending in "." it holds). A flag belongs to the first section naming it;
+#: ``--<kind>`` of every workload kind is an attribution flag.
+FLAG_SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Data source and simulation", ("source", "scenario", "simulate.", "hostname")),
+    ("Web server", ("web.",)),
+    ("Collectors", ("collector.",)),
+    ("Processes and attribution (users, pods, jobs, containers)",
+     ("passwd-file", "procfs", "process.", *(kind.name for kind in KINDS), "kubernetes.",
+      "containers.", "slurm.")),
+    ("Inside the processes (PyTorch allocator)", ("torch.",)),
+    ("Logging", ("log.",)),
+)
+#: What a flag no section names falls under (a test keeps it empty).
+OTHER_SECTION = "Other"
+#: The subcommands, listed first in ``--help``: name and what it does.
+COMMANDS: tuple[tuple[str, str], ...] = (
+    ("report", "who held GPUs idle over a time range, and what it cost, from a Prometheus "
+     "running the accounting rules (gpu-exporter report --help)"),
+)
+
+
+def flag_section(flag: Flag) -> str:
+    """The ``--help`` section of ``flag``."""
+    for title, names in FLAG_SECTIONS:
+        if any(flag.name == n or (n.endswith(".") and flag.name.startswith(n)) for n in names):
+            return title
+    return OTHER_SECTION
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     """The exporter's whole configuration (see ``FLAGS`` for what each field means)."""
@@ -327,27 +358,43 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+def _commands_text() -> str:
+    rows = [("(none)", "run the exporter: serve GPU metrics on /metrics (the flags below)"),
+            *COMMANDS]
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(
+        textwrap.fill(text, 79, initial_indent=f"  {name:<{width}}  ",
+                      subsequent_indent=" " * (width + 4)) for name, text in rows)
+
+
 def build_parser(scenario_help: str = "") -> argparse.ArgumentParser:
-    """The argparse parser; every value flag is read as a string and parsed later."""
+    """The argparse parser; every value flag is read as a string and parsed later. ``--help``
+    lists the subcommands first, then the flags by section (``FLAG_SECTIONS``)."""
     parser = _Parser(
         prog="gpu-exporter",
-        description="Prometheus exporter for NVIDIA GPUs: who and what is using GPU memory. "
-        f"Every flag can also be set as an environment variable {ENV_PREFIX}<FLAG> "
-        "(upper case, '.' and '-' become '_'); flags win.",
-        epilog=scenario_help or None,
+        usage="gpu-exporter [FLAGS]\n       gpu-exporter COMMAND [COMMAND FLAGS]",
+        description="Prometheus exporter for NVIDIA GPUs: who and what is using GPU memory.\n\n"
+        f"commands:\n{_commands_text()}\n\n" + textwrap.fill(
+            f"Every flag can also be set as an environment variable {ENV_PREFIX}<FLAG> "
+            "(upper case, '.' and '-' become '_'); flags win.", 79),
+        epilog=textwrap.fill(scenario_help, 79, break_on_hyphens=False) or None,
         allow_abbrev=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"gpu-exporter {__version__}")
+    sections = {title: parser.add_argument_group(title)
+                for title in (*(title for title, _ in FLAG_SECTIONS), OTHER_SECTION)}
     for flag in FLAGS:
+        section = sections[flag_section(flag)]
         limits = f"; range {RANGES[flag.name]}" if flag.name in RANGES else ""
         env_note = f" [env {flag.env}; default {flag.default_text or 'none'}{limits}]"
         if flag.is_bool:
-            parser.add_argument(
+            section.add_argument(
                 f"--{flag.name}", dest=flag.dest, action=argparse.BooleanOptionalAction,
                 default=None, help=flag.help + env_note,
             )
         else:
-            parser.add_argument(
+            section.add_argument(
                 f"--{flag.name}", dest=flag.dest, default=None, metavar=flag.metavar,
                 help=flag.help + env_note,
             )
@@ -419,11 +466,18 @@ def unknown_env(environ: Mapping[str, str]) -> list[str]:
 
 
 def flags_markdown_table() -> str:
-    """docs/flags.md's table, one row per flag."""
-    rows = ["| flag | environment variable | default | meaning |", "|---|---|---|---|"]
-    for flag in FLAGS:
-        name = f"`--[no-]{flag.name}`" if flag.is_bool else f"`--{flag.name}`"
-        default = f"`{flag.default_text}`" if flag.default_text else "-"
-        limits = f" Range: {RANGES[flag.name]}." if flag.name in RANGES else ""
-        rows.append(f"| {name} | `{flag.env}` | {default} | {flag.help}{limits} |")
-    return "\n".join(rows)
+    """docs/flags.md's tables: one per ``--help`` section, one row per flag."""
+    parts = []
+    for title in (*(title for title, _ in FLAG_SECTIONS), OTHER_SECTION):
+        flags = [flag for flag in FLAGS if flag_section(flag) == title]
+        if not flags:
+            continue
+        rows = [f"### {title}", "", "| flag | environment variable | default | meaning |",
+                "|---|---|---|---|"]
+        for flag in flags:
+            name = f"`--[no-]{flag.name}`" if flag.is_bool else f"`--{flag.name}`"
+            default = f"`{flag.default_text}`" if flag.default_text else "-"
+            limits = f" Range: {RANGES[flag.name]}." if flag.name in RANGES else ""
+            rows.append(f"| {name} | `{flag.env}` | {default} | {flag.help}{limits} |")
+        parts.append("\n".join(rows))
+    return "\n\n".join(parts)

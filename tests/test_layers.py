@@ -35,7 +35,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 #: may import it.
 READERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "exporter.report": (("exporter.catalogue",), ("web", "command line")),
-    "dashboards": (("exporter.catalogue",), ()),
+    # dashboards reads a site's settings file with the bounded YAML loader.
+    "dashboards": (("exporter.catalogue", "exporter.boundedyaml"), ()),
 }
 #: The generator of every derived file: it reads the flags and renders golden expositions.
 GENERATOR = ("dashboards.generate", "dashboards.golden")

@@ -26,7 +26,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 #: What the copy holds (tracked files only).
-COPIED = ("exporter", "dashboards", "tests", "docs", "helm/gpu-exporter/files", "README.md",
+COPIED = ("exporter", "dashboards", "tests", "docs", "helm/gpu-exporter/files",
+          "helm/gpu-exporter/values.yaml", "helm/gpu-exporter/values.schema.json", "README.md",
           "pyproject.toml")
 
 @dataclass(frozen=True)

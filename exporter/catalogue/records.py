@@ -80,3 +80,40 @@ def idle_since(matchers: str) -> str:
     active, started, busy = (selector(row.name, matchers) for row in (
         metrics.PROCESS_LAST_ACTIVE, metrics.PROCESS_START_TIME, metrics.PROCESS_UTILIZATION))
     return f"({active} or ({started} and {busy}))"
+
+
+# --- cost (dashboards/cost.py), only where a site set prices (exporter.catalogue.settings) ---
+COST_GROUP: Final = "gpu-exporter-cost"
+COST_RULE_FILE: Final = "gpu-exporter-cost.yaml"
+#: Per scrape target: the price of one of its GPU-hours (the mean of its GPUs' prices by model),
+#: with the prices' ``currency`` label, which every cost record carries too.
+PRICE_RECORD: Final = "instance:gpu_price_per_gpu_hour:avg"
+CURRENCY_LABEL: Final = "currency"
+#: One static series per entry of the site's team mapping (value 1): ``{user, team}`` or
+#: ``{namespace, team}``.
+TEAM_INFO: Final = "gpu_team_info"
+TEAM_LABEL: Final = "team"
+#: The team of owners the mapping does not name.
+UNASSIGNED_TEAM: Final = "unassigned"
+#: Per team and host: the accounting quantities of the rows the mapping gives to the team
+#: (a pod's namespace decides first, then the user).
+TEAM: Final = Level("instance_team", (TEAM_LABEL,))
+COST_LEVELS: Final = (*LEVELS, TEAM)
+#: What the team records hold (all of it whenever a mapping is set).
+TEAM_QUANTITIES: Final = (HELD_GPUS, USED_GPUS, IDLE_GPUS, POWER)
+#: Cost quantities, each a cost per second in the currency (a range's total: sum_over_time
+#: times INTERVAL_SECONDS, as for the other records): GPU time held, used and held idle at
+#: the host's price per GPU-hour, and the attributed energy at the price per kWh.
+HELD_COST = "held_cost_per_second"
+USED_COST = "used_cost_per_second"
+IDLE_COST = "idle_cost_per_second"
+ENERGY_COST = "energy_cost_per_second"
+#: The GPU-time record each GPU-time cost is priced from.
+GPU_COSTS: Final = {HELD_COST: HELD_GPUS, USED_COST: USED_GPUS, IDLE_COST: IDLE_GPUS}
+COST_QUANTITIES: Final = (HELD_COST, USED_COST, IDLE_COST, ENERGY_COST)
+
+
+def report_quantities(level: Level) -> tuple[str, ...]:
+    """What the report reads at ``level``: its accounting records, then its costs."""
+    recorded = TEAM_QUANTITIES if level is TEAM else level_quantities(level)
+    return (*recorded, *COST_QUANTITIES)

@@ -1,12 +1,17 @@
 """Ask Prometheus for the idle-accounting records over a range and rank the results.
 
-Per day of the range and per level (user, namespace/pod, job), one instant query sums every
-recorded quantity over that day (``sum_over_time`` of 1-minute records: about 1,440 samples a
-series), so a week costs 21 small queries and a progress line can count them. The day windows
-are ``(day start, day end]`` (the window is one millisecond short of a day), so a sample on a
-boundary is counted once. The forgotten processes come from the exporter's per-process series
-(``records.idle_since``): one query ranks each process's longest idle stretch within the
-range, sampled every ``forgotten_step`` seconds, and one reads the details of the ranked ones.
+Per day of the range and per level (user, namespace/pod, job, team), one instant query sums
+every recorded quantity over that day (``sum_over_time`` of 1-minute records: about 1,440
+samples a series), the cost records too where the site set prices (with their ``currency``
+label), so a week costs 28 small queries and a progress line can count them. The user query
+also counts the minutes of the day that have data (an exporter's ``gpu_exporter_build_info``,
+or an accounting record), so that the report says how much of the range it rests on. The day
+windows are ``(day start, day end]`` (the window is one millisecond short of a day), so a
+sample on a boundary is counted once. The forgotten processes come from the exporter's
+per-process series (``records.idle_since``): one query ranks each process's longest idle
+stretch within the range's data, sampled every ``forgotten_step`` seconds (display servers and
+processes under the idle floor left out: ``exporter.catalogue.holders``), and one reads the
+details of the ranked ones.
 """
 
 from __future__ import annotations
@@ -14,10 +19,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from exporter.catalogue import metrics, records, thresholds
+from exporter.catalogue import holders, metrics, records, thresholds
 from exporter.report.client import PrometheusClient, ReportError, Sample
-from exporter.report.model import Day, ProcessRow, Report, Row, Usage
-from exporter.report.timerange import TimeRange, chunks, iso
+from exporter.report.model import Coverage, Day, ProcessRow, Report, Row, Usage
+from exporter.report.timerange import TimeRange, chunks, format_duration, iso
 
 __all__ = ["MAX_VALUE", "Progress", "Usable", "build_report"]
 
@@ -31,7 +36,17 @@ FIELDS = {
     records.HELD_MEMORY: "held_byte_seconds",
     records.USED_GPUS: "used_gpu_seconds",
     records.POWER: "energy_joules",
+    records.HELD_COST: "held_cost",
+    records.USED_COST: "used_cost",
+    records.IDLE_COST: "idle_cost",
+    records.ENERGY_COST: "energy_cost",
 }
+#: Fields holding an amount of money (None where no price is set).
+COST_FIELDS = ("held_cost", "used_cost", "idle_cost", "energy_cost")
+#: The levels queried per day: user, namespace/pod, job, and team (with a team mapping).
+LEVELS = records.COST_LEVELS
+#: The coverage figures of a day, tagged in the user query: minutes with data, first, last.
+COVERAGE_TAGS = ("minutes", "first", "last")
 _TAG = "__report_field"
 #: Largest total a report quantity can reach (byte-seconds of 10,000 GPUs of 80 GB held
 #: for a year are ~3e22): beyond it a value is an error in the data, not a total.
@@ -87,14 +102,36 @@ def _tagged(expr: str, tag: str) -> str:
     return f'label_replace({expr}, "{_TAG}", "{tag}", "", "")'
 
 
+def _present(matchers: str) -> str:
+    """1 at an instant where Prometheus holds data: an exporter's build info, or (with
+    matchers an exporter's own series lack) an accounting record."""
+    build = records.selector(metrics.BUILD_INFO.name, matchers)
+    recorded = records.selector(records.USER.record(records.HELD_MEMORY), matchers)
+    return f"(count({build}) or count({recorded}))"
+
+
+def _coverage_parts(span: TimeRange, matchers: str) -> list[str]:
+    """The minutes of ``span`` with data, the first and the last (one sample a minute)."""
+    minutes = f"{_window(span)[:-1]}:60s]"
+    present = _present(matchers)
+    return [_tagged(f"count_over_time({present}{minutes})", "minutes"),
+            _tagged(f"min_over_time(timestamp({present}){minutes})", "first"),
+            _tagged(f"max_over_time(timestamp({present}){minutes})", "last")]
+
+
 def level_query(level: records.Level, span: TimeRange, matchers: str) -> str:
-    """One query for every quantity of ``level`` summed over ``span``."""
+    """One query for every quantity of ``level`` summed over ``span`` (costs by currency);
+    at the user level, the coverage of ``span`` too."""
     by = ", ".join(level.keeps)
-    parts = [
-        _tagged(f"sum by ({by}) (sum_over_time({records.selector(level.record(q), matchers)}"
-                f"{_window(span)}))", q)
-        for q in records.level_quantities(level)
-    ]
+    parts = []
+    for quantity in records.report_quantities(level):
+        keep = (f"{by}, {records.CURRENCY_LABEL}" if quantity in records.COST_QUANTITIES
+                else by)
+        parts.append(_tagged(f"sum by ({keep}) (sum_over_time("
+                             f"{records.selector(level.record(quantity), matchers)}"
+                             f"{_window(span)}))", quantity))
+    if level is records.USER:
+        parts += _coverage_parts(span, matchers)
     return "\nor ".join(parts)
 
 
@@ -104,10 +141,16 @@ def forgotten_step(span: TimeRange) -> int:
 
 
 def _idle_for(span: TimeRange, matchers: str) -> str:
-    """Per process: how long it has idled within the range (from when its kernels last ran, or
-    its start, or the range's start, whichever is latest), where over the minimum."""
+    """Per process: how long it has idled within the range's data (from when its kernels last
+    ran, or its start, or the start of the range's data, whichever is latest), where over the
+    minimum."""
     return (f"(time() - clamp_min({records.idle_since(matchers)}, {span.start:.3f}) "
             f"> {thresholds.FORGOTTEN_MIN_IDLE_SECONDS})")
+
+
+def _listed(matchers: str) -> str:
+    """``matchers`` leaving out the processes never listed as forgotten (display servers)."""
+    return ", ".join(m for m in (matchers, holders.display_matcher()) if m)
 
 
 def _samples(span: TimeRange) -> str:
@@ -119,8 +162,10 @@ def forgotten_query(span: TimeRange, matchers: str, top: int) -> str:
     """The ``top`` processes by memory held through one idle stretch within the range (memory
     x stretch, largest sample). The one query that reads every process series of the range,
     at ``FORGOTTEN_SAMPLES`` instants."""
-    memory = records.selector(metrics.PROCESS_MEMORY.name, matchers)
-    return f"topk({top}, max_over_time(({memory} * {_idle_for(span, matchers)}){_samples(span)}))"
+    memory = records.selector(metrics.PROCESS_MEMORY.name, _listed(matchers))
+    floor = f"{holders.MIN_FORGOTTEN_BYTES:.0f}"
+    return (f"topk({top}, max_over_time((({memory} > {floor}) * {_idle_for(span, matchers)})"
+            f"{_samples(span)}))")
 
 
 def details_query(span: TimeRange, matchers: str) -> str:
@@ -144,6 +189,12 @@ def _split(sample: Sample) -> tuple[str, tuple[tuple[str, str], ...]]:
     tag = labels.pop(_TAG, "")
     labels.pop("__name__", None)
     return tag, tuple(sorted(labels.items()))
+
+
+def _currency(key: tuple[tuple[str, str], ...]) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """A cost sample's currency, and its key without it."""
+    labels = dict(key)
+    return labels.pop(records.CURRENCY_LABEL, ""), tuple(labels.items())
 
 
 def rule_interval(client: PrometheusClient) -> float | None:
@@ -172,6 +223,61 @@ def _explain_empty(client: PrometheusClient, span: TimeRange, matchers: str,
         "(docs: README, 'Idle accounting')")
 
 
+def _cover(coverage: Coverage, tag: str, value: float, usable: Usable) -> None:
+    """Add one day's coverage figure."""
+    if tag == "minutes":
+        coverage.seconds += (usable.total(value, "minutes with data") or 0.0) * 60
+        return
+    at = usable.time(value, "times with data")
+    if at is None:
+        return
+    if tag == "first":
+        coverage.first = at if coverage.first is None else min(coverage.first, at)
+    else:
+        coverage.last = at if coverage.last is None else max(coverage.last, at)
+
+
+def _drop_costs(report: Report, currencies: set[str]) -> None:
+    """Costs in several currencies cannot be added up: leave them out, with a note."""
+    for usage in (report.totals, *(row.usage for rows in (report.users, report.pods,
+                                                          report.jobs, report.teams)
+                                   for row in rows), *(day.usage for day in report.days)):
+        for name in COST_FIELDS:
+            setattr(usage, name, None)
+    report.currency = None
+    names = ", ".join(sorted(currencies))
+    report.notes.append(f"note: the cost records carry several currencies ({names}): costs left "
+                        "out (one price list per Prometheus, or narrow with --match)")
+
+
+def _why_empty(report: Report) -> dict[str, str]:
+    """Why each empty section is empty, in words."""
+    why = {}
+    if not report.pods:
+        why["pods"] = ("no GPU process ran in a pod within the range (the exporter names pods "
+                       "with --kubernetes)")
+    if not report.jobs:
+        why["jobs"] = ("no GPU process of a Slurm job within the range (the exporter names jobs "
+                       "with --slurm)")
+    if report.currency is None:
+        why["cost"] = ("no prices are set, so there are no cost records (prometheusRule.cost "
+                       "in the Helm chart, or cost: in a settings file; docs/cost.md)")
+    elif not report.teams:
+        why["teams"] = "no team mapping is set (cost.teams; docs/cost.md)"
+    if not report.processes:
+        data = report.coverage.seconds
+        minimum = thresholds.FORGOTTEN_MIN_IDLE_SECONDS
+        if data < minimum:
+            why["processes"] = (f"the range holds {format_duration(data)} of data, less than "
+                                f"the {format_duration(minimum)} a process must idle to be "
+                                "listed")
+        else:
+            why["processes"] = (f"no process holding {holders.MIN_FORGOTTEN_BYTES / 2**30:g} GiB "
+                                f"or more idled for {format_duration(minimum)} within the "
+                                "range's data (display servers are never listed)")
+    return why
+
+
 def build_report(client: PrometheusClient, span: TimeRange, *, matchers: str = "",
                  top: int = 10, progress: Progress | None = None) -> Report:
     """Query Prometheus and assemble the ranked report.
@@ -187,18 +293,25 @@ def build_report(client: PrometheusClient, span: TimeRange, *, matchers: str = "
                     matchers=matchers)
     usable = Usable(span)
     pieces = chunks(span)
-    total = len(pieces) * len(records.LEVELS) + 1
+    total = len(pieces) * len(LEVELS) + 1
     done = 0
     tables: dict[str, dict[tuple[tuple[str, str], ...], Usage]] = {
-        lv.name: {} for lv in records.LEVELS
+        lv.name: {} for lv in LEVELS
     }
+    currencies: set[str] = set()
     for piece in pieces:
         day = Day(piece.start, piece.end)
-        for level in records.LEVELS:
+        for level in LEVELS:
             for sample in client.query(level_query(level, piece, matchers), piece.end):
                 quantity, key = _split(sample)
+                if quantity in COVERAGE_TAGS:
+                    _cover(report.coverage, quantity, sample.value, usable)
+                    continue
                 if quantity not in FIELDS:
                     continue
+                if quantity in records.COST_QUANTITIES:
+                    currency, key = _currency(key)
+                    currencies.add(currency)
                 checked = usable.total(sample.value * interval, quantity)
                 if checked is None:
                     continue
@@ -216,17 +329,27 @@ def build_report(client: PrometheusClient, span: TimeRange, *, matchers: str = "
     def ranked(level: records.Level) -> list[Row]:
         rows = [Row(dict(key), usage) for key, usage in tables[level.name].items()]
         rows.sort(key=lambda row: (-row.usage.idle_gpu_seconds, -row.usage.idle_byte_seconds,
-                                   tuple(row.labels.values())))
+                                   -(row.usage.held_cost or 0.0), tuple(row.labels.values())))
         return rows
 
-    report.users, report.pods, report.jobs = (ranked(lv) for lv in records.LEVELS)
+    report.users, report.pods, report.jobs, report.teams = (ranked(lv) for lv in LEVELS)
     for row in report.users:
         for name in FIELDS.values():
             value = getattr(row.usage, name)
             if value is not None:
                 report.totals.add(name, value)
-    report.processes = _processes(client, span, matchers, top, usable)
-    report.notes = usable.notes()
+    # n one-minute samples a minute apart span n - 1 minutes.
+    report.coverage.seconds = max(0.0, report.coverage.seconds - 60)
+    report.currency = next(iter(currencies)) if len(currencies) == 1 else None
+    if len(currencies) > 1:
+        _drop_costs(report, currencies)
+    # Idle stretches count within the range's data only, as the per-user figures do.
+    data_start = max(span.start, report.coverage.first or span.start)
+    if span.end - data_start > thresholds.FORGOTTEN_MIN_IDLE_SECONDS:
+        report.processes = _processes(client, TimeRange(data_start, span.end), matchers, top,
+                                      usable)
+    report.notes = usable.notes() + report.notes
+    report.why_empty = _why_empty(report)
     if progress is not None:
         progress(total, total)
     return report

@@ -2,7 +2,8 @@
 
 Per node and GPU the workload held: mean utilisation, SM and tensor activity (GPM), peak
 memory (the whole GPU's and its processes'), peak PyTorch allocated memory, time held and
-held idle, energy, and notes (``exporter.catalogue.job_notes``). A job's times, user and GPU
+held idle, energy, and notes (``exporter.catalogue.job_notes``); what it cost where the site
+set prices (``exporter.report.costs``). A job's times, user and GPU
 count come from Slurm (``sacct``, else ``scontrol``); ``--start``/``--end`` override them, and
 without either the workload's time is searched for in Prometheus within ``--since``.
 
@@ -135,10 +136,26 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
             for row in (header, ["-" * w for w in widths], *rows)]
 
 
+def _cost_line(summary: JobSummary) -> str:
+    """What the workload cost (the cost records), or why no cost is shown."""
+    cost = summary.cost
+    if cost is None:
+        return ("Cost: not shown (no cost records: no prices set, docs/cost.md)"
+                if summary.source == "prometheus" else "Cost: not stored with the summary")
+
+    def amount(value: float | None) -> str:
+        return "-" if value is None else f"{value:,.2f}"
+
+    return (f"Cost: held {amount(cost.held)} {cost.currency} (used {amount(cost.used)}, idle "
+            f"{amount(cost.idle)}), energy {amount(cost.energy)} {cost.currency}; total "
+            f"{cost.total:,.2f} {cost.currency}")
+
+
 def text(summary: JobSummary) -> str:
     """The summary for people: a heading, a table of GPUs, totals, notes."""
-    who = ", ".join(p for p in (f"user {summary.user}" if summary.user else "", summary.state)
-                    if p)
+    who = ", ".join(p for p in (f"user {summary.user}" if summary.user else "",
+                                f"account {summary.account}" if summary.account else "",
+                                summary.state) if p)
     lines = [
         f"{summary.title.capitalize()}{f' ({who})' if who else ''}: {iso(summary.start)} to "
         f"{iso(summary.end)} ({format_duration(summary.end - summary.start)}), "
@@ -157,6 +174,7 @@ def text(summary: JobSummary) -> str:
         if "energy_joules" in totals:
             parts.append(f"energy {totals['energy_joules'] / KWH:.2f} kWh")
         lines += ["", "Totals: " + ", ".join(parts)]
+        lines.append(_cost_line(summary))
     else:
         lines.append("No GPU data for it.")
     for node, cpu in sorted(summary.cpu.items()):
@@ -178,6 +196,8 @@ def json_text(summary: JobSummary) -> str:
     """The summary for tools, in base units, with the figures' meanings and the totals."""
     doc: dict[str, Any] = asdict(summary)
     doc["totals"] = gpu_totals(summary.gpus)
+    if summary.cost is not None:
+        doc["cost"]["total"] = summary.cost.total
     doc["figures"] = {figure.key: {"title": figure.title, "unit": figure.unit}
                       for figure in FIGURES}
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
@@ -246,6 +266,7 @@ def summarise(args: argparse.Namespace, workload: Workload,
         print(f"{PROG}: warning: {exc}; printing the stored summary", file=sys.stderr)
         return stored
     if summary is not None and (summary.gpus or summary.cpu):
+        summary.account = facts.account if facts else ""
         return summary
     stored = _stored(facts, workload)
     if stored is not None:

@@ -19,9 +19,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from exporter.catalogue import job_notes, metrics, thresholds
+from exporter.catalogue import job_notes, metrics, records, thresholds
 from exporter.catalogue.metrics.jobstats import JOBSTATS_MEMORY_TOTAL
 from exporter.report.client import PrometheusClient, Sample
+from exporter.report.costs import WorkloadCost, workload_cost
 from exporter.report.timerange import TimeRange
 
 __all__ = ["FIGURES", "Figure", "GpuSummary", "JobSummary", "Workload", "build_summary",
@@ -189,6 +190,10 @@ class JobSummary:
     gpu_count: int = 0
     gpus: list[GpuSummary] = field(default_factory=list)
     cpu: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: What it cost, from the cost records (None: no prices set, or a stored summary), and
+    #: the Slurm account it is billed to where Slurm knows it.
+    cost: WorkloadCost | None = None
+    account: str = ""
 
     @property
     def title(self) -> str:
@@ -254,6 +259,8 @@ def build_summary(client: PrometheusClient, workload: Workload, span: TimeRange,
     summary.gpu_count = gpu_count if gpu_count is not None else len(summary.gpus)
     if workload.kind == "job":
         summary.cpu = cgroup_figures(client, workload.name, span, extra)
+    level = records.JOB if workload.kind == "job" else records.POD
+    summary.cost = workload_cost(client, level, workload_matchers, span)
     finish(summary)
     return summary
 

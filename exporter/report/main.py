@@ -37,8 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Idle GPU-hours and GiB-hours per user, namespace/pod and job over a time "
-        "range, and the top forgotten processes, from a Prometheus that runs gpu-exporter's "
-        "idle-accounting recording rules.",
+        "range, what they cost (where the site set prices), and the top forgotten processes, "
+        "from a Prometheus that runs gpu-exporter's idle-accounting recording rules.",
     )
     add_connection_flags(parser)
     span = parser.add_argument_group("time range")

@@ -1,4 +1,5 @@
-"""What a report holds: plain dataclasses in base units (seconds, bytes, joules)."""
+"""What a report holds: plain dataclasses in base units (seconds, bytes, joules; amounts in the
+prices' currency)."""
 
 from __future__ import annotations
 
@@ -17,14 +18,25 @@ class Usage:
     held_gpu_seconds: float = 0.0
     held_byte_seconds: float = 0.0
     used_gpu_seconds: float = 0.0
-    energy_joules: float | None = None  # only per user (and in the totals)
+    energy_joules: float | None = None  # only per user and team (and in the totals)
+    # What it cost, where the site set prices (the cost records); None: not priced.
+    held_cost: float | None = None
+    used_cost: float | None = None
+    idle_cost: float | None = None
+    energy_cost: float | None = None
 
     def add(self, quantity: str, value: float) -> None:
         """Add ``value`` (already multiplied by the rule interval) to one quantity."""
-        if quantity == "energy_joules":
-            self.energy_joules = (self.energy_joules or 0.0) + value
-        else:
-            setattr(self, quantity, getattr(self, quantity) + value)
+        current = getattr(self, quantity)
+        setattr(self, quantity, (current or 0.0) + value)
+
+    @property
+    def total_cost(self) -> float | None:
+        """Held GPU time and energy together (used and idle are parts of held); None without
+        any price."""
+        if self.held_cost is None and self.energy_cost is None:
+            return None
+        return (self.held_cost or 0.0) + (self.energy_cost or 0.0)
 
     @property
     def used_ratio(self) -> float | None:
@@ -63,6 +75,17 @@ class Day:
 
 
 @dataclass(slots=True)
+class Coverage:
+    """How much of the range has data: the first and last minute in which Prometheus holds an
+    exporter's series (or an accounting record), and the time they span in seconds, gaps left
+    out (12 minutes with data, one after the other, span 11 minutes)."""
+
+    first: float | None = None
+    last: float | None = None
+    seconds: float = 0.0
+
+
+@dataclass(slots=True)
 class Report:
     """Everything the formats print."""
 
@@ -75,6 +98,11 @@ class Report:
     users: list[Row] = field(default_factory=list)
     pods: list[Row] = field(default_factory=list)
     jobs: list[Row] = field(default_factory=list)
+    teams: list[Row] = field(default_factory=list)
     processes: list[ProcessRow] = field(default_factory=list)
     days: list[Day] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # values left out, and why
+    currency: str | None = None  # the cost records' (None: no prices set)
+    coverage: Coverage = field(default_factory=Coverage)
+    #: Section key (users, pods, jobs, teams, processes, cost) -> why it is empty.
+    why_empty: dict[str, str] = field(default_factory=dict)

@@ -23,7 +23,7 @@ __all__ = ["SlurmError", "SlurmJob", "job_facts", "store_admin_comment"]
 TIMEOUT = 30.0
 #: ``sacct`` fields read (AdminComment last: it could in principle hold a "|").
 SACCT_FIELDS = ("JobIDRaw", "User", "State", "Start", "End", "NodeList", "AllocTRES",
-                "AdminComment")
+                "Account", "AdminComment")
 _GPUS = re.compile(r"(?:^|,)gres/gpu=(\d+)")
 
 #: Runs a command: (argv) -> (exit status, stdout, stderr).
@@ -59,6 +59,7 @@ class SlurmJob:
     nodes: str = ""
     gpus: int | None = None
     admin_comment: str = ""
+    account: str = ""  # the Slurm account the job ran under (who pays, where sites bill by it)
 
 
 def _seconds(text: str) -> float | None:
@@ -75,9 +76,9 @@ def _from_sacct(job_id: str, out: str) -> SlurmJob | None:
         fields = line.split("|", len(SACCT_FIELDS) - 1)
         if len(fields) != len(SACCT_FIELDS) or fields[0] != job_id:
             continue
-        raw, user, state, start, end, nodes, tres, comment = fields
+        raw, user, state, start, end, nodes, tres, account, comment = fields
         return SlurmJob(raw, user, state.split()[0] if state else "", _seconds(start),
-                        _seconds(end), nodes, _gpus(tres), comment.strip())
+                        _seconds(end), nodes, _gpus(tres), comment.strip(), account)
     return None
 
 
@@ -90,7 +91,7 @@ def _from_scontrol(job_id: str, out: str) -> SlurmJob | None:
     return SlurmJob(job_id, user, values.get("JobState", ""),
                     _seconds(values.get("StartTime", "")), _seconds(values.get("EndTime", "")),
                     values.get("NodeList", ""), _gpus(values.get("AllocTRES", "")),
-                    values.get("AdminComment", ""))
+                    values.get("AdminComment", ""), values.get("Account", ""))
 
 
 def job_facts(job_id: str, runner: Runner = run) -> SlurmJob | None:

@@ -36,12 +36,18 @@ _REGEX_SPECIAL = re.compile(r"[\\^$*+?.()|{}\[\]]")
 
 
 
-def live_rule_files(tmp: Path) -> list[str]:
-    """The rule files, with groups that fix their own interval (idle accounting: 1m) set to
-    run every second like the rest, so their records exist within a short test (their range
-    totals are then not in real units; these tests do not read them)."""
+#: A site's cost group, from the example settings' prices (every model priced): with it the
+#: efficiency dashboard's cost row has data.
+SITE_COST_RULES = ROOT / "dashboards" / "rules" / "tests" / "rules" / "gpu-exporter-cost.yaml"
+
+
+def live_rule_files(tmp: Path, extra: tuple[Path, ...] = ()) -> list[str]:
+    """The rule files (and ``extra`` ones), with groups that fix their own interval (idle
+    accounting and cost: 1m) set to run every second like the rest, so their records exist
+    within a short test (their range totals are then not in real units; these tests do not
+    read them)."""
     paths = []
-    for path in RULE_FILES:
+    for path in (*RULE_FILES, *extra):
         doc = yaml.safe_load(path.read_text())
         if any("interval" in group for group in doc["groups"]):
             for group in doc["groups"]:
@@ -78,9 +84,10 @@ def wait_until(what: str, check: Any, deadline: float, interval: float = 0.25) -
 
 
 def start_prometheus(tmp: Path, scrape_configs: list[dict[str, Any]],
-                     deadline: float) -> tuple[subprocess.Popen[bytes], int]:
-    """A Prometheus scraping and evaluating every second, with ``scrape_configs``, its data in
-    ``tmp``; returns it and its port once it is ready.
+                     deadline: float, rule_files: tuple[Path, ...] = ()
+                     ) -> tuple[subprocess.Popen[bytes], int]:
+    """A Prometheus scraping and evaluating every second, with ``scrape_configs`` (and
+    ``rule_files``), its data in ``tmp``; returns it and its port once it is ready.
 
     Raises:
         RuntimeError: it exited.
@@ -91,7 +98,8 @@ def start_prometheus(tmp: Path, scrape_configs: list[dict[str, Any]],
     config.write_text(yaml.safe_dump({
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s",
                    "scrape_timeout": "900ms"},
-        "scrape_configs": scrape_configs}))
+        "scrape_configs": scrape_configs,
+        **({"rule_files": [str(path) for path in rule_files]} if rule_files else {})}))
     log = tmp / "prometheus-scrape.log"
     with log.open("wb") as out:
         process = subprocess.Popen(

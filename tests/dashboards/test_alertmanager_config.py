@@ -124,7 +124,8 @@ IDLE = _alert(
                   "holds 38GiB, no GPU work seen, running for 3d 0h 0m 0s\n",
      "commands": "kill 30958  # on lab-ws-01\n",
      "escalation": "If this is still so 24h after this notice, the lab lead or operator is told.",
-     "cost": "about 4.10 EUR a day",
+     # As the rule writes it with prices (annotations.test.yaml renders the same text).
+     "cost": "The idle hold has cost 2.58 EUR so far (1h 1m 0s, at this site's prices).",
      "runbook_url": "https://example.org/runbook#gpuprocessidle"},
 )
 POD = _alert(
@@ -171,7 +172,7 @@ def test_the_owner_email_names_the_process_the_memory_and_the_command(tmp_path: 
     body = _render(data, "gpu_exporter.email.text", tmp_path)
     assert body.startswith("Hello alice,")
     for fact in ("pid 30958 jupyter-kernel", "holds 38GiB", "running for 3d", "lab-ws-01 GPU 2",
-                 "kill 30958", "What it costs: about 4.10 EUR a day",
+                 "kill 30958", "What it costs: The idle hold has cost 2.58 EUR so far (1h 1m 0s",
                  "https://grafana.example.org/d/gpu-exporter-users/?var-user=alice",
                  "the lab lead or operator is told", "#gpuprocessidle"):
         assert fact in body, fact

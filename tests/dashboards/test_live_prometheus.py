@@ -27,7 +27,9 @@ from dashboards import accounting, alerts, owners, recording
 from tests.dashboards.grafana import DASHBOARD_FILES, Json, load, targets, variables
 from tests.dashboards.live import (
     PROMETHEUS,
+    SITE_COST_RULES,
     Stack,
+    live_rule_files,
     resolve_variables,
     series_by_scenario,
     substitute,
@@ -76,12 +78,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         # seen at 0 before the events the scenarios inject (an ECC error 10 s in), however
         # slowly this machine starts the processes.
         live.reserve_ports(SPEEDS)
-        live.start_prometheus(deadline=time.monotonic() + 60)
+        # A site with prices (the example settings): the efficiency dashboard's cost row too.
+        live.start_prometheus(deadline=time.monotonic() + 60, rule_files=live_rule_files(
+            tmp, extra=(SITE_COST_RULES,)))
         live.start_exporters(SPEEDS)
         live.wait_exporters(deadline=time.monotonic() + 60)
         rules_loaded = live.api("/api/v1/rules")["data"]["groups"]
         assert len(rules_loaded) == (len(alerts.groups()) + len(recording.groups())
-                                     + len(accounting.groups()))
+                                     + len(accounting.groups()) + 1)
         end = max(e.ready_at for e in live.exporters.values()) + EVAL_AFTER + 2
         live.wait_scraped_past(end, deadline=time.monotonic() + EVAL_AFTER + 120)
         yield live

@@ -34,7 +34,13 @@ from bench.fleet_two_tier import (
     rule_state,
 )
 from tests.dashboards.grafana import DASHBOARD_FILES, GRAFANA_DIR
-from tests.dashboards.live import PROMETHEUS, RULE_FILES, Stack, live_rule_files
+from tests.dashboards.live import (
+    PROMETHEUS,
+    RULE_FILES,
+    SITE_COST_RULES,
+    Stack,
+    live_rule_files,
+)
 from tests.processes import stop_all
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,8 +61,8 @@ SCENARIOS = {"shared-workstation": 1.0, "kubernetes-node": 1.0, "slurm-node": 1.
 NODES = len(SCENARIOS)
 NODE_BOARDS = [GRAFANA_DIR / "gpu-node-device.json"]
 INTERVAL = 1.0
-#: Every recording rule's name, from the rule files the stores load.
-RECORDS = frozenset(rule["record"] for path in RULE_FILES
+#: Every recording rule's name, from the rule files the stores load (a site's cost group too).
+RECORDS = frozenset(rule["record"] for path in (*RULE_FILES, SITE_COST_RULES)
                     for group in yaml.safe_load(path.read_text(encoding="utf-8"))["groups"]
                     for rule in group["rules"] if "record" in rule)
 #: Seconds after the agent starts by which every record with data has it (rates over two
@@ -83,7 +89,7 @@ class Setup:
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     tmp = tmp_path_factory.mktemp("two-tier")
     deadline = time.monotonic() + 150
-    rules = [Path(p) for p in live_rule_files(tmp)]
+    rules = [Path(p) for p in live_rule_files(tmp, extra=(SITE_COST_RULES,))]
     launcher = Launcher(tmp, deadline, rules, INTERVAL,
                         victoria_flags=("-search.latencyOffset=1s",),
                         vmalert_flags=("-remoteWrite.flushInterval=1s",))

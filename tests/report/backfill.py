@@ -135,7 +135,9 @@ class Prometheus:
                 result = self.api("/api/v1/query_range", query=rule["expr"],
                                   start=f"{start:.0f}", end=f"{end:.0f}", step=str(step))
                 for series in result["result"]:
-                    labels = ",".join(f'{k}="{v}"' for k, v in sorted(series["metric"].items())
+                    # The rule's own labels overwrite the expression's, as Prometheus does.
+                    metric = {**series["metric"], **rule.get("labels", {})}
+                    labels = ",".join(f'{k}="{v}"' for k, v in sorted(metric.items())
                                       if k != "__name__")
                     for at, value in series["values"]:
                         day = int((at - start) // DAY)

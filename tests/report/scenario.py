@@ -12,8 +12,10 @@ nothing ran), independently of PromQL. Who does what:
   then idle until it ends on day 5;
 - dave's Slurm job on h2 GPU 1 computes six hours a day at 80 %, idling in between, next to
   erin's idle 10 GiB process;
+- erin's process started three days before the exporter first saw it;
+- root's Xorg holds 0.2 GiB on h1 GPU 1 all week (a display server: never a forgotten process);
 - h2's exporter restarts on day 3 (10 minutes without samples); h1's energy counter resets
-  on day 4 (driver reload).
+  on day 4 (driver reload). h1's GPUs are H100s, h2's A100s (priced apart).
 """
 
 from __future__ import annotations
@@ -53,6 +55,13 @@ class Process:
     memory: Callable[[float], float]
     util: Callable[[float], float]
     labels: dict[str, str] = field(default_factory=dict)
+    #: When the process started, if before the exporter first saw it (``start``).
+    started: float | None = None
+
+    @property
+    def start_time(self) -> float:
+        """Its start as ``gpu_process_start_time_seconds`` says (seconds from the start)."""
+        return self.start if self.started is None else self.started
 
     def alive(self, t: float) -> bool:
         return self.start <= t < self.end
@@ -81,8 +90,11 @@ PROCESSES = (
     Process("h2", "1", "4001", "sbatch-run", "dave", 0, WEEK + DAY, _const(40 * GIB), _daily,
             {"slurm_job": "4242"}),
     Process("h2", "1", "5001", "python", "erin", 1800, WEEK + DAY, _const(10 * GIB),
-            _const(0.0)),
+            _const(0.0), started=-3 * DAY),
+    Process("h1", "1", "601", "Xorg", "root", 0, WEEK + DAY, _const(0.2 * GIB), _const(0.0)),
 )
+#: The model name of each host's GPUs (gpu_info), for the cost rules' prices.
+MODELS = {"h1": "NVIDIA H100 80GB HBM3", "h2": "NVIDIA A100-SXM4-80GB"}
 GPUS = (("h1", "0"), ("h1", "1"), ("h2", "0"), ("h2", "1"))
 
 
@@ -218,7 +230,13 @@ def openmetrics(t0: float, begin: int, end: int) -> Iterator[str]:
         ("gpu_process_memory_used_bytes", "gauge", per_process(lambda p, t: p.memory(t))),
         ("gpu_process_utilization_ratio", "gauge", per_process(lambda p, t: p.util(t))),
         ("gpu_process_start_time_seconds", "gauge",
-         per_process(lambda p, t: t0 + p.start)),
+         per_process(lambda p, t: t0 + p.start_time)),
+        ("gpu_info", "gauge", lambda t: [
+            (_labels(h, g, name=MODELS[h], hostname=h), 1.0) for h, g in GPUS
+            if visible(h, t)]),
+        ("gpu_exporter_build_info", "gauge", lambda t: [
+            (_host_labels(h, version="test", source="nvml"), 1.0) for h in MODELS
+            if visible(h, t)]),
         ("gpu_user_memory_used_bytes", "gauge", per_user),
     ]
     # The exporter's last-active time: present once the process's kernels were seen.
@@ -315,7 +333,7 @@ def forgotten(start: float, end: float, minimum: float) -> dict[str, dict[str, f
         for step in range(0, WEEK + DAY, SCRAPE):
             if not start <= step <= end or not p.alive(step) or not visible(p.host, step):
                 continue
-            stretch = step - max(busy.get(step, p.start), start)
+            stretch = step - max(busy.get(step, p.start_time), start)
             if stretch > minimum:
                 row["idle_seconds"] = max(row["idle_seconds"], stretch)
                 row["idle_byte_seconds"] = max(row["idle_byte_seconds"], p.memory(step) * stretch)

@@ -18,6 +18,7 @@ from exporter.report.admincomment import (
     encode_b32,
     to_json,
 )
+from exporter.report.costs import WorkloadCost
 from exporter.report.job_main import json_text, text
 from exporter.report.jobs import GpuSummary, JobSummary, Workload, finish, node_of
 from exporter.report.slurm import SlurmError, job_facts, store_admin_comment
@@ -179,28 +180,28 @@ class FakeSlurm:
 
 def test_job_facts_from_sacct_else_scontrol() -> None:
     sacct = ("7|alice|COMPLETED|1800000000|1800003600|node[1-2]|billing=1,cpu=4,gres/gpu=2,"
-             "node=2|JS1:x\n")
+             "node=2|physics|JS1:x\n")
     facts = job_facts("7", FakeSlurm(sacct=sacct))
     assert facts is not None
     assert (facts.user, facts.state, facts.start, facts.end, facts.nodes, facts.gpus,
-            facts.admin_comment) == ("alice", "COMPLETED", 1.8e9, 1800003600.0, "node[1-2]", 2,
-                                     "JS1:x")
-    running = job_facts("7", FakeSlurm(sacct="7|bob|RUNNING|1800000000|Unknown|n1|cpu=1||\n"))
+            facts.admin_comment, facts.account) == ("alice", "COMPLETED", 1.8e9, 1800003600.0,
+                                                    "node[1-2]", 2, "JS1:x", "physics")
+    running = job_facts("7", FakeSlurm(sacct="7|bob|RUNNING|1800000000|Unknown|n1|cpu=1|lab||\n"))
     assert running is not None
     assert (running.end, running.gpus) == (None, None)
     ending = job_facts("7", FakeSlurm(  # the database has no end yet; slurmctld does
-        sacct="7|bob|RUNNING|1800000000|Unknown|n1|cpu=1,gres/gpu=1|\n",
+        sacct="7|bob|RUNNING|1800000000|Unknown|n1|cpu=1,gres/gpu=1|lab|\n",
         scontrol="JobId=7 UserId=bob(1) JobState=COMPLETED StartTime=1800000000 "
                  "EndTime=1800000042 NodeList=n1\n"))
     assert ending is not None
     assert (ending.end, ending.state, ending.gpus) == (1800000042.0, "COMPLETED", 1)
     scontrol = ("JobId=7 JobName=train UserId=carol(2003) GroupId=c(2003) JobState=COMPLETED "
                 "StartTime=1800000000 EndTime=1800000060 NodeList=n1 "
-                "AllocTRES=cpu=1,gres/gpu=1 AdminComment=JS1:abc Command=(null)\n")
+                "AllocTRES=cpu=1,gres/gpu=1 Account=chem AdminComment=JS1:abc Command=(null)\n")
     found = job_facts("7", FakeSlurm(scontrol=scontrol))
     assert found is not None
-    assert (found.user, found.end, found.gpus, found.admin_comment) == (
-        "carol", 1800000060.0, 1, "JS1:abc")
+    assert (found.user, found.end, found.gpus, found.admin_comment, found.account) == (
+        "carol", 1800000060.0, 1, "JS1:abc", "chem")
     assert job_facts("7", FakeSlurm()) is None
     assert job_facts("8", FakeSlurm(sacct=sacct)) is None  # another job's line
 
@@ -227,3 +228,19 @@ def test_storing_fails_in_one_line() -> None:
     with pytest.raises(SlurmError, match="could not store job 7's AdminComment: sacctmgr: "
                        "error: Problem talking to the database"):
         store_admin_comment("7", "JS1:x", "JS1B32:X", refusing)
+
+
+def test_the_summary_says_what_it_cost_or_why_not() -> None:
+    summary = _summary()
+    assert "Cost: not shown (no cost records: no prices set" in text(summary)
+    summary.account = "physics"
+    assert text(summary).startswith("Job 913377 (user alice, account physics, COMPLETED)")
+    summary.cost = WorkloadCost("EUR", held=5.0, used=2.5, idle=2.5, energy=0.82)
+    assert ("Cost: held 5.00 EUR (used 2.50, idle 2.50), energy 0.82 EUR; total 5.82 EUR"
+            in text(summary))
+    doc = json.loads(json_text(summary))
+    assert doc["cost"] == {"currency": "EUR", "held": 5.0, "used": 2.5, "idle": 2.5,
+                           "energy": 0.82, "total": 5.82}
+    stored = decode(encode(summary))
+    assert stored is not None
+    assert "Cost: not stored with the summary" in text(stored)

@@ -26,9 +26,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
+from exporter.catalogue import records
 from exporter.report.admincomment import PREFIX
-from tests.dashboards.live import PROMETHEUS, http_get, start_prometheus, wait_until
+from tests.dashboards.live import (
+    PROMETHEUS,
+    SITE_COST_RULES,
+    http_get,
+    start_prometheus,
+    wait_until,
+)
 from tests.processes import free_port, stop_all
 
 pytestmark = [
@@ -87,6 +95,20 @@ class Live:
             cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
 
 
+def _priced_rules(tmp: Path) -> tuple[Path, ...]:
+    """The accounting group and a site's cost group (the example settings' prices), run every
+    second (their amounts are then not in real units: the week test checks those)."""
+    paths = []
+    for source in (ROOT / "dashboards" / "rules" / records.RULE_FILE, SITE_COST_RULES):
+        doc = yaml.safe_load(source.read_text())
+        for group in doc["groups"]:
+            group["interval"] = "1s"
+        path = tmp / source.name
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        paths.append(path)
+    return tuple(paths)
+
+
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     tmp = tmp_path_factory.mktemp("jobstats")
@@ -110,7 +132,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
             {"job_name": "cgroup", "static_configs": [
                 {"targets": [f"127.0.0.1:{server.server_address[1]}"],
                  "labels": {"cluster": "c1"}}]}],
-            deadline=time.monotonic() + 60)
+            deadline=time.monotonic() + 60, rule_files=_priced_rules(tmp))
         processes.append(prometheus)
         state = Live(prometheus_port)
 
@@ -201,3 +223,16 @@ def test_a_pod_summary(live: Live) -> None:
     assert "Pod research/notebook-alice-0" in done.stdout
     assert "held without use 100% of the time" in done.stdout  # 0 % for hours
     assert live.report("pod", "research/nobody").returncode == 2
+
+
+def test_a_jobs_summary_says_what_it_cost(live: Live) -> None:
+    """With prices, the summary carries the job's cost from the cost records (their amounts
+    are checked against a week's ground truth in test_report_cost.py)."""
+    done = live.report("job", "913377", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    cost = json.loads(done.stdout)["cost"]
+    assert cost["currency"] == "EUR"
+    assert cost["held"] > 0
+    assert cost["total"] == cost["held"] + (cost["energy"] or 0.0)
+    text = live.report("job", "913377").stdout
+    assert f"Cost: held {cost['held']:,.2f} EUR" in text

@@ -11,122 +11,35 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from exporter.catalogue import records, thresholds
-from exporter.report.client import Connection, PrometheusClient
-from exporter.report.collect import build_report, forgotten_step
+from exporter.catalogue import holders, records, thresholds
+from exporter.report.collect import forgotten_step
 from exporter.report.formats import csv_text, markdown, text
 from exporter.report.html import COLOURS, TOP_USERS, render_html
-from exporter.report.model import GIB, HOUR, Report
+from exporter.report.model import GIB, HOUR
 from exporter.report.timerange import TimeRange
 from tests.processes import free_port
 from tests.report import scenario
-from tests.report.backfill import PROMETHEUS, PROMTOOL, Prometheus, create_blocks
 from tests.report.png import colour_counts
+from tests.report.week import (
+    CHANGES,
+    NEEDS_PROMETHEUS,
+    QUANTITIES,
+    RATES,
+    Week,
+    close,
+    report_cli,
+    week_report,
+)
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.timeout(240),
-    pytest.mark.skipif(not (PROMETHEUS.exists() and PROMTOOL.exists()),
-                       reason="needs Debian's prometheus package"),
-]
-ROOT = Path(__file__).resolve().parents[2]
-QUANTITIES = ("idle_gpu_seconds", "idle_byte_seconds", "held_gpu_seconds",
-              "held_byte_seconds", "used_gpu_seconds", "energy_joules")
-
-
-@dataclass
-class Week:
-    prometheus: Prometheus
-    t0: float
-    truth: scenario.Truth
-    missing_rules: subprocess.CompletedProcess[str]
-    timings: dict[str, float]
-
-    @property
-    def end(self) -> float:
-        return self.t0 + scenario.WEEK
-
-
-def report_cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "exporter", "report", "--prometheus.url", url, *args],
-        capture_output=True, text=True, timeout=120, check=False, cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-
-
-@pytest.fixture(scope="module")
-def week(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Week]:
-    assert thresholds.IDLE_UTILIZATION_RATIO == scenario.IDLE_RATIO
-    tmp = tmp_path_factory.mktemp("week")
-    timings: dict[str, float] = {}
-    clock = time.monotonic()
-    # The week ends two days ago, starting on a 2-hour block boundary.
-    t0 = float(int(time.time() - 9 * scenario.DAY) // 7200 * 7200)
-    files = []
-    for day in range(8):
-        path = tmp / f"raw-{day}.om"
-        begin = day * scenario.DAY
-        with path.open("w") as out:
-            out.writelines(scenario.openmetrics(t0, begin, min(begin + scenario.DAY,
-                                                               scenario.WEEK + 1)))
-        files.append(path)
-    timings["generate"] = time.monotonic() - clock
-    prom = Prometheus(tmp)
-    create_blocks(files, prom.tsdb)
-    timings["backfill raw"] = time.monotonic() - clock - timings["generate"]
-    try:
-        prom.start()
-        missing = report_cli(prom.url, "--start", str(t0), "--end", str(t0 + scenario.WEEK))
-        mark = time.monotonic()
-        rule_file = tmp / records.RULE_FILE
-        shutil.copy(ROOT / "dashboards" / "rules" / records.RULE_FILE, rule_file)
-        rules = yaml.safe_load(rule_file.read_text())["groups"][0]["rules"]
-        # Evaluations half an interval after each scrape, as a live group would run.
-        prom.evaluate_rules(rules, t0 + 30, t0 + scenario.WEEK, records.INTERVAL_SECONDS, tmp)
-        prom.rule_file = rule_file
-        prom.start()
-        timings["evaluate and backfill rules"] = time.monotonic() - mark
-        mark = time.monotonic()
-        truth = scenario.truth(0, scenario.WEEK, step=20.0)
-        timings["ground truth"] = time.monotonic() - mark
-        print("\nbackfill timings (s):", {k: round(v, 1) for k, v in timings.items()})
-        yield Week(prom, t0, truth, missing, timings)
-    finally:
-        prom.stop()
-
-
-def _report(week: Week, start: float, end: float) -> Report:
-    client = PrometheusClient(Connection(url=week.prometheus.url))
-    return build_report(client, TimeRange(start, end), top=5)
-
-
-def _close(got: float, want: float, per_interval: float, changes: int) -> bool:
-    """``got`` within ``changes`` intervals' worth of ``per_interval``, plus 0.5 %."""
-    slack = changes * per_interval * records.INTERVAL_SECONDS + 0.005 * abs(want)
-    return abs(got - want) <= slack + 1e-9
-
-
-#: Per user: the largest rate of each quantity (per second) and how many state changes the
-#: scenario has for them within the week (starts, ends, busy/idle switches, the restart gap).
-RATES = {"idle_gpu_seconds": 1.0, "held_gpu_seconds": 1.0, "used_gpu_seconds": 1.0,
-         "idle_byte_seconds": 60 * GIB, "held_byte_seconds": 60 * GIB,
-         "energy_joules": scenario.BUSY_WATTS}
-CHANGES = {"alice": 2, "bob": 2, "carol": 8, "dave": 20, "erin": 20}
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240), NEEDS_PROMETHEUS]
 
 
 def test_missing_rules_is_one_clear_line(week: Week) -> None:
@@ -155,7 +68,7 @@ def test_report_matches_the_scenario(week: Week) -> None:
     for user, want in week.truth.users.items():
         for quantity in QUANTITIES:
             got = users[user][quantity]
-            if not _close(got, want[quantity], RATES[quantity], CHANGES[user]):
+            if not close(got, want[quantity], RATES[quantity], CHANGES[user]):
                 bad.append(f"{user} {quantity}: report {got:.4g} truth {want[quantity]:.4g}")
     assert bad == []
     # Ranked by idle GPU-hours: alice's forgotten notebook first, busy bob last.
@@ -165,11 +78,11 @@ def test_report_matches_the_scenario(week: Week) -> None:
     totals = doc["totals"]
     for quantity in QUANTITIES:
         want = sum(u[quantity] for u in week.truth.users.values())
-        assert _close(totals[quantity], want, RATES[quantity], sum(CHANGES.values())), quantity
+        assert close(totals[quantity], want, RATES[quantity], sum(CHANGES.values())), quantity
 
 
 def test_pods_and_jobs_match_the_scenario(week: Week) -> None:
-    report = _report(week, week.t0, week.end)
+    report = week_report(week, week.t0, week.end)
     pods = {(r.labels["namespace"], r.labels["pod"]): r.usage for r in report.pods}
     jobs = {(r.labels[records.JOB_LABEL], r.labels["user"]): r.usage for r in report.jobs}
     assert set(pods) == set(week.truth.pods)
@@ -179,14 +92,17 @@ def test_pods_and_jobs_match_the_scenario(week: Week) -> None:
         for key, want in truth.items():
             for quantity in QUANTITIES[:5]:
                 got = getattr(table[key], quantity)
-                assert _close(got, want[quantity], RATES[quantity], changes), (key, quantity)
+                assert close(got, want[quantity], RATES[quantity], changes), (key, quantity)
             assert table[key].energy_joules is None  # energy is per user only
 
 
 def test_forgotten_processes_are_ranked_by_their_longest_idle_stretch(week: Week) -> None:
-    report = _report(week, week.t0, week.end)
+    report = week_report(week, week.t0, week.end)
     truth = scenario.forgotten(0, scenario.WEEK, thresholds.FORGOTTEN_MIN_IDLE_SECONDS)
-    want = sorted(truth, key=lambda pid: -truth[pid]["idle_byte_seconds"])
+    listed = {p.pid for p in scenario.PROCESSES if p.name not in holders.DISPLAY_PROCESSES
+              and p.memory(0) >= holders.MIN_FORGOTTEN_BYTES}
+    want = sorted(set(truth) & listed, key=lambda pid: -truth[pid]["idle_byte_seconds"])
+    assert "601" in truth  # root's Xorg idled all week, and is not listed
     assert [p.labels["pid"] for p in report.processes] == want[:5]
     # The report samples each stretch every forgotten_step seconds, the exporter every scrape.
     slack = forgotten_step(TimeRange(week.t0, week.end)) + scenario.SCRAPE
@@ -207,7 +123,7 @@ def test_forgotten_processes_are_ranked_by_their_longest_idle_stretch(week: Week
     assert dave.running_at_end is True
     # dave's job computes from midnight: at the week's last instant it has just started again.
     assert dave.last_active_at == week.t0 + scenario.WEEK
-    earlier = _report(week, week.t0, week.end - 3600)
+    earlier = week_report(week, week.t0, week.end - 3600)
     dave = next(p for p in earlier.processes if p.labels["user"] == "dave")
     # An hour before, it had idled since its 6-hour window of the last day ended.
     assert dave.last_active_at == week.t0 + 6 * scenario.DAY + 6 * 3600 - scenario.SCRAPE
@@ -220,9 +136,9 @@ def test_forgotten_processes_are_ranked_by_their_longest_idle_stretch(week: Week
 
 
 def test_day_boundaries_count_each_sample_once(week: Week) -> None:
-    whole = _report(week, week.t0, week.end)
+    whole = week_report(week, week.t0, week.end)
     split = week.t0 + 3 * scenario.DAY + 1800  # mid-chunk, not on a day boundary
-    first, second = _report(week, week.t0, split), _report(week, split, week.end)
+    first, second = week_report(week, week.t0, split), week_report(week, split, week.end)
     for quantity in QUANTITIES[:5]:
         parts = getattr(first.totals, quantity) + getattr(second.totals, quantity)
         assert parts == pytest.approx(getattr(whole.totals, quantity), rel=1e-9), quantity
@@ -232,7 +148,7 @@ def test_day_boundaries_count_each_sample_once(week: Week) -> None:
 
 
 def test_text_markdown_and_csv_carry_the_same_numbers(week: Week) -> None:
-    report = _report(week, week.t0, week.end)
+    report = week_report(week, week.t0, week.end)
     alice = next(r for r in report.users if r.labels["user"] == "alice").usage
     idle_h = f"{alice.idle_gpu_seconds / HOUR:,.1f}"
     table = text(report)
@@ -243,7 +159,13 @@ def test_text_markdown_and_csv_carry_the_same_numbers(week: Week) -> None:
     row = next(r for r in rows if r["section"] == "user" and r["user"] == "alice")
     assert float(row["idle_gib_hours"]) == pytest.approx(alice.idle_byte_seconds / GIB / HOUR,
                                                          rel=1e-6)
-    assert {r["section"] for r in rows} == {"total", "user", "pod", "job", "process"}
+    assert {r["section"] for r in rows} == {"total", "user", "pod", "job", "team", "process",
+                                            "note"}
+    assert float(row["held_cost"]) == pytest.approx(alice.held_cost, rel=1e-6)
+    assert row["currency"] == "EUR"
+    assert f"{alice.held_cost:,.2f}" in alice_line
+    assert "held EUR" in table
+    assert "total EUR" in table
 
 
 def test_progress_lines_when_asked(week: Week) -> None:
@@ -251,7 +173,7 @@ def test_progress_lines_when_asked(week: Week) -> None:
                         "--progress", "--format", "csv")
     assert result.returncode == 0, result.stderr
     progress = [line for line in result.stderr.splitlines() if line.startswith("querying")]
-    assert progress[-1] == "querying Prometheus: 10/10"  # 3 days x 3 levels + processes
+    assert progress[-1] == "querying Prometheus: 13/13"  # 3 days x 4 levels + processes
     quiet = report_cli(week.prometheus.url, "--since", "1d", "--end", str(week.end))
     assert quiet.returncode == 0
     assert quiet.stderr == ""
@@ -291,7 +213,7 @@ CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu",
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/test does)")
 def test_html_report_renders_its_charts_in_chromium(week: Week, tmp_path: Path) -> None:
-    report = _report(week, week.t0, week.end)
+    report = week_report(week, week.t0, week.end)
     page = render_html(report)
     assert "<script" not in page.lower()
     assert re.search(r"""(src|href)=["']?(https?:)?//""", page) is None  # nothing external
@@ -314,3 +236,5 @@ def test_html_report_renders_its_charts_in_chromium(week: Week, tmp_path: Path) 
     # The user chart's bars share one scale and one height: idle/used pixel areas follow the
     # data (legend swatches and anti-aliased edges allow some slack).
     assert px["idle"] / px["used"] == pytest.approx(idle / used, rel=0.15), (px, idle / used)
+
+
