@@ -253,7 +253,7 @@ def summarise(args: argparse.Namespace, workload: Workload,
     try:
         client = PrometheusClient(connection(args, float(parse_duration(args.timeout))))
         if span is None:
-            search = TimeRange.resolve(args.since, None, None, now=now)
+            search = TimeRange.resolve(args.since, None, args.end, now=now)
             span = held_span(client, workload, search, args.match, step)
         summary = None if span is None else build_summary(
             client, workload, span, extra=args.match, step=step,

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import pytest
 
 from exporter.catalogue import job_notes
+from exporter.report import job_main
 from exporter.report.admincomment import (
     SummaryError,
     decode,
@@ -22,6 +23,7 @@ from exporter.report.costs import WorkloadCost
 from exporter.report.job_main import json_text, text
 from exporter.report.jobs import GpuSummary, JobSummary, Workload, finish, node_of
 from exporter.report.slurm import SlurmError, job_facts, store_admin_comment
+from exporter.report.timerange import TimeRange
 
 GIB = 1024**3
 
@@ -244,3 +246,20 @@ def test_the_summary_says_what_it_cost_or_why_not() -> None:
     stored = decode(encode(summary))
     assert stored is not None
     assert "Cost: not stored with the summary" in text(stored)
+
+
+def test_without_slurm_or_start_the_search_ends_at_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--since``/``--end`` bound the search for the workload's time: a finished range gives
+    the same summary whenever it is asked."""
+    searched: list[TimeRange] = []
+
+    def held_span(client: object, workload: Workload, search: TimeRange, extra: str,
+                  step: float) -> None:
+        searched.append(search)
+
+    monkeypatch.setattr(job_main, "held_span", held_span)
+    args = job_main.build_parser().parse_args(
+        ["job", "913377", "--no-slurm", "--since", "5m", "--end", "1796493000"])
+    with pytest.raises(job_main.NoData):
+        job_main.summarise(args, Workload.job("913377"), None)
+    assert searched == [TimeRange(1796493000 - 300, 1796493000)]

@@ -13,6 +13,7 @@ job`` stores for Jobstats must hold the same numbers, plus the cgroup exporter's
 from __future__ import annotations
 
 import base64
+import datetime
 import gzip
 import http.server
 import json
@@ -143,10 +144,30 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
                 float(r["value"][1]) >= SAMPLES for r in counts)  # type: ignore[index]
 
         wait_until(f"{SAMPLES} scrapes of every target", scraped, time.monotonic() + 90)
+        # Every answer up to ``end`` final before the first report: on a loaded machine a
+        # scrape or a rule evaluation of the last second can land between two reports.
+        wait_until("scrapes and rule evaluations past the end", lambda: _settled(state),
+                   time.monotonic() + 60)
         yield state
     finally:
         stop_all(processes, timeout=10)
         server.shutdown()
+
+
+def _unix_seconds(stamp: str) -> float:
+    """Prometheus' RFC 3339 time (UTC, up to nanoseconds) in seconds."""
+    whole, _, fraction = stamp.rstrip("Z").partition(".")
+    moment = datetime.datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S")
+    return moment.replace(tzinfo=datetime.timezone.utc).timestamp() + float(f"0.{fraction or 0}")
+
+
+def _settled(live: Live) -> bool:
+    """Whether every target was scraped, and every rule group evaluated, after ``live.end``."""
+    base = f"http://127.0.0.1:{live.prometheus_port}/api/v1"
+    targets = json.loads(http_get(f"{base}/targets", timeout=10)[1])["data"]["activeTargets"]
+    groups = json.loads(http_get(f"{base}/rules", timeout=10)[1])["data"]["groups"]
+    stamps = [t["lastScrape"] for t in targets] + [g["lastEvaluation"] for g in groups]
+    return bool(groups) and all(_unix_seconds(stamp) > live.end for stamp in stamps)
 
 
 def _window(live: Live) -> int:
