@@ -89,11 +89,7 @@ class Exporter:
         time.sleep(0.3)
 
     def rss_mib(self) -> float:
-        with open(f"/proc/{self.proc.pid}/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-        return float("nan")
+        return hostile.rss_mib(self.proc.pid)
 
     def alive(self) -> bool:
         return self.proc.poll() is None

@@ -32,7 +32,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +39,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from exporter.signals import STOP_DEADLINE_SECONDS  # noqa: E402
+from tests.report.canned import canned, serve  # noqa: E402
 
 BAD_LOG = ("Traceback", "EMFILE", "Too many open files", "out of system resource",
            "graceful shutdown exceeded")
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of process ``pid`` in MiB (NaN where /proc does not say)."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 @dataclass
@@ -90,11 +99,7 @@ class Server:
             time.sleep(0.02)
 
     def rss_mib(self) -> float:
-        with open(f"/proc/{self.proc.pid}/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-        return float("nan")
+        return rss_mib(self.proc.pid)
 
     def get(self, path: str = "/metrics", auth: str | None = None) -> int:
         """Status of one GET (0: no answer)."""
@@ -233,24 +238,6 @@ def non_reading(scenario: str, path: str, pipelined: int) -> Case:
                 f"{max(latencies):.2f} s")
 
 
-class _Answers(BaseHTTPRequestHandler):
-    answers: dict[str, Any] = {}  # noqa: RUF012 (set per server)
-
-    def _answer(self) -> None:
-        body = json.dumps(self.answers.get(self.path.split("?")[0],
-                                           {"status": "success", "data": []})).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    do_GET = do_POST = _answer
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 def report_answers() -> Case:
     from exporter.catalogue import records  # noqa: PLC0415
 
@@ -270,19 +257,12 @@ def report_answers() -> Case:
     refused = strict = 0
     for answers in [*bad, {"/api/v1/rules": rules,
                            "/api/v1/query": {"status": "success", "data": vector}}]:
-        handler = type("Handler", (_Answers,), {"answers": answers})
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                         daemon=True).start()
-        try:
+        with serve(canned(answers)) as httpd:
             result = subprocess.run(
                 [sys.executable, "-m", "exporter", "report", "--prometheus.url",
                  f"http://127.0.0.1:{httpd.server_address[1]}", "--since", "1d",
                  "--no-progress", "--format", "json"],
                 cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
-        finally:
-            httpd.shutdown()
-            httpd.server_close()
         lines = [line for line in result.stderr.splitlines() if line.strip()]
         if answers.get("/api/v1/query", {}).get("data") is vector:
             try:

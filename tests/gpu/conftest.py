@@ -5,6 +5,8 @@ The check runs once per session: import pynvml, nvmlInit, count GPUs, shut down 
 
 from __future__ import annotations
 
+import types
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,3 +46,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.gpu)
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(scope="module")
+def pynvml() -> Iterator[types.ModuleType]:
+    """The real binding, initialised for a test module."""
+    import pynvml as real  # noqa: PLC0415 - importable once conftest let us run
+
+    real.nvmlInit()
+    yield real
+    real.nvmlShutdown()

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import types
-from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,6 +13,7 @@ import pytest
 from exporter.catalogue import metrics
 from exporter.catalogue.metrics import Group, default_groups
 from exporter.sources.nvml.source import NvmlSource
+from tests.gpu.counting import CountingNvml
 
 pytestmark = pytest.mark.gpu
 GROUPS = default_groups() | {Group.THROTTLE_TIME, Group.NVLINK}
@@ -23,38 +22,9 @@ LINK_ROWS = (metrics.NVLINK_CRC_FLIT_ERRORS, metrics.NVLINK_CRC_DATA_ERRORS,
              metrics.NVLINK_REPLAY_ERRORS, metrics.NVLINK_RECOVERY_ERRORS, metrics.NVLINK_STATE)
 
 
-class Counting(types.ModuleType):
-    """pynvml with every ``nvml*`` call counted."""
-
-    def __init__(self, real: types.ModuleType) -> None:
-        super().__init__("pynvml")
-        self._real = real
-        self.calls: Counter[str] = Counter()
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._real, name)
-        if not (callable(value) and name.startswith("nvml")):
-            return value
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            self.calls[name] += 1
-            return value(*args, **kwargs)
-
-        return counted
-
-
-@pytest.fixture(scope="module")
-def pynvml() -> Iterator[types.ModuleType]:
-    import pynvml as real  # noqa: PLC0415 - importable once conftest let us run
-
-    real.nvmlInit()
-    yield real
-    real.nvmlShutdown()
-
-
 def test_throttle_time_in_one_call_equals_the_violation_counters(
         pynvml: types.ModuleType) -> None:
-    counting = Counting(pynvml)
+    counting = CountingNvml(pynvml)
     source = NvmlSource(hostname="gpu-test", nvml=counting, watch_events=False)
     source.start()
     try:
@@ -118,7 +88,7 @@ def test_the_minor_number_names_the_device_node(pynvml: types.ModuleType) -> Non
             assert os.path.exists(f"/dev/nvidia{minor}")
 
 
-class WithoutFieldValues(Counting):
+class WithoutFieldValues(CountingNvml):
     """pynvml as a binding without ``nvmlDeviceGetFieldValues`` (the fallback path)."""
 
     def __getattr__(self, name: str) -> Any:
@@ -130,7 +100,7 @@ class WithoutFieldValues(Counting):
 def test_without_field_values_the_policies_give_the_same_counters(
         pynvml: types.ModuleType) -> None:
     readings = []
-    for binding in (Counting(pynvml), WithoutFieldValues(pynvml)):
+    for binding in (CountingNvml(pynvml), WithoutFieldValues(pynvml)):
         source = NvmlSource(hostname="gpu-test", nvml=binding, watch_events=False)
         source.start()
         try:

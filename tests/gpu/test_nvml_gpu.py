@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 import types
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,40 +22,12 @@ from exporter.catalogue.metrics import SWITCHABLE_GROUPS, THROTTLE_REASONS, Grou
 from exporter.snapshot import ProcessType, Snapshot
 from exporter.sources.base import SourceUnavailable
 from exporter.sources.nvml.source import NvmlSource
+from tests.gpu.counting import CountingNvml
 
 pytestmark = pytest.mark.gpu
 LOAD = Path(__file__).resolve().parents[2] / "scripts" / "gpu" / "cuda_load.py"
 GIB = 1 << 30
 ALL = frozenset(SWITCHABLE_GROUPS)
-
-
-class CountingNvml(types.ModuleType):
-    """pynvml, with every ``nvml*`` call counted (to prove what is asked once)."""
-
-    def __init__(self, real: types.ModuleType) -> None:
-        super().__init__("pynvml")
-        self._real = real
-        self.calls: Counter[str] = Counter()
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._real, name)
-        if not (callable(value) and name.startswith("nvml")):
-            return value
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            self.calls[name] += 1
-            return value(*args, **kwargs)
-
-        return counted
-
-
-@pytest.fixture(scope="module")
-def pynvml() -> Iterator[types.ModuleType]:
-    import pynvml as real  # noqa: PLC0415 - importable once conftest let us run
-
-    real.nvmlInit()
-    yield real
-    real.nvmlShutdown()
 
 
 @pytest.fixture

@@ -7,53 +7,23 @@ from __future__ import annotations
 import csv
 import io
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
 from exporter.catalogue import records
 from exporter.report.main import main
+from tests.report.canned import canned, serve
 
 GOOD_RULES = {"groups": [{"name": records.GROUP, "interval": 60}]}
 
 
-class _Prometheus(BaseHTTPRequestHandler):
-    """Answers each endpoint with what the test put in ``answers`` (a JSON value, or bytes)."""
-
-    answers: ClassVar[dict[str, Any]] = {}
-
-    def _answer(self) -> None:
-        path = self.path.split("?")[0]
-        answer = self.answers.get(path, {"status": "success", "data": []})
-        body = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    do_GET = do_POST = _answer
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def prometheus() -> Iterator[tuple[str, dict[str, Any]]]:
-    answers: ClassVar[dict[str, Any]] = {}
-    handler = type("Handler", (_Prometheus,), {"answers": answers})
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
-    thread.start()
-    try:
+    answers: dict[str, Any] = {}
+    with serve(canned(answers)) as httpd:
         yield f"http://127.0.0.1:{httpd.server_address[1]}", answers
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
 
 
 def _run(url: str, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

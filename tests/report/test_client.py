@@ -4,19 +4,20 @@ certificates), basic auth and bearer tokens, against a small stand-in of the /ap
 from __future__ import annotations
 
 import base64
-import json
 import shutil
 import ssl
 import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from exporter.report.client import Connection, PrometheusClient, ReportError
+from tests.report.canned import CannedPrometheus
 
 OPENSSL = shutil.which("openssl")
 pytestmark = pytest.mark.skipif(OPENSSL is None, reason="needs the openssl command")
@@ -54,33 +55,26 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
                d / "client.key", d / "other.pem")
 
 
-class Api(BaseHTTPRequestHandler):
+class Api(CannedPrometheus):
     """Answers like Prometheus: an empty rule list and one sample per query."""
 
     expected_auth: str | None = None
 
-    def _answer(self) -> None:
+    def respond(self) -> None:
         if self.expected_auth is not None and self.headers.get("Authorization") != \
                 self.expected_auth:
             self.send_response(401)
             self.send_header("WWW-Authenticate", 'Basic realm="prometheus"')
             self.end_headers()
             return
-        if self.path.startswith("/api/v1/rules"):
+        super().respond()
+
+    def answer(self, path: str) -> Any:
+        if path.startswith("/api/v1/rules"):
             data: object = {"groups": []}
         else:
             data = {"resultType": "vector", "result": [{"metric": {}, "value": [1, "42"]}]}
-        body = json.dumps({"status": "success", "data": data}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    do_GET = do_POST = _answer
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+        return {"status": "success", "data": data}
 
 
 @dataclass
